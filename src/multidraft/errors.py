@@ -1,0 +1,40 @@
+"""Errors a user can act on. Each message says what went wrong and what to do about it.
+
+The CLI prints these as one line and exits non-zero; anything else is a bug in multidraft.
+"""
+
+
+class MultidraftError(Exception):
+    """Base class of every user-facing error in multidraft."""
+
+
+class ModelNotFoundError(MultidraftError):
+    """An alias, path or HF id that names no model we can load."""
+
+
+class CorruptCacheError(MultidraftError):
+    """A cache entry (model, data, n-gram file) is partial or fails its checksum."""
+
+
+class InvalidOptionError(MultidraftError, ValueError):
+    """A decoding option has a bad value or an unknown name."""
+
+
+class UnknownMethodError(InvalidOptionError):
+    """A `method=` name that no decoder implements."""
+
+
+class PromptError(MultidraftError, ValueError):
+    """An empty prompt, or one longer than the model's context."""
+
+
+class NumericalError(MultidraftError):
+    """The model produced NaN or infinite logits."""
+
+
+class TokenizerMismatchError(MultidraftError):
+    """Two components (draft and target model, n-gram file and model) use different vocabularies."""
+
+
+class DataNotFoundError(MultidraftError):
+    """A data set or corpus that has not been pulled into the cache."""
