@@ -1,5 +1,12 @@
-"""multidraft: draft-based decoding for causal language models."""
+"""multidraft: draft-based decoding for causal language models.
 
+    import multidraft
+    lm = multidraft.load_model("qwen2.5-coder-1.5b")
+    result = multidraft.generate(lm, "def fibonacci(n):", method="pld", max_new_tokens=64)
+    print(result.text, result.stats.summary())
+"""
+
+from multidraft.api import generate
 from multidraft.errors import (
     CorruptCacheError,
     DataNotFoundError,
@@ -11,5 +18,18 @@ from multidraft.errors import (
     TokenizerMismatchError,
     UnknownMethodError,
 )
+from multidraft.methods import available_methods
+from multidraft.models.runner import LM
+from multidraft.types import DecodeStats, Draft, Generation
+
+
+def load_model(name_or_path, dtype=None, device=None, **kwargs) -> LM:
+    """Load a registry alias, a local HF folder, a GGUF file or a cached HF id as an `LM` (offline)."""
+    from multidraft.models.load import load_model as _load
+    return _load(name_or_path, dtype=dtype, device=device, **kwargs)
+
 
 __version__ = "0.1.0"
+__all__ = ["load_model", "generate", "Generation", "DecodeStats", "Draft", "LM", "available_methods",
+           "MultidraftError", "ModelNotFoundError", "CorruptCacheError", "InvalidOptionError", "UnknownMethodError",
+           "PromptError", "NumericalError", "TokenizerMismatchError", "DataNotFoundError"]

@@ -1,0 +1,124 @@
+"""Plain decoders: greedy, sampling (temperature / top-k / top-p) and beam search."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from multidraft.decoders.output import OutputCollector
+from multidraft.sampling import check_finite
+from multidraft.types import DecodeStats
+
+
+def autoregressive(lm, prompt_ids: list[int], sampler, output: OutputCollector, stats: DecodeStats) -> None:
+    """One token per target forward. Greedy at temperature 0, else a keyed draw per position."""
+    started = time.perf_counter()
+    cache = lm.new_cache()
+    forward_output = lm.forward(cache, prompt_ids, logits_rows=slice(-1, None))
+    stats.prefill_time = forward_output.seconds
+    position = len(prompt_ids)
+    while True:
+        stats.target_calls += 1
+        token = sampler.pick(forward_output.logits[-1], position)
+        output.add([token])
+        stats.record_step(1, [], 0)
+        if output.done:
+            break
+        position += 1
+        forward_output = lm.forward(cache, [token])
+        stats.verify_time += forward_output.seconds
+    stats.generated_tokens = len(output.token_ids)
+    stats.stop_reason = output.stop_reason
+    stats.total_time = time.perf_counter() - started
+
+
+@torch.inference_mode()
+def beam_search(lm, prompt_ids: list[int], num_beams: int, length_penalty: float, output: OutputCollector,
+                stats: DecodeStats) -> list[tuple[list[int], float]]:
+    """Standard beam search (batch of `num_beams`, one forward per step). Returns all finished hypotheses,
+    best first, as (token ids, length-normalised log-probability); `output` receives the best one."""
+    started = time.perf_counter()
+    cache = lm.new_cache()
+    forward_output = lm.forward(cache, prompt_ids, logits_rows=slice(-1, None))
+    stats.prefill_time = forward_output.seconds
+    stats.target_calls += 1
+    log_probs = forward_output.logits[-1].log_softmax(-1)
+    scores, tokens = log_probs.topk(num_beams)
+    beams = [[int(t)] for t in tokens]
+    beam_scores = scores.clone()
+    cache.hf_cache.batch_repeat_interleave(num_beams)
+    finished: list[tuple[list[int], float]] = []
+    eos = lm.eos_token_ids
+    max_new = output.max_new_tokens
+
+    def normalised(score, length):
+        return float(score) / (length ** length_penalty)
+
+    alive = list(range(num_beams))
+    # Beams whose first token is EOS finish at once.
+    for i in list(alive):
+        if beams[i][-1] in eos:
+            finished.append((beams[i], normalised(beam_scores[i], 1)))
+    step = 1
+    while step < max_new:
+        live = [i for i in range(len(beams)) if beams[i][-1] not in eos]
+        if not live:
+            break
+        if len(finished) >= num_beams:
+            best_alive = max(normalised(beam_scores[i], step) for i in live)
+            worst_kept = sorted((s for _, s in finished), reverse=True)[num_beams - 1]
+            if best_alive <= worst_kept:
+                break
+        input_ids = torch.tensor([[b[-1]] for b in beams], device=lm.device)
+        t0 = time.perf_counter()
+        logits = lm.model(input_ids=input_ids, past_key_values=cache.hf_cache, use_cache=True).logits[:, -1].float()
+        stats.verify_time += time.perf_counter() - t0
+        stats.target_calls += 1
+        check_finite(logits)
+        step_log_probs = logits.log_softmax(-1)
+        # Finished (EOS) beams stay in the batch but may not extend.
+        dead = torch.tensor([b[-1] in eos for b in beams], device=logits.device)
+        total = beam_scores[:, None] + step_log_probs
+        total[dead] = float("-inf")
+        top_scores, top_flat = total.flatten().topk(2 * num_beams)
+        vocab = total.shape[1]
+        new_beams, new_scores, origin = [], [], []
+        for score, flat in zip(top_scores.tolist(), top_flat.tolist()):
+            if score == float("-inf"):
+                break
+            source, token = divmod(flat, vocab)
+            candidate = beams[source] + [token]
+            if token in eos:
+                finished.append((candidate, normalised(score, len(candidate))))
+                continue
+            new_beams.append(candidate)
+            new_scores.append(score)
+            origin.append(source)
+            if len(new_beams) == num_beams:
+                break
+        if not new_beams:
+            break
+        while len(new_beams) < num_beams:          # keep the batch size fixed
+            new_beams.append(new_beams[-1])
+            new_scores.append(float("-inf"))
+            origin.append(origin[-1])
+        beams, beam_scores = new_beams, torch.tensor(new_scores)
+        cache.hf_cache.reorder_cache(torch.tensor(origin, device=lm.device))
+        step += 1
+    for beam, score in zip(beams, beam_scores.tolist()):
+        if beam[-1] not in eos and score != float("-inf"):
+            finished.append((beam, normalised(score, len(beam))))
+    finished.sort(key=lambda item: -item[1])
+    unique, seen = [], set()
+    for beam, score in finished:
+        if tuple(beam) not in seen:
+            seen.add(tuple(beam))
+            unique.append((beam, score))
+    best = unique[0][0]
+    output.add(best)
+    stats.verification_calls = stats.target_calls
+    stats.generated_tokens = len(output.token_ids)
+    stats.stop_reason = output.stop_reason
+    stats.total_time = time.perf_counter() - started
+    return unique[:num_beams]

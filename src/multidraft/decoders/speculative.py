@@ -1,0 +1,71 @@
+"""The one draft-and-verify loop. Every drafter x verifier pair (PLD, PLD+, draft models, MTAD, BPD) runs here.
+
+Invariant at the top of each step: `seq` holds the committed tokens and the cache covers seq[:-1]; the last
+token is fed together with the draft in one target forward (a chain, or a tree with a 4D mask). The verifier
+accepts a root-to-node path and picks one more token; the cache keeps the root and the accepted nodes.
+"""
+
+from __future__ import annotations
+
+import time
+
+from multidraft.decoders.output import OutputCollector
+from multidraft.drafters.base import Drafter, LoopState
+from multidraft.types import DecodeStats, Draft
+from multidraft.verify.base import Verifier
+
+
+def draft_and_verify(lm, prompt_ids: list[int], drafter: Drafter, verifier: Verifier, sampler,
+                     output: OutputCollector, stats: DecodeStats) -> None:
+    started = time.perf_counter()
+    seq = list(prompt_ids)
+    state = LoopState(seq=seq, prompt_length=len(seq), lm=lm, sampler=sampler, stats=stats)
+    capture = drafter.capture_options()
+    cache = lm.new_cache()
+    prefill_output = None
+    if len(seq) > 1:
+        prefill_output = lm.forward(cache, seq[:-1], logits_rows=slice(-1, None), **capture)
+        stats.target_calls += 1
+        stats.prefill_time += prefill_output.seconds
+    drafter.begin(state, prefill_output)
+
+    while not output.done:
+        t0 = time.perf_counter()
+        draft = drafter.propose(state, output.remaining - 1) if output.remaining > 1 else Draft()
+        draft = _within_budget(draft, output.remaining - 1)
+        draft.validate(lm.vocab_size)
+        stats.draft_time += time.perf_counter() - t0
+
+        past = cache.length
+        forward_output = lm.forward(cache, [seq[-1]] + draft.token_ids,
+                                    parents=[-1] + [p + 1 for p in draft.parents], **capture)
+        stats.target_calls += 1
+        t1 = time.perf_counter()
+        verdict = verifier.verify(draft, forward_output.logits, sampler, first_position=len(seq))
+        stats.verify_time += forward_output.seconds + time.perf_counter() - t1
+
+        accepted = verdict.accepted_nodes
+        cache.keep(past + 1, [past + 1 + node for node in accepted])
+        new_tokens = [draft.token_ids[node] for node in accepted] + [verdict.next_token]
+        kept = output.add(new_tokens)
+        seq.extend(kept)
+        stats.record_step(len(kept), draft.depths(), min(len(accepted), len(kept)))
+        if not output.done:
+            drafter.observe(state, draft, verdict, forward_output, [0] + [node + 1 for node in accepted])
+    stats.generated_tokens = len(output.token_ids)
+    stats.stop_reason = output.stop_reason
+    stats.total_time = time.perf_counter() - started
+
+
+def _within_budget(draft: Draft, max_depth: int) -> Draft:
+    """Drop nodes deeper than the token budget, so the loop never generates past max_new_tokens."""
+    if not draft.token_ids:
+        return draft
+    depths = draft.depths()
+    if max(depths) <= max_depth:
+        return draft
+    keep = [i for i, d in enumerate(depths) if d <= max_depth]
+    new_index = {old: new for new, old in enumerate(keep)}
+    return Draft([draft.token_ids[i] for i in keep],
+                 [new_index[draft.parents[i]] if draft.parents[i] >= 0 else -1 for i in keep],
+                 None if draft.draft_probs is None else draft.draft_probs[keep], draft.info)

@@ -1,0 +1,65 @@
+"""The drafter interface used by the one draft-and-verify loop (multidraft.decoders.speculative)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from multidraft.types import Draft
+
+
+@dataclass
+class LoopState:
+    """What a drafter may read: the committed tokens and the models. The cache covers seq[:-1]."""
+
+    seq: list[int]
+    prompt_length: int
+    lm: Any                      # the target LM
+    sampler: Any                 # multidraft.sampling.PositionSampler
+    stats: Any                   # multidraft.types.DecodeStats
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def generated(self) -> list[int]:
+        return self.seq[self.prompt_length:]
+
+
+class Drafter:
+    """Proposes a `Draft` each step.
+
+    Hooks, all optional except `propose`:
+    - `hidden_layer` / `attention_heads`: artifacts the loop should capture on every target forward.
+    - `begin(state, prefill_output)`: after the prefill of seq[:-1] (prefill_output is None for a 1-token prompt).
+    - `observe(state, draft, verdict, forward_output, kept_rows)`: after each verification; `kept_rows` are the
+      rows of forward_output (root first) whose positions stayed in the cache, in sequence order.
+    """
+
+    name = "drafter"
+    hidden_layer: Optional[int] = None
+    attention_heads: Optional[Sequence[tuple[int, int]]] = None
+
+    def begin(self, state: LoopState, prefill_output) -> None:
+        pass
+
+    def propose(self, state: LoopState, max_tokens: int) -> Draft:
+        raise NotImplementedError
+
+    def observe(self, state: LoopState, draft: Draft, verdict, forward_output, kept_rows: list[int]) -> None:
+        pass
+
+    def capture_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if self.hidden_layer is not None:
+            options["hidden_layer"] = self.hidden_layer
+        if self.attention_heads:
+            options["attention_heads"] = list(self.attention_heads)
+        return options
+
+
+class NoDrafter(Drafter):
+    """Proposes nothing: the loop degenerates to plain decoding (useful as a control)."""
+
+    name = "none"
+
+    def propose(self, state, max_tokens):
+        return Draft()

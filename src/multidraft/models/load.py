@@ -1,0 +1,11 @@
+"""`load_model`: the loader's HF model and tokenizer wrapped in the `LM` runner."""
+
+from __future__ import annotations
+
+from multidraft.models.runner import LM
+
+
+def load_model(name_or_path, dtype=None, device=None, **kwargs) -> LM:
+    from multidraft.models.loader import load_hf_model
+    model, tokenizer, info = load_hf_model(name_or_path, dtype=dtype, device=device, **kwargs)
+    return LM(model, tokenizer, name=getattr(info, "name", str(name_or_path)), info=info)

@@ -1,0 +1,325 @@
+"""`LM`: one causal language model with its tokenizer, and the few forward passes every decoder needs.
+
+A `KVCache` holds the keys/values of the committed tokens. On top of it the runner can
+- extend by a chain of tokens (or embeddings) at the next positions,
+- run one forward over a token *tree* with a 4D attention mask and explicit position ids,
+- crop the cache to a length, or keep only an accepted root-to-node path of the last tree.
+It can also capture the hidden states of one layer and the attention rows of chosen heads.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import torch
+from transformers import DynamicCache
+
+from multidraft.errors import InvalidOptionError, PromptError
+from multidraft.sampling import check_finite
+
+
+@dataclass
+class ForwardOutput:
+    logits: torch.Tensor                           # (T, V) float32, one row per new token
+    hidden: Optional[torch.Tensor] = None          # (T, d) of the captured layer
+    attention: Optional[torch.Tensor] = None       # (num_heads_captured, T, kv_len) post-softmax
+    seconds: float = 0.0
+
+
+@dataclass
+class KVCache:
+    """The target's key/value cache and the number of positions it covers."""
+
+    hf_cache: DynamicCache = field(default_factory=DynamicCache)
+
+    @property
+    def length(self) -> int:
+        return self.hf_cache.get_seq_length()
+
+    def crop(self, length: int) -> None:
+        """Keep the first `length` positions."""
+        excess = self.length - length
+        if excess < 0:
+            raise ValueError(f"cannot crop a cache of {self.length} positions to {length}")
+        if excess:
+            self.hf_cache.crop(-excess)
+
+    def keep(self, prefix_length: int, extra_positions: Sequence[int]) -> None:
+        """Keep positions [0, prefix_length) plus the given later positions, in that order."""
+        extra = list(extra_positions)
+        if extra == list(range(prefix_length, prefix_length + len(extra))):
+            self.crop(prefix_length + len(extra))
+            return
+        index = None
+        for layer in self.hf_cache.layers:
+            if not getattr(layer, "is_initialized", False):
+                continue
+            if index is None or index.device != layer.keys.device:
+                index = torch.tensor(list(range(prefix_length)) + extra, device=layer.keys.device)
+            layer.keys = layer.keys.index_select(-2, index)
+            layer.values = layer.values.index_select(-2, index)
+
+
+def tree_attention_mask(parents: Sequence[int], past_length: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """(1, 1, T, past_length + T) additive mask: each node sees the cache, its ancestors and itself."""
+    num_nodes = len(parents)
+    allowed = torch.zeros(num_nodes, num_nodes, dtype=torch.bool)
+    for node, parent in enumerate(parents):
+        if parent >= 0:
+            allowed[node] = allowed[parent]
+        allowed[node, node] = True
+    full = torch.ones(num_nodes, past_length + num_nodes, dtype=torch.bool)
+    full[:, past_length:] = allowed
+    mask = torch.zeros(full.shape, dtype=dtype)
+    mask.masked_fill_(~full, torch.finfo(dtype).min)
+    return mask.to(device)[None, None]
+
+
+def tree_depths(parents: Sequence[int]) -> list[int]:
+    """Depth of each node, 0 for nodes whose parent is -1."""
+    depths: list[int] = []
+    for parent in parents:
+        depths.append(0 if parent < 0 else depths[parent] + 1)
+    return depths
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def cpu_supports_bf16() -> bool:
+    """True on CPUs with native bf16 matmuls (AVX512-BF16 or AMX), where bf16 is as fast as fp32 or faster."""
+    try:
+        capability = torch.backends.cpu.get_cpu_capability()
+    except Exception:
+        return False
+    if capability not in ("AVX512", "AMX"):
+        return False
+    try:
+        with open("/proc/cpuinfo") as handle:
+            flags = handle.read()
+        return "avx512_bf16" in flags or "amx_bf16" in flags
+    except OSError:
+        return capability == "AMX"
+
+
+class LM:
+    """A causal LM ready for drafting and verification. Build it with `multidraft.load_model`."""
+
+    def __init__(self, model, tokenizer, name: str = "model", info=None):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.info = info
+        config = model.config
+        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        self.config = text_config
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.num_layers = int(text_config.num_hidden_layers)
+        self.num_heads = int(text_config.num_attention_heads)
+        self.hidden_size = int(text_config.hidden_size)
+        self.context_length = int(getattr(text_config, "max_position_embeddings", 0) or 2048)
+        self.eos_token_ids = self._eos_ids()
+        self._decoder_layers = self._find_layers()
+
+    # ----- properties -----
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @property
+    def attn_implementation(self) -> str:
+        return str(getattr(self.model.config, "_attn_implementation", "sdpa"))
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for source in (getattr(self.model, "generation_config", None), self.model.config, self.tokenizer):
+            value = getattr(source, "eos_token_id", None)
+            if value is None:
+                continue
+            ids.update([value] if isinstance(value, int) else list(value))
+        return {int(i) for i in ids}
+
+    def _find_layers(self):
+        for path in ("model.layers", "model.language_model.layers", "transformer.h", "gpt_neox.layers"):
+            module = self.model
+            try:
+                for part in path.split("."):
+                    module = getattr(module, part)
+                return module
+            except AttributeError:
+                continue
+        return None
+
+    # ----- text -----
+    def encode(self, prompt_or_messages, chat: Optional[bool] = None) -> list[int]:
+        """Token ids of a prompt. A list of {"role", "content"} messages (or chat=True) uses the chat template."""
+        if isinstance(prompt_or_messages, str):
+            if not prompt_or_messages:
+                raise PromptError("the prompt is empty; give some text to continue")
+            if chat:
+                prompt_or_messages = [{"role": "user", "content": prompt_or_messages}]
+        elif isinstance(prompt_or_messages, (list, tuple)) and prompt_or_messages and all(
+                isinstance(t, int) for t in prompt_or_messages):
+            return [int(t) for t in prompt_or_messages]
+        if isinstance(prompt_or_messages, (list, tuple)):
+            messages = list(prompt_or_messages)
+            if not messages or not all(isinstance(m, dict) and "role" in m and "content" in m for m in messages):
+                raise PromptError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
+            if not self.has_chat_template:
+                raise PromptError(f"{self.name} has no chat template; pass plain text instead of messages")
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            if hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            ids = [int(t) for t in ids]
+        elif isinstance(prompt_or_messages, str):
+            ids = [int(t) for t in self.tokenizer(prompt_or_messages)["input_ids"]]
+        else:
+            raise PromptError(f"a prompt must be text, a list of chat messages or token ids, not {type(prompt_or_messages).__name__}")
+        if not ids:
+            raise PromptError("the prompt encodes to no tokens; give some text to continue")
+        return ids
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+    def check_prompt_length(self, num_prompt_tokens: int, max_new_tokens: int) -> None:
+        if num_prompt_tokens + max_new_tokens > self.context_length:
+            raise PromptError(
+                f"prompt of {num_prompt_tokens} tokens plus max_new_tokens={max_new_tokens} exceeds the context of "
+                f"{self.name} ({self.context_length} tokens); shorten the prompt or lower max_new_tokens")
+
+    # ----- forward passes -----
+    def new_cache(self) -> KVCache:
+        return KVCache(DynamicCache())
+
+    def embed(self, token_ids) -> torch.Tensor:
+        return self.model.get_input_embeddings()(torch.as_tensor(token_ids, device=self.device))
+
+    @torch.inference_mode()
+    def forward(self, cache: KVCache, token_ids: Optional[Sequence[int]] = None, *,
+                parents: Optional[Sequence[int]] = None, inputs_embeds: Optional[torch.Tensor] = None,
+                logits_rows: Optional[slice] = None, hidden_layer: Optional[int] = None,
+                attention_heads: Optional[Sequence[tuple[int, int]]] = None,
+                attention_rows: Optional[Sequence[int]] = None) -> ForwardOutput:
+        """Run new tokens on top of `cache` and append them to it.
+
+        token_ids (or inputs_embeds of shape (T, d)) are the new positions. With `parents` they form a
+        tree (see `Draft`): node i sits at position cache.length + depth(i) and sees only its ancestors.
+        `logits_rows` limits which rows get logits (e.g. slice(-1, None) for a prefill).
+        `hidden_layer` l captures the output of decoder block l (1-based; 0 = embeddings), as HF's
+        hidden_states[l]. `attention_heads` [(layer, head), ...] (0-based) captures post-softmax attention
+        rows (needs attn_implementation="eager"); `attention_rows` picks which query rows to keep.
+        """
+        start = time.perf_counter()
+        past = cache.length
+        if inputs_embeds is None:
+            if token_ids is None or len(token_ids) == 0:
+                raise ValueError("forward needs at least one new token")
+            input_ids = torch.as_tensor([list(token_ids)], dtype=torch.long, device=self.device)
+            num_new = input_ids.shape[1]
+            model_inputs = {"input_ids": input_ids}
+        else:
+            embeds = inputs_embeds.to(device=self.device, dtype=self.dtype)
+            num_new = embeds.shape[0]
+            model_inputs = {"inputs_embeds": embeds[None]}
+        if past + num_new > self.context_length:
+            raise PromptError(f"the sequence would reach {past + num_new} tokens, beyond the context of "
+                              f"{self.name} ({self.context_length}); shorten the prompt or lower max_new_tokens")
+        if parents is not None and list(parents) != list(range(-1, num_new - 1)):
+            depths = tree_depths(parents)
+            position_ids = torch.tensor([[past + d for d in depths]], device=self.device)
+            attention_mask = tree_attention_mask(parents, past, self.dtype, self.device)
+        else:
+            position_ids = torch.arange(past, past + num_new, device=self.device)[None]
+            attention_mask = None
+
+        captured: dict[str, list] = {"hidden": [], "attn": []}
+        hooks = self._install_hooks(hidden_layer, attention_heads, captured)
+        try:
+            kwargs = {}
+            if logits_rows is not None:
+                kwargs["logits_to_keep"] = _logits_to_keep(logits_rows, num_new)
+            output = self.model(**model_inputs, past_key_values=cache.hf_cache, use_cache=True,
+                                position_ids=position_ids, attention_mask=attention_mask, **kwargs)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        logits = output.logits[0].float()
+        check_finite(logits)
+        result = ForwardOutput(logits=logits)
+        if hidden_layer is not None:
+            result.hidden = captured["hidden"][0] if captured["hidden"] else None
+        if attention_heads:
+            rows = captured["attn"]
+            if any(r is None for r in rows):
+                raise InvalidOptionError(
+                    f"attention weights are not available with attn_implementation={self.attn_implementation!r}; "
+                    "load the model with attn_implementation='eager' to capture attention heads")
+            stacked = torch.stack(rows)  # (num_heads_captured, T, kv_len)
+            result.attention = stacked if attention_rows is None else stacked[:, list(attention_rows)]
+        result.seconds = time.perf_counter() - start
+        return result
+
+    def _install_hooks(self, hidden_layer, attention_heads, captured):
+        hooks = []
+        if hidden_layer is not None:
+            if not 0 <= hidden_layer <= self.num_layers:
+                raise InvalidOptionError(f"hidden layer {hidden_layer} does not exist: {self.name} has layers 0..{self.num_layers}")
+            if hidden_layer == 0:
+                module = self.model.get_input_embeddings()
+            else:
+                module = self._decoder_layers[hidden_layer - 1]
+
+            def keep_hidden(_module, _inputs, output):
+                tensor = output[0] if isinstance(output, (tuple, list)) else output
+                captured["hidden"].append(tensor[0].detach().float())
+            hooks.append(module.register_forward_hook(keep_hidden))
+        if attention_heads:
+            by_layer: dict[int, list[int]] = {}
+            order = []
+            for layer, head in attention_heads:
+                if not (0 <= layer < self.num_layers and 0 <= head < self.num_heads):
+                    raise InvalidOptionError(f"attention head ({layer}, {head}) does not exist: {self.name} has "
+                                             f"{self.num_layers} layers x {self.num_heads} heads (0-based)")
+                by_layer.setdefault(layer, []).append(head)
+                order.append((layer, head))
+            per_layer: dict[int, torch.Tensor] = {}
+
+            def make_hook(layer):
+                def keep_attention(_module, _inputs, output):
+                    weights = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
+                    per_layer[layer] = None if weights is None else weights[0, by_layer[layer]].detach().float()
+                return keep_attention
+            for layer in by_layer:
+                hooks.append(self._decoder_layers[layer].self_attn.register_forward_hook(make_hook(layer)))
+
+            class _Collector:
+                def remove(self_inner):
+                    for layer, head in order:
+                        weights = per_layer.get(layer)
+                        captured["attn"].append(None if weights is None else weights[by_layer[layer].index(head)])
+            hooks.append(_Collector())
+        return hooks
+
+    # ----- conveniences -----
+    def prefill(self, token_ids: Sequence[int], **capture) -> tuple[KVCache, ForwardOutput]:
+        cache = self.new_cache()
+        return cache, self.forward(cache, token_ids, logits_rows=slice(-1, None), **capture)
+
+
+def _logits_to_keep(rows: slice, num_new: int):
+    if rows == slice(-1, None):
+        return 1
+    indices = list(range(num_new))[rows]
+    return torch.tensor(indices)

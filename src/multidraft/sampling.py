@@ -1,0 +1,107 @@
+"""From logits to probabilities (temperature, top-k, top-p) and seeded draws.
+
+Random draws are keyed by absolute position: the draw for position n uses a generator seeded from
+(seed, n). A speculative loop therefore draws the very same token at position n as plain sampling
+does, whatever number of draws happened before. That makes "same seed, same output" hold across
+methods and lets tests compare sampling outputs token by token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from multidraft.errors import InvalidOptionError, NumericalError
+
+_MIX = 0x9E3779B97F4A7C15
+_MASK64 = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0
+    top_k: int = 0          # 0 = off
+    top_p: float = 1.0      # 1.0 = off
+    seed: Optional[int] = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def validate(self) -> "SamplingParams":
+        if not isinstance(self.temperature, (int, float)) or self.temperature != self.temperature or self.temperature < 0:
+            raise InvalidOptionError(f"temperature must be >= 0 (0 means greedy), got {self.temperature!r}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise InvalidOptionError(f"top_k must be an integer >= 0 (0 turns it off), got {self.top_k!r}")
+        if not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:
+            raise InvalidOptionError(f"top_p must be in (0, 1] (1 turns it off), got {self.top_p!r}")
+        return self
+
+
+def check_finite(logits: torch.Tensor) -> None:
+    if not torch.isfinite(logits).all():
+        raise NumericalError(
+            "the model produced NaN or infinite logits; try dtype=torch.float32, a shorter prompt, "
+            "or check the model weights (a corrupt cache entry can cause this: re-run `multidraft models pull`)")
+
+
+def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Target distribution(s) after temperature, top-k and top-p, in float32. Works on (..., V).
+
+    At temperature 0 it returns the one-hot of the argmax, so lossless verification rules stay valid.
+    """
+    logits = logits.float()
+    if params.greedy:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    scaled = logits / params.temperature
+    if params.top_k and params.top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, params.top_k, dim=-1).values[..., -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
+        sorted_probs = sorted_logits.softmax(-1)
+        # Drop a token when the mass strictly before it already reaches top_p (keeps at least one).
+        mass_before = sorted_probs.cumsum(-1) - sorted_probs
+        drop_sorted = mass_before >= params.top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        scaled = scaled.masked_fill(drop, float("-inf"))
+    return scaled.softmax(-1)
+
+
+def position_generator(seed: Optional[int], position: int, stream: int = 0, device="cpu") -> torch.Generator:
+    """A generator for the draw at absolute `position` (and an optional sub-stream), seeded from `seed`."""
+    generator = torch.Generator(device=device)
+    base = 0 if seed is None else int(seed)
+    key = (base * _MIX + (position + 1) * 0xBF58476D1CE4E5B9 + stream * 0x94D049BB133111EB) & _MASK64
+    generator.manual_seed(key)
+    return generator
+
+
+def draw(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """One token from a (V,) distribution."""
+    return int(torch.multinomial(probs.float().cpu() if generator.device.type == "cpu" else probs, 1,
+                                 generator=generator).item())
+
+
+class PositionSampler:
+    """Picks the token at each absolute position: argmax at temperature 0, else a keyed draw."""
+
+    def __init__(self, params: SamplingParams):
+        self.params = params
+        if params.seed is None and not params.greedy:
+            # An unseeded run still needs one fixed key for the whole generation.
+            self.params = SamplingParams(params.temperature, params.top_k, params.top_p,
+                                         int(torch.randint(0, 2**62, (1,)).item()))
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits_to_probs(logits, self.params)
+
+    def pick(self, logits: torch.Tensor, position: int) -> int:
+        if self.params.greedy:
+            return int(logits.argmax(-1).item())
+        return draw(self.probs(logits), position_generator(self.params.seed, position))
+
+    def generator(self, position: int, stream: int = 0) -> torch.Generator:
+        return position_generator(self.params.seed, position, stream)

@@ -1,0 +1,153 @@
+"""The data every decoder shares: the draft tree, the verdict on it, decode statistics and the result."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+
+@dataclass
+class Draft:
+    """A token tree proposed on top of the last committed token (the root, which is not part of it).
+
+    `parents[i]` is the index of node i's parent in this draft, or -1 when its parent is the root.
+    Nodes must come after their parents. A chain of k tokens has parents [-1, 0, 1, ..., k-2].
+    `draft_probs[i]` (optional, shape (num_nodes, V)) is the distribution node i was sampled from;
+    verifiers for stochastic drafters need it, deterministic drafters (prompt lookup) leave it None.
+    """
+
+    token_ids: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    draft_probs: Optional[torch.Tensor] = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def chain(cls, token_ids, draft_probs=None, **info) -> "Draft":
+        token_ids = [int(t) for t in token_ids]
+        return cls(token_ids, list(range(-1, len(token_ids) - 1)), draft_probs, dict(info))
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def is_chain(self) -> bool:
+        return all(parent == index - 1 for index, parent in enumerate(self.parents))
+
+    def depths(self) -> list[int]:
+        """Depth of each node: 1 for children of the root."""
+        depth: list[int] = []
+        for parent in self.parents:
+            depth.append(1 if parent < 0 else depth[parent] + 1)
+        return depth
+
+    def children(self, node: int) -> list[int]:
+        """Indices of the children of `node` (-1 for the root), in draft order."""
+        return [index for index, parent in enumerate(self.parents) if parent == node]
+
+    def validate(self, vocab_size: int) -> None:
+        if len(self.parents) != len(self.token_ids):
+            raise ValueError("Draft.parents and Draft.token_ids differ in length")
+        for index, parent in enumerate(self.parents):
+            if not -1 <= parent < index:
+                raise ValueError(f"Draft node {index} has parent {parent}; parents must come first")
+        if any(not 0 <= t < vocab_size for t in self.token_ids):
+            raise ValueError("Draft holds a token id outside the model's vocabulary")
+
+
+@dataclass
+class Verdict:
+    """What a verifier decided: the accepted draft nodes (a root-to-node path) and the next token."""
+
+    accepted_nodes: list[int]
+    next_token: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DecodeStats:
+    """Decode statistics with the definitions vLLM and llama.cpp use.
+
+    `mean_acceptance_length` = generated tokens / target calls that emitted tokens (= block efficiency);
+    plain decoding scores 1.0. Times are seconds of wall clock.
+    """
+
+    method: str = ""
+    lossless: bool = True
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    target_calls: int = 0             # every forward of the target model, prefill included
+    verification_calls: int = 0       # target forwards that emitted tokens
+    draft_calls: int = 0              # forwards of a draft model or draft heads
+    draft_tokens_proposed: int = 0
+    draft_tokens_accepted: int = 0
+    proposed_per_position: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+    acceptance_histogram: dict[int, int] = field(default_factory=dict)  # tokens emitted per call -> count
+    prefill_time: float = 0.0
+    draft_time: float = 0.0
+    verify_time: float = 0.0
+    total_time: float = 0.0
+    stop_reason: str = ""             # "eos", "stop_string", "max_new_tokens"
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        return self.generated_tokens / self.verification_calls if self.verification_calls else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted draft tokens / proposed draft tokens."""
+        return self.draft_tokens_accepted / self.draft_tokens_proposed if self.draft_tokens_proposed else 0.0
+
+    @property
+    def overhead_time(self) -> float:
+        return max(0.0, self.total_time - self.prefill_time - self.draft_time - self.verify_time)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated_tokens / self.total_time if self.total_time > 0 else 0.0
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        """P(draft token at depth i+1 accepted | it was proposed)."""
+        return [a / p if p else 0.0 for a, p in zip(self.accepted_per_position, self.proposed_per_position)]
+
+    def record_step(self, emitted: int, proposed_depths: list[int], accepted_depth: int) -> None:
+        """Count one verification call that proposed nodes at `proposed_depths` and accepted `accepted_depth` of them."""
+        self.verification_calls += 1
+        self.acceptance_histogram[emitted] = self.acceptance_histogram.get(emitted, 0) + 1
+        self.draft_tokens_proposed += len(proposed_depths)
+        self.draft_tokens_accepted += accepted_depth
+        deepest = max(proposed_depths, default=0)
+        while len(self.proposed_per_position) < deepest:
+            self.proposed_per_position.append(0)
+            self.accepted_per_position.append(0)
+        for depth in set(proposed_depths):
+            self.proposed_per_position[depth - 1] += 1
+        for depth in range(accepted_depth):
+            self.accepted_per_position[depth] += 1
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["acceptance_histogram"] = {str(k): v for k, v in sorted(self.acceptance_histogram.items())}
+        for name in ("mean_acceptance_length", "acceptance_rate", "overhead_time", "tokens_per_second",
+                     "per_position_acceptance"):
+            data[name] = getattr(self, name)
+        return data
+
+    def summary(self) -> str:
+        return (f"{self.method}: {self.generated_tokens} tokens in {self.total_time:.2f}s "
+                f"({self.tokens_per_second:.2f} tok/s), mean acceptance length {self.mean_acceptance_length:.2f}, "
+                f"target calls {self.target_calls}, draft tokens {self.draft_tokens_accepted}/{self.draft_tokens_proposed} accepted")
+
+
+@dataclass
+class Generation:
+    """The result of `multidraft.generate`: text, token ids, stats, and for multi-draft methods the ranked drafts."""
+
+    text: str
+    token_ids: list[int]
+    stats: DecodeStats
+    drafts: Optional[list["Generation"]] = None
+    score: Optional[float] = None

@@ -1,0 +1,23 @@
+"""The verifier interface."""
+
+from __future__ import annotations
+
+import torch
+
+from multidraft.sampling import PositionSampler
+from multidraft.types import Draft, Verdict
+
+
+class Verifier:
+    """Accepts part of a draft. `lossless` says whether the output law equals plain decoding's."""
+
+    name = "verifier"
+    lossless = True
+
+    def verify(self, draft: Draft, target_logits: torch.Tensor, sampler: PositionSampler,
+               first_position: int) -> Verdict:
+        """`target_logits` has 1 + len(draft) rows: row 0 is the root (the last committed token), row 1 + i is
+        draft node i; each row predicts the token after its node. `first_position` is the absolute position of
+        the first new token, so a node at depth d predicts position first_position + d.
+        """
+        raise NotImplementedError

@@ -1,0 +1,39 @@
+"""Shared fixtures: tiny random models (fast, offline) and the real SmolLM2-135M when it has been pulled."""
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+from tests.tiny_models import make_tiny_lm  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_llama():
+    return make_tiny_lm("llama", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen():
+    return make_tiny_lm("qwen2", seed=1)
+
+
+@pytest.fixture(scope="session", params=["llama", "qwen2"])
+def tiny_lm(request):
+    return make_tiny_lm(request.param, seed=2)
+
+
+@pytest.fixture(scope="session")
+def smollm():
+    from multidraft.models.load import load_model
+    from multidraft.errors import ModelNotFoundError
+    try:
+        return load_model("smollm2-135m", dtype=torch.float32)
+    except ModelNotFoundError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"SmolLM2-135M not pulled: {exc}")

@@ -1,0 +1,107 @@
+"""The LM runner: tree forwards, cache cropping and path keeping agree with plain forwards."""
+
+import pytest
+import torch
+
+from multidraft.errors import InvalidOptionError, PromptError
+from multidraft.models.runner import tree_attention_mask
+
+
+def full_logits(lm, token_ids):
+    cache = lm.new_cache()
+    return lm.forward(cache, token_ids).logits
+
+
+def test_extend_equals_one_forward(tiny_lm):
+    ids = [5, 9, 11, 4, 7, 3, 20, 21]
+    reference = full_logits(tiny_lm, ids)
+    cache = tiny_lm.new_cache()
+    first = tiny_lm.forward(cache, ids[:5]).logits
+    second = tiny_lm.forward(cache, ids[5:]).logits
+    torch.testing.assert_close(torch.cat([first, second]), reference, atol=1e-5, rtol=1e-4)
+
+
+def test_crop_then_extend_equals_fresh_prefill(tiny_lm):
+    cache = tiny_lm.new_cache()
+    tiny_lm.forward(cache, [5, 9, 11, 4, 7, 3])
+    cache.crop(3)
+    assert cache.length == 3
+    after_crop = tiny_lm.forward(cache, [30, 31]).logits
+    reference = full_logits(tiny_lm, [5, 9, 11, 30, 31])[3:]
+    torch.testing.assert_close(after_crop, reference, atol=1e-5, rtol=1e-4)
+
+
+def test_tree_forward_matches_each_branch_alone(tiny_lm):
+    prefix = [5, 9, 11, 4]
+    # root children: 7 (node 0) and 8 (node 1); node 0 has children 12 (node 2) and 13 (node 3); node 2 -> 14 (node 4)
+    tokens = [7, 8, 12, 13, 14]
+    parents = [-1, -1, 0, 0, 2]
+    cache = tiny_lm.new_cache()
+    tiny_lm.forward(cache, prefix)
+    tree_logits = tiny_lm.forward(cache, tokens, parents=parents).logits
+    branches = {0: [7], 1: [8], 2: [7, 12], 3: [7, 13], 4: [7, 12, 14]}
+    for node, path in branches.items():
+        reference = full_logits(tiny_lm, prefix + path)[-1]
+        torch.testing.assert_close(tree_logits[node], reference, atol=1e-5, rtol=1e-4)
+
+
+def test_keep_path_after_tree_equals_fresh_prefill(tiny_lm):
+    prefix = [5, 9, 11, 4]
+    cache = tiny_lm.new_cache()
+    tiny_lm.forward(cache, prefix)
+    tiny_lm.forward(cache, [7, 8, 12, 13, 14], parents=[-1, -1, 0, 0, 2])
+    cache.keep(len(prefix), [len(prefix) + 0, len(prefix) + 3])   # keep path 7 -> 13
+    assert cache.length == len(prefix) + 2
+    continued = tiny_lm.forward(cache, [20]).logits[-1]
+    reference = full_logits(tiny_lm, prefix + [7, 13, 20])[-1]
+    torch.testing.assert_close(continued, reference, atol=1e-5, rtol=1e-4)
+
+
+def test_inputs_embeds_equal_token_ids(tiny_lm):
+    ids = [5, 9, 11, 4]
+    embeds = tiny_lm.embed(ids)
+    by_embeds = tiny_lm.forward(tiny_lm.new_cache(), inputs_embeds=embeds).logits
+    torch.testing.assert_close(by_embeds, full_logits(tiny_lm, ids), atol=1e-6, rtol=1e-5)
+
+
+def test_hidden_layer_capture_matches_hf(tiny_lm):
+    ids = [5, 9, 11, 4]
+    out = tiny_lm.forward(tiny_lm.new_cache(), ids, hidden_layer=1)
+    with torch.no_grad():
+        hf = tiny_lm.model(torch.tensor([ids]), output_hidden_states=True)
+    torch.testing.assert_close(out.hidden, hf.hidden_states[1][0].float(), atol=1e-6, rtol=1e-5)
+
+
+def test_attention_capture_needs_eager_and_matches_hf():
+    from tests.tiny_models import make_tiny_lm
+    lm = make_tiny_lm("llama", seed=3)
+    with pytest.raises(InvalidOptionError, match="eager"):
+        lm.forward(lm.new_cache(), [5, 9, 11], attention_heads=[(0, 1)])
+    lm.model.set_attn_implementation("eager")
+    ids = [5, 9, 11, 4, 6]
+    out = lm.forward(lm.new_cache(), ids, attention_heads=[(1, 2), (0, 1)], attention_rows=[-1])
+    with torch.no_grad():
+        hf = lm.model(torch.tensor([ids]), output_attentions=True)
+    torch.testing.assert_close(out.attention[0, 0], hf.attentions[1][0, 2, -1], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(out.attention[1, 0], hf.attentions[0][0, 1, -1], atol=1e-6, rtol=1e-5)
+
+
+def test_bad_layer_and_head_are_clear_errors(tiny_llama):
+    with pytest.raises(InvalidOptionError, match="hidden layer 9"):
+        tiny_llama.forward(tiny_llama.new_cache(), [5], hidden_layer=9)
+    with pytest.raises(InvalidOptionError, match="attention head"):
+        tiny_llama.forward(tiny_llama.new_cache(), [5], attention_heads=[(0, 99)])
+
+
+def test_context_overflow_is_a_prompt_error(tiny_llama):
+    with pytest.raises(PromptError, match="context"):
+        tiny_llama.forward(tiny_llama.new_cache(), [5] * 300)
+
+
+def test_tree_mask_shape_and_values():
+    mask = tree_attention_mask([-1, 0, -1], past_length=2, dtype=torch.float32, device="cpu")
+    assert mask.shape == (1, 1, 3, 5)
+    allowed = mask[0, 0] == 0
+    assert allowed.tolist() == [[True, True, True, False, False],
+                                [True, True, True, True, False],
+                                [True, True, False, False, True]]

@@ -1,0 +1,44 @@
+"""Tiny random causal LMs with a real (word-level) tokenizer, built in memory for fast offline tests."""
+
+import functools
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from multidraft.models.runner import LM
+
+WORDS = ("the a cat dog sat ran on mat and then . , def return if else for in x y z ( ) : = + 1 2 3 "
+         "print value list of to is was it").split()
+
+
+@functools.lru_cache(maxsize=None)
+def make_tokenizer() -> PreTrainedTokenizerFast:
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for word in WORDS:
+        vocab.setdefault(word, len(vocab))
+    for i in range(64 - len(vocab)):
+        vocab[f"w{i}"] = len(vocab)
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    return tokenizer
+
+
+def make_tiny_hf_model(arch: str = "llama", seed: int = 0, vocab_size: int = 64, **overrides):
+    torch.manual_seed(seed)
+    common = dict(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                  eos_token_id=2, bos_token_id=1, pad_token_id=0, tie_word_embeddings=False)
+    common.update(overrides)
+    config_cls, model_cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[arch]
+    config = config_cls(**common)
+    model = model_cls(config).float().eval()
+    # Sharper logits than the default init so greedy and sampling tests see varied, non-uniform text.
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    return model
+
+
+def make_tiny_lm(arch: str = "llama", seed: int = 0, **overrides) -> LM:
+    return LM(make_tiny_hf_model(arch, seed, **overrides), make_tokenizer(), name=f"tiny-{arch}")
