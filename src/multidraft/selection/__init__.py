@@ -1,0 +1,54 @@
+"""Token-level selection rules for K drafted candidates (specs/multidraft.md).
+
+Given K candidate tokens x_1..x_K, drawn independently from the draft laws (rows of
+`draft_probs`, shape (K, V)), a rule outputs one token whose law is exactly `target_probs` (V,)
+and which is one of the candidates as often as possible.
+
+Schemes (`scheme=`), all **lossless** (the output law equals the target exactly; tested by
+enumeration):
+
+| scheme | rule | drafts | options |
+|---|---|---|---|
+| "speculative" | single-draft speculative sampling (§2) | K = 1 | |
+| "specinfer" | SpecInfer recursive rejection with residuals (§3.9) | any | |
+| "spectr" | SpecTr K-SEQ with rho* (§3.10) | identical only | |
+| "is" | classical importance sampling, weights q/p, then speculative sampling (§3.2) | any | alphabet_size=40 |
+| "is_lp" | two-step IS, full pairwise-LP weights, K > 2 by chaining (§3.4, 3.6, 3.8) | any | alphabet_size=40 |
+| "is_lp_truncated" | two-step IS, truncated LP with `s` free tokens (§3.5) | any | s=5, alphabet_size=40 |
+| "optimal_lp" | IS weights from the full LP over tuples: reaches P* (test oracle, V <= 8) | any | |
+
+`alphabet_size=M` keeps the M most likely target tokens and merges the rest into one symbol
+(§3.7, A4), which keeps the law exact; `None` disables it (then LPs grow with V).
+
+Letters: inside this package p is the draft law and q the target law, as in the paper.
+"""
+
+from multidraft.selection.schemes import (
+    LOSSLESS,
+    SCHEMES,
+    acceptance_probability,
+    build_plan,
+    closed_form_acceptance,
+    optimal_acceptance,
+    output_distribution,
+    select,
+    surviving_drafts,
+    theorem2_condition,
+)
+from multidraft.selection.specinfer import speculative_residual
+from multidraft.selection.spectr import solve_rho
+
+__all__ = [
+    "LOSSLESS",
+    "SCHEMES",
+    "acceptance_probability",
+    "build_plan",
+    "closed_form_acceptance",
+    "optimal_acceptance",
+    "output_distribution",
+    "select",
+    "solve_rho",
+    "speculative_residual",
+    "surviving_drafts",
+    "theorem2_condition",
+]

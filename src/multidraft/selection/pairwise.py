@@ -1,0 +1,94 @@
+"""Two-input importance-weight stages: the pairwise LP (§3.4, §3.6) and the truncated LP (§3.5).
+
+A stage takes two independent candidates X1 ~ first, X2 ~ second and outputs one of them. For an
+unordered pair {i, j} the mass S_ij = first_i second_j + first_j second_i can go to i or to j; the
+fraction that goes to i is the weight w_ij. Splitting by the unordered pair loses nothing against
+ordered-pair weights: the objective sum_y min(q_y, p_I(y)) depends only on these totals, so the
+same LP serves identical (first == second) and non-identical drafts.
+
+Tokens are ranked by q_i - first_i second_i (descending, ties by id, ⊥ always last). In the
+truncated LP only the top `free_tokens` tokens have free pair weights; any pair touching a lower
+token goes to the higher-ranked token. `free_tokens=None` frees every pair (the full LP).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import linprog
+
+
+@dataclass
+class PairStage:
+    #: pick_matrix[a, b] = probability of outputting a when the inputs are {a, b}; diagonal 1.
+    pick_matrix: np.ndarray
+    #: exact law of the stage output given the two input laws
+    law: np.ndarray
+    ranks: np.ndarray
+
+
+def _solve_free_weights(free, pair_mass, fixed_inflow, target):
+    """LP over the free pairs: maximise sum_i min(target_i, inflow_i) for i in `free`.
+
+    Returns the weight matrix entries for pairs (free[a], free[b]), a < b, or None on failure.
+    """
+    count = len(free)
+    pairs = [(a, b) for a in range(count) for b in range(a + 1, count)]
+    if not pairs:
+        return {}
+    num_pairs = len(pairs)
+    constraint = np.zeros((count, num_pairs + count))
+    bound = fixed_inflow.copy()
+    for column, (a, b) in enumerate(pairs):
+        mass = pair_mass[free[a], free[b]]
+        # w goes to free[a], 1 - w to free[b]: z_a <= fixed_a + mass*w ; z_b <= fixed_b + mass*(1 - w)
+        constraint[a, column] = -mass
+        constraint[b, column] = mass
+        bound[b] += mass
+    constraint[np.arange(count), num_pairs + np.arange(count)] = 1.0
+    objective = np.concatenate([np.zeros(num_pairs), -np.ones(count)])
+    bounds = [(0.0, 1.0)] * num_pairs + [(0.0, float(target[i])) for i in free]
+    result = linprog(objective, A_ub=constraint, b_ub=bound, bounds=bounds, method="highs")
+    if result.status != 0:
+        return None
+    weights = np.clip(result.x[:num_pairs], 0.0, 1.0)
+    return {(free[a], free[b]): float(w) for (a, b), w in zip(pairs, weights)}
+
+
+def build_pair_stage(first: np.ndarray, second: np.ndarray, target: np.ndarray,
+                     free_tokens: int | None = None, bottom: int | None = None) -> PairStage:
+    """Solve one two-input stage against the final target law."""
+    num_symbols = len(target)
+    key = target - first * second
+    if bottom is not None:
+        key = key.copy()
+        key[bottom] = -np.inf  # ⊥ has no target mass: rank it last (spec A4)
+    order = np.argsort(-key, kind="stable")
+    ranks = np.empty(num_symbols, dtype=np.int64)
+    ranks[order] = np.arange(num_symbols)
+
+    # Fixed rule everywhere: the higher-ranked (smaller rank) token wins.
+    pick = (ranks[:, None] < ranks[None, :]).astype(np.float64)
+    np.fill_diagonal(pick, 1.0)
+    pair_mass = np.outer(first, second)
+    pair_mass = pair_mass + pair_mass.T
+    np.fill_diagonal(pair_mass, 0.0)
+    base = first * second
+
+    num_free = num_symbols if free_tokens is None else min(free_tokens, num_symbols)
+    free = [int(t) for t in order[:num_free]]
+    if len(free) >= 2:
+        free_mask = np.zeros(num_symbols, dtype=bool)
+        free_mask[free] = True
+        # inflow to each free token from pairs with a fixed weight (its partner is not free)
+        fixed_inflow = base[free] + (pair_mass[free][:, ~free_mask] * pick[free][:, ~free_mask]).sum(axis=1)
+        weights = _solve_free_weights(free, pair_mass, fixed_inflow, target)
+        if weights is not None:  # on solver failure the rank rule stays: still exact (spec A7)
+            for (i, j), w in weights.items():
+                pick[i, j] = w
+                pick[j, i] = 1.0 - w
+
+    law = np.clip(base + (pair_mass * pick).sum(axis=1), 0.0, None)
+    law = law / law.sum()
+    return PairStage(pick_matrix=pick, law=law, ranks=ranks)
