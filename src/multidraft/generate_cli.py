@@ -1,0 +1,95 @@
+"""`multidraft generate`: decode a prompt with any method from the command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from multidraft.errors import InvalidOptionError, PromptError
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("generate", help="generate text with a decoding method",
+                                   description="Generate a continuation of PROMPT (or standard input) with METHOD.")
+    parser.add_argument("prompt", nargs="?", help="the prompt; read from standard input when omitted or '-'")
+    parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="registry alias, HF folder, GGUF file or cached HF id")
+    parser.add_argument("--method", default="greedy", help="greedy, sample, beam, pld, ... (see `multidraft methods`)")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
+    parser.add_argument("--option", "-o", action="append", default=[], metavar="NAME=VALUE",
+                        help="a method option, e.g. -o num_draft_tokens=8 (value parsed as JSON when possible)")
+    parser.add_argument("--stats", action="store_true", help="print decode statistics to standard error")
+    parser.add_argument("--json", action="store_true", help="print one JSON object with text, token ids and stats")
+    parser.add_argument("--stream", action="store_true", help="print tokens as they are generated")
+    parser.set_defaults(func=run_generate)
+
+    methods = subparsers.add_parser("methods", help="list decoding methods and their options")
+    methods.set_defaults(func=run_methods)
+
+
+def parse_options(pairs: list[str]) -> dict:
+    options = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise InvalidOptionError(f"method option {pair!r} must look like NAME=VALUE")
+        name, value = pair.split("=", 1)
+        try:
+            options[name.strip().replace("-", "_")] = json.loads(value)
+        except json.JSONDecodeError:
+            options[name.strip().replace("-", "_")] = value
+    return options
+
+
+def run_generate(args) -> int:
+    import torch
+
+    import multidraft
+
+    prompt = args.prompt
+    if prompt is None or prompt == "-":
+        if sys.stdin is None or sys.stdin.isatty():
+            raise PromptError("no prompt given; pass it as an argument or pipe it on standard input")
+        prompt = sys.stdin.read()
+    options = parse_options(args.option)
+    dtype = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
+    multidraft.methods.get_method(args.method).resolve_options(options)   # fail fast, before loading a model
+    lm = multidraft.load_model(args.model, dtype=dtype)
+
+    printed = []
+
+    def stream(token_id):
+        printed.append(token_id)
+        text = lm.decode(printed)
+        already = getattr(stream, "shown", 0)
+        sys.stdout.write(text[already:])
+        sys.stdout.flush()
+        stream.shown = len(text)
+
+    result = multidraft.generate(lm, prompt, method=args.method, max_new_tokens=args.max_new_tokens,
+                                 temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+                                 stop=args.stop, chat=args.chat or None, on_token=stream if args.stream else None,
+                                 **options)
+    if args.json:
+        print(json.dumps({"text": result.text, "token_ids": result.token_ids, "stats": result.stats.to_dict()}))
+    elif args.stream:
+        print()
+    else:
+        print(result.text)
+    if args.stats:
+        print(result.stats.summary(), file=sys.stderr)
+    return 0
+
+
+def run_methods(args) -> int:
+    from multidraft.methods import available_methods
+    for name, method in sorted(available_methods().items()):
+        kind = "lossless" if method.lossless else "LOSSY"
+        options = ", ".join(f"{k}={v!r}" for k, v in method.options.items()) or "-"
+        print(f"{name:16s} {kind:9s} {method.description}\n{'':26s}options: {options}")
+    return 0
