@@ -21,7 +21,7 @@ from typing import Optional, Union
 from multidraft.errors import InvalidOptionError, ModelNotFoundError
 from multidraft.fsutil import sha256_file
 from multidraft.models import cache, registry
-from multidraft.models.pull import convert_gguf, pull  # noqa: F401  (pull is part of this module's API)
+from multidraft.models.pulling import convert_gguf, pull  # noqa: F401  (pull is part of this module's API)
 from multidraft.models.registry import ModelSpec
 
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")

