@@ -16,6 +16,21 @@ import torch
 from multidraft.selection.base import sample_from_weights
 
 
+def top_tokens(target_probs: torch.Tensor, count: int) -> torch.Tensor:
+    """Ids of the `count` most likely tokens, most likely first.
+
+    torch.topk over 150k entries costs ~0.4 ms. At most 1/t tokens can exceed a threshold t, so
+    topk runs on the few tokens above t when there are enough of them (same result, exact ties
+    aside, which do not affect exactness: any kept set gives the exact law).
+    """
+    for threshold in (1.0 / (4 * count), 1.0 / (1000 * count)):
+        above = torch.nonzero(target_probs > threshold).reshape(-1)
+        if above.numel() >= count:
+            order = torch.topk(target_probs[above], count).indices
+            return above[order]
+    return torch.topk(target_probs, count).indices
+
+
 class ReducedAlphabet:
     """Maps the V-token vocabulary to `num_symbols` = M kept tokens (+ ⊥ when something is left out)."""
 
@@ -24,7 +39,7 @@ class ReducedAlphabet:
         vocab_size = target_probs.shape[0]
         self.merged = alphabet_size is not None and alphabet_size < vocab_size
         if self.merged:
-            self.kept = torch.topk(target_probs, alphabet_size).indices
+            self.kept = top_tokens(target_probs, alphabet_size)
         else:
             self.kept = torch.arange(vocab_size, device=target_probs.device)
         self.kept_numpy = self.kept.cpu().numpy()

@@ -38,11 +38,12 @@ class SingleCandidate:
 class PairChain:
     """Y_1 = stage_1(X_1, X_2); Y_m = stage_m(Y_{m-1}, X_{m+1}); p_I = law of the last stage."""
 
-    def __init__(self, draft: np.ndarray, target: np.ndarray, free_tokens: int | None, bottom: int | None):
+    def __init__(self, draft: np.ndarray, target: np.ndarray, free_tokens: int | None, bottom: int | None,
+                 solver: str = "flow"):
         self.stages = []
         running = draft[0]
         for next_draft in draft[1:]:
-            stage = build_pair_stage(running, next_draft, target, free_tokens, bottom)
+            stage = build_pair_stage(running, next_draft, target, free_tokens, bottom, solver)
             self.stages.append(stage)
             running = stage.law
         self.law = running

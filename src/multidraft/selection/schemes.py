@@ -29,8 +29,8 @@ SCHEME_OPTIONS = {
     "specinfer": {},
     "spectr": {},
     "is": {"alphabet_size": DEFAULT_ALPHABET_SIZE},
-    "is_lp": {"alphabet_size": DEFAULT_ALPHABET_SIZE},
-    "is_lp_truncated": {"s": DEFAULT_FREE_TOKENS, "alphabet_size": DEFAULT_ALPHABET_SIZE},
+    "is_lp": {"alphabet_size": DEFAULT_ALPHABET_SIZE, "lp_solver": "flow"},
+    "is_lp_truncated": {"s": DEFAULT_FREE_TOKENS, "alphabet_size": DEFAULT_ALPHABET_SIZE, "lp_solver": "flow"},
     "optimal_lp": {},
 }
 SCHEMES = tuple(SCHEME_OPTIONS)
@@ -59,7 +59,10 @@ def _build_importance_plan(scheme, draft, target, settings):
         free_tokens = None
         if scheme == "is_lp_truncated":
             free_tokens = _check_integer_option("s", settings["s"], 0)
-        rule = PairChain(alphabet.draft, alphabet.target, free_tokens, alphabet.bottom)
+        solver = settings["lp_solver"]
+        if solver not in ("flow", "highs"):
+            raise InvalidOptionError(f"option lp_solver must be 'flow' or 'highs', got {solver!r}")
+        rule = PairChain(alphabet.draft, alphabet.target, free_tokens, alphabet.bottom, solver)
     return TwoStepPlan(alphabet, rule)
 
 

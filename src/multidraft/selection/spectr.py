@@ -25,47 +25,56 @@ def _f(beta, rho, num_drafts):
     return 1.0 - (1.0 - beta) ** num_drafts - rho * beta
 
 
-def solve_rho(draft_probs: torch.Tensor, target_probs: torch.Tensor, num_drafts: int) -> float:
-    """Return rho in [1, K] with f(rho) <= 0, within ~1e-13 of the smallest such rho (rho*)."""
+def solve_rho(draft_probs: torch.Tensor, target_probs: torch.Tensor, num_drafts: int) -> tuple[float, float]:
+    """Return (rho, beta(rho)): f(rho) <= 0 and rho within ~1e-13 of the smallest such rho (rho*)."""
     if num_drafts == 1:
-        return 1.0
-    drawable = draft_probs > 0  # tokens with p = 0 add min(0, .) = 0 to beta
-    draft = draft_probs[drawable]
-    target = target_probs[drawable]
-    ratio = target / draft
+        return 1.0, float(torch.minimum(draft_probs, target_probs).sum())
     low, high = 1.0, float(num_drafts)
-    always_draft = float(draft[ratio >= high].sum())   # ratio >= rho for every rho in the bracket
-    always_target = float(target[ratio < low].sum())    # contributes target/rho
-    inside = (ratio >= low) & (ratio < high)
-    draft, target, ratio = draft[inside], target[inside], ratio[inside]
-
-    while ratio.numel() > _SMALL_ENOUGH and high - low > 1e-13 * high:
-        width = high - low
-        bucket = ((ratio - low) / width * _BUCKETS).floor().clamp_(0, _BUCKETS - 1).long()
-        draft_mass = torch.bincount(bucket, weights=draft, minlength=_BUCKETS).cpu().numpy()
-        target_mass = torch.bincount(bucket, weights=target, minlength=_BUCKETS).cpu().numpy()
-        grid = low + width * np.arange(_BUCKETS + 1) / _BUCKETS
-        draft_at_or_above = always_draft + np.concatenate([np.cumsum(draft_mass[::-1])[::-1], [0.0]])
-        target_below = always_target + np.concatenate([[0.0], np.cumsum(target_mass)])
+    # Bin 0: ratio < 1 (always adds q/rho); bins 1..B: the bracket; bin B+1: ratio >= K or p = 0
+    # (adds p, which is 0 when p = 0). One float buffer and one index buffer over V.
+    bucket = torch.div(target_probs, draft_probs)
+    bucket.nan_to_num_(nan=float("inf")).sub_(low).mul_(_BUCKETS / (high - low)).floor_()
+    bucket = bucket.clamp_(-1, _BUCKETS).add_(1).long()
+    draft_mass = torch.bincount(bucket, weights=draft_probs, minlength=_BUCKETS + 2).cpu().numpy()
+    target_mass = torch.bincount(bucket, weights=target_probs, minlength=_BUCKETS + 2).cpu().numpy()
+    always_draft = float(draft_mass[-1])
+    always_target = float(target_mass[0])
+    token_ids = None  # tokens whose ratio lies in the current bracket (None: use the bins)
+    while True:
+        grid = low + (high - low) * np.arange(_BUCKETS + 1) / _BUCKETS
+        inner_draft, inner_target = draft_mass[1:-1], target_mass[1:-1]
+        draft_at_or_above = always_draft + np.concatenate([np.cumsum(inner_draft[::-1])[::-1], [0.0]])
+        target_below = always_target + np.concatenate([[0.0], np.cumsum(inner_target)])
         beta = draft_at_or_above + target_below / grid
         non_positive = np.nonzero(_f(beta, grid, num_drafts) <= 0)[0]
         first = int(non_positive[0]) if len(non_positive) else _BUCKETS
         if first == 0:
-            return low
-        kept = first - 1  # f changes sign inside bucket `kept`
-        always_draft += float(draft_mass[kept + 1:].sum())
-        always_target += float(target_mass[:kept].sum())
+            return low, float(beta[0])
+        kept = first - 1  # f changes sign inside bin `kept` (+1 for the underflow bin)
+        always_draft += float(inner_draft[kept + 1:].sum())
+        always_target += float(inner_target[:kept].sum())
         low, high = float(grid[kept]), float(grid[kept + 1])
-        in_bucket = bucket == kept
-        draft, target, ratio = draft[in_bucket], target[in_bucket], ratio[in_bucket]
+        if token_ids is None:  # first pass: bins over the whole vocabulary (torch)
+            token_ids = torch.nonzero(bucket == kept + 1).reshape(-1)
+        else:
+            token_ids = token_ids[torch.as_tensor(np.nonzero(bucket == kept + 1)[0], dtype=torch.long)]
+        if token_ids.numel() <= _SMALL_ENOUGH or high - low <= 1e-13 * high:
+            break
+        # re-bin the few tokens left over the narrower bracket
+        ratio = (target_probs[token_ids] / draft_probs[token_ids]).cpu().numpy()
+        bucket = np.clip(np.floor((ratio - low) * (_BUCKETS / (high - low))), -1, _BUCKETS).astype(np.int64) + 1
+        draft_mass = np.bincount(bucket, weights=draft_probs[token_ids].cpu().numpy(), minlength=_BUCKETS + 2)
+        target_mass = np.bincount(bucket, weights=target_probs[token_ids].cpu().numpy(), minlength=_BUCKETS + 2)
+        always_draft += float(draft_mass[-1])
+        always_target += float(target_mass[0])
 
-    draft, target, ratio = (t.cpu().numpy() for t in (draft, target, ratio))
+    draft = draft_probs[token_ids].cpu().numpy()
+    target = target_probs[token_ids].cpu().numpy()
+    ratio = target / draft
 
     def beta_at(rho):
         return always_draft + always_target / rho + np.where(ratio >= rho, draft, target / rho).sum()
 
-    if _f(beta_at(low), low, num_drafts) <= 0:
-        return low
     for _ in range(200):
         if high - low <= 1e-15 * high:
             break
@@ -74,7 +83,7 @@ def solve_rho(draft_probs: torch.Tensor, target_probs: torch.Tensor, num_drafts:
             low = middle
         else:
             high = middle
-    return high  # the upper end keeps the residual non-negative (spec A10)
+    return high, float(beta_at(high))  # the upper end keeps the residual non-negative (spec A10)
 
 
 class SpecTrPlan(SelectionPlan):
@@ -84,15 +93,14 @@ class SpecTrPlan(SelectionPlan):
         self.num_drafts = draft_probs.shape[0]
         self.draft_row = draft_probs[0]
         self.target_probs = target_probs
-        self.rho = solve_rho(self.draft_row, target_probs, self.num_drafts)
-        self._accepted_part = torch.minimum(self.draft_row, target_probs / self.rho)
-        self.beta = float(self._accepted_part.sum())
+        self.rho, self.beta = solve_rho(self.draft_row, target_probs, self.num_drafts)
         self.accept_probability = 1.0 - (1.0 - self.beta) ** self.num_drafts
 
     def residual(self) -> torch.Tensor:
         if self.beta <= 0:
             return self.target_probs  # nothing is ever accepted: the residual is the target itself
-        raw = self.target_probs - self._accepted_part * (self.accept_probability / self.beta)
+        accepted_part = torch.minimum(self.draft_row, self.target_probs / self.rho)
+        raw = self.target_probs - accepted_part * (self.accept_probability / self.beta)
         clipped = torch.clamp(raw, min=0.0)
         total = float(clipped.sum())
         return clipped / total if total > 0 else self.target_probs

@@ -1,0 +1,74 @@
+"""Micro-benchmark: microseconds per `multidraft.selection.select` call at vocabulary scale.
+
+    .venv/bin/python benchmarks/selection_bench.py [--vocab 151936] [--calls 50] [--threads 1]
+
+Laws are LM-like: target = softmax(logits / 1.0), drafts = softmax((logits + noise) / T) with T = 1.2
+(the paper's draft temperature), as float32 like a model's output. Every call builds the scheme's
+plan from scratch (nothing is cached between calls), and candidates are drawn from the drafts.
+'optimal_lp' is a test oracle for tiny alphabets and is not timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from multidraft.selection import select
+
+
+def make_laws(vocab_size: int, num_drafts: int, identical: bool, seed: int):
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randn(vocab_size, generator=generator) * 3.0
+    target = torch.softmax(logits, dim=0)
+    rows = []
+    for draft_index in range(num_drafts):
+        noise = torch.randn(vocab_size, generator=generator) * 1.0
+        temperature = 1.2 if identical or draft_index == 0 else 1.6
+        rows.append(torch.softmax((logits + noise) / temperature, dim=0))
+        if identical:
+            rows = [rows[0]] * num_drafts
+            break
+    return torch.stack(rows), target
+
+
+def time_scheme(scheme, draft, target, calls, seed):
+    generator = torch.Generator().manual_seed(seed)
+    candidate_sets = [torch.multinomial(draft, 1, generator=generator).reshape(-1) for _ in range(calls)]
+    select(scheme, candidate_sets[0], draft, target, generator=generator)  # warm-up (imports, allocator)
+    start = time.perf_counter()
+    for candidates in candidate_sets:
+        select(scheme, candidates, draft, target, generator=generator)
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vocab", type=int, default=151_936)
+    parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    schemes = ["speculative", "specinfer", "spectr", "is", "is_lp", "is_lp_truncated"]
+    print(f"V = {args.vocab}, {args.calls} calls per cell, {args.threads} thread(s); microseconds per select() call")
+    for identical in (True, False):
+        print(f"\n{'identical' if identical else 'non-identical'} drafts")
+        print(f"{'scheme':<17}" + "".join(f"{'K=' + str(k):>10}" for k in (1, 2, 3, 4)))
+        for scheme in schemes:
+            if scheme == "spectr" and not identical:
+                continue
+            cells = []
+            for num_drafts in (1, 2, 3, 4):
+                if (scheme == "speculative") != (num_drafts == 1):
+                    cells.append(f"{'-':>10}")
+                    continue
+                draft, target = make_laws(args.vocab, num_drafts, identical, seed=num_drafts)
+                micros = time_scheme(scheme, draft, target, args.calls, seed=7)
+                cells.append(f"{micros:>10.0f}")
+            print(f"{scheme:<17}" + "".join(cells))
+    print("\noptimal_lp: not timed (LP over V^K tuples; test oracle for V <= 8)")
+
+
+if __name__ == "__main__":
+    main()
