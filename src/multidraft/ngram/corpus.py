@@ -1,0 +1,80 @@
+"""Corpora as texts, and texts as token ids (batched through a fast HF tokenizer)."""
+
+import hashlib
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from multidraft.errors import DataNotFoundError
+
+TEXT_SUFFIXES = {".py", ".txt", ".rst", ".md", ".c", ".h", ".js", ".ts", ".json", ".jsonl", ".html", ".tex", ".rs",
+                 ".go", ".java", ".cpp", ".hpp", ".sh", ".toml", ".yaml", ".yml", ".cfg", ".ini"}
+
+
+def iter_corpus_texts(spec: str) -> Iterator[str]:
+    """Documents of a corpus: a `multidraft data` name, a text file, or a folder of text files."""
+    from multidraft.data.registry import DATASETS
+
+    if spec in DATASETS:
+        from multidraft.data import iter_documents
+
+        yield from iter_documents(spec)
+        return
+    path = Path(spec).expanduser()
+    if path.is_file():
+        yield path.read_text(encoding="utf-8", errors="replace")
+    elif path.is_dir():
+        for file in sorted(path.rglob("*")):
+            if file.is_file() and (file.suffix in TEXT_SUFFIXES or file.name.endswith(".rst.txt")):
+                yield file.read_text(encoding="utf-8", errors="replace")
+    else:
+        raise DataNotFoundError(
+            f"corpus {spec!r} is neither a data set name ({', '.join(DATASETS)}) nor an existing file or folder")
+
+
+def tokenize_documents(texts: Iterable[str], tokenizer, batch_size: int = 64) -> Iterator[np.ndarray]:
+    """Token ids of each text (no special tokens), encoded in batches so a fast tokenizer can go parallel."""
+    batch = []
+    for text in texts:
+        batch.append(text)
+        if len(batch) == batch_size:
+            yield from _encode(tokenizer, batch)
+            batch = []
+    if batch:
+        yield from _encode(tokenizer, batch)
+
+
+def _encode(tokenizer, batch):
+    backend = getattr(tokenizer, "backend_tokenizer", None) or getattr(tokenizer, "_tokenizer", None)
+    if backend is not None and hasattr(backend, "encode_batch"):
+        # The Rust tokenizer directly: skips the Python-side BatchEncoding overhead.
+        for enc in backend.encode_batch(batch, add_special_tokens=False):
+            yield np.asarray(enc.ids, dtype=np.uint32)
+    else:
+        for ids in tokenizer(batch, add_special_tokens=False)["input_ids"]:
+            yield np.asarray(ids, dtype=np.uint32)
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A digest of the token -> id map; equal for tokenizers that encode identically (Qwen 0.5B and 1.5B)."""
+    try:
+        from multidraft.models.loader import vocab_fingerprint
+
+        return vocab_fingerprint(tokenizer)
+    except ImportError:
+        items = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+        text = "\n".join(f"{token}\t{index}" for token, index in items)
+        return "vocab-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def load_tokenizer(name_or_path):
+    """The tokenizer of a model alias or a local tokenizer folder (through multidraft.models.loader)."""
+    path = Path(str(name_or_path)).expanduser()
+    if path.is_dir() and (path / "tokenizer.json").exists() and not (path / "config.json").exists():
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    from multidraft.models.loader import load_tokenizer as _load
+
+    return _load(name_or_path)
