@@ -1,0 +1,131 @@
+"""`select` itself: Monte-Carlo agreement with the exact law, determinism, bad input, helpers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from multidraft.errors import InvalidOptionError, MultidraftError
+from multidraft.selection import (
+    SCHEMES,
+    acceptance_probability,
+    build_plan,
+    output_distribution,
+    select,
+    speculative_residual,
+    surviving_drafts,
+)
+from tests.test_selection import random_laws
+
+NUM_SAMPLES = 20_000
+
+
+def laws_for(scheme):
+    if scheme == "speculative":
+        return random_laws(5, 5, 1, identical=True, zeros=True)
+    return random_laws(5, 5, 3, identical=scheme == "spectr", zeros=True)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_sampler_matches_exact_law(scheme):
+    """20,000 seeded draws: chi-square of the output against the target (p > 1e-4), and the
+    accept-branch frequency within 5 standard errors of the enumerated accept probability."""
+    draft, target = laws_for(scheme)
+    options = {"alphabet_size": 3} if scheme in ("is", "is_lp", "is_lp_truncated") else {}
+    plan = build_plan(scheme, draft, target, **options)
+    generator = torch.Generator().manual_seed(1234)
+    rng = np.random.default_rng(1234)
+    candidates = np.stack([rng.choice(5, size=NUM_SAMPLES, p=row) for row in draft], axis=1)
+    counts = np.zeros(5)
+    accepted_count = 0
+    for row in candidates:
+        token, accepted = plan.sample(row.tolist(), generator)
+        counts[token] += 1
+        accepted_count += accepted
+        if accepted:
+            assert token in row  # an accepted token is always a candidate
+    exact = output_distribution(scheme, draft, target, **options)
+    support = exact > 0
+    assert counts[~support].sum() == 0
+    assert chisquare(counts[support], NUM_SAMPLES * exact[support]).pvalue > 1e-4
+    accept = acceptance_probability(scheme, draft, target, event="accept", **options)
+    standard_error = np.sqrt(accept * (1 - accept) / NUM_SAMPLES) + 1e-12
+    assert abs(accepted_count / NUM_SAMPLES - accept) <= 5 * standard_error
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_select_is_seeded_and_deterministic(scheme):
+    draft, target = laws_for(scheme)
+    candidates = [int(np.argmax(row)) for row in draft]
+    first = [select(scheme, candidates, torch.tensor(draft), torch.tensor(target),
+                    generator=torch.Generator().manual_seed(seed)) for seed in range(20)]
+    second = [select(scheme, candidates, torch.tensor(draft), torch.tensor(target),
+                     generator=torch.Generator().manual_seed(seed)) for seed in range(20)]
+    assert first == second
+    assert all(isinstance(token, int) and isinstance(accepted, bool) for token, accepted in first)
+
+
+def test_zero_probability_candidates_and_equal_laws():
+    target = torch.tensor([0.5, 0.5, 0.0, 0.0], dtype=torch.float64)
+    draft = torch.tensor([[0.25, 0.25, 0.5, 0.0], [0.25, 0.25, 0.5, 0.0]], dtype=torch.float64)
+    for scheme in ("specinfer", "spectr", "is", "is_lp", "is_lp_truncated", "optimal_lp"):
+        for candidates in ([2, 2], [3, 2], [0, 3]):  # target-zero and draft-zero candidates
+            token, accepted = select(scheme, candidates, draft, target, generator=torch.Generator().manual_seed(0))
+            assert target[token] > 0
+    same = torch.tensor([[0.2, 0.3, 0.5]] * 2, dtype=torch.float64)
+    for scheme in ("specinfer", "spectr", "is", "is_lp", "optimal_lp"):
+        for seed in range(10):
+            token, accepted = select(scheme, [1, 2], same, same[0], generator=torch.Generator().manual_seed(seed))
+            assert accepted and token in (1, 2)
+
+
+def test_float32_vocabulary_scale_inputs():
+    generator = torch.Generator().manual_seed(3)
+    logits = torch.randn(20_000, generator=generator) * 3
+    target = torch.softmax(logits, 0)
+    draft = torch.softmax(logits / 1.3, 0).expand(3, -1)
+    candidates = torch.multinomial(draft, 1, generator=generator).reshape(-1)
+    for scheme in ("specinfer", "spectr", "is", "is_lp", "is_lp_truncated"):
+        token, accepted = select(scheme, candidates, draft, target, generator=generator)
+        assert 0 <= token < 20_000
+        assert not accepted or token in candidates.tolist()
+
+
+def test_surviving_drafts_and_residual():
+    assert surviving_drafts([4, 7, 4], 4).tolist() == [True, False, True]
+    assert surviving_drafts(torch.tensor([1, 2]), 3).tolist() == [False, False]
+    draft = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    target = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64)
+    assert torch.allclose(speculative_residual(draft, target), torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64))
+    assert torch.equal(speculative_residual(target, target), target)  # no division by zero when p == q
+
+
+UNIFORM = torch.full((2, 4), 0.25, dtype=torch.float64)
+TARGET = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("call, fragment", [
+    (lambda: select("specinfer", [0, 1], UNIFORM[:, :3], TARGET), "vocabulary mismatch"),
+    (lambda: select("specinfer", [0, 1], UNIFORM, TARGET * 1.1), "sum to 1"),
+    (lambda: select("specinfer", [0, 1], UNIFORM, torch.tensor([0.5, 0.7, -0.2, 0.0])), "negative"),
+    (lambda: select("specinfer", [0, 1], UNIFORM, torch.tensor([float("nan"), 0.5, 0.5, 0.0])), "NaN"),
+    (lambda: select("nope", [0, 1], UNIFORM, TARGET), "choose one of"),
+    (lambda: select("specinfer", [], UNIFORM[:0], TARGET), "K >= 1"),
+    (lambda: select("specinfer", [0, 1], UNIFORM[0], TARGET), "unsqueeze"),
+    (lambda: select("specinfer", [0], UNIFORM, TARGET), "one drafted token per draft row"),
+    (lambda: select("specinfer", [0, 9], UNIFORM, TARGET), "outside the vocabulary"),
+    (lambda: select("speculative", [0, 1], UNIFORM, TARGET), "exactly one draft"),
+    (lambda: select("spectr", [0, 1], torch.stack([UNIFORM[0], TARGET]), TARGET), "identical drafts"),
+    (lambda: select("is_lp_truncated", [0, 1], UNIFORM, TARGET, s=-1), "integer >= 0"),
+    (lambda: select("is", [0, 1], UNIFORM, TARGET, alphabet_size=0), "integer >= 1"),
+    (lambda: select("is", [0, 1], UNIFORM, TARGET, s=3), "does not take"),
+    (lambda: select("is_lp", [0, 1], UNIFORM, TARGET, lp_solver="cplex"), "'flow' or 'highs'"),
+    (lambda: output_distribution("specinfer", torch.full((3, 200), 1 / 200), torch.full((200,), 1 / 200)), "small alphabets"),
+    (lambda: acceptance_probability("specinfer", UNIFORM, TARGET, event="maybe"), "'hit' or 'accept'"),
+])
+def test_bad_input_raises_an_actionable_error(call, fragment):
+    with pytest.raises(InvalidOptionError, match=fragment) as info:
+        call()
+    assert isinstance(info.value, MultidraftError)
