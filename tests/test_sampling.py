@@ -1,0 +1,118 @@
+"""Sampling: the distribution transforms, and a statistical test that the whole PLD loop samples the target's law."""
+
+import collections
+import itertools
+
+import pytest
+import torch
+
+import multidraft
+from multidraft.sampling import SamplingParams, logits_to_probs
+
+
+def test_top_k_and_top_p_keep_the_right_tokens():
+    logits = torch.log(torch.tensor([0.5, 0.25, 0.15, 0.1]))
+    probs = logits_to_probs(logits, SamplingParams(temperature=1.0, top_k=2))
+    torch.testing.assert_close(probs, torch.tensor([2 / 3, 1 / 3, 0, 0]))
+    probs = logits_to_probs(logits, SamplingParams(temperature=1.0, top_p=0.7))
+    torch.testing.assert_close(probs, torch.tensor([2 / 3, 1 / 3, 0, 0]))
+    probs = logits_to_probs(logits, SamplingParams(temperature=1.0, top_p=0.75))   # 0.5+0.25 reaches 0.75
+    torch.testing.assert_close(probs, torch.tensor([2 / 3, 1 / 3, 0, 0]))
+    probs = logits_to_probs(logits, SamplingParams(temperature=1.0, top_p=0.76))
+    torch.testing.assert_close(probs, torch.tensor([0.5, 0.25, 0.15, 0]) / 0.9)
+    probs = logits_to_probs(logits, SamplingParams(temperature=1.0, top_p=0.01))
+    torch.testing.assert_close(probs, torch.tensor([1.0, 0, 0, 0]))
+    greedy = logits_to_probs(logits, SamplingParams())
+    torch.testing.assert_close(greedy, torch.tensor([1.0, 0, 0, 0]))
+
+
+def exact_sequence_law(lm, prompt_ids, length, temperature):
+    """P(first `length` generated tokens) by enumeration over the vocabulary (tiny model only)."""
+    law = {(): 1.0}
+    for _ in range(length):
+        new = {}
+        for prefix, mass in law.items():
+            if mass < 1e-9:
+                continue
+            if prefix and prefix[-1] in lm.eos_token_ids:      # generation ends at EOS
+                new[prefix] = new.get(prefix, 0.0) + mass
+                continue
+            logits = lm.forward(lm.new_cache(), prompt_ids + list(prefix)).logits[-1]
+            probs = logits_to_probs(logits, SamplingParams(temperature=temperature))
+            for token, p in enumerate(probs.tolist()):
+                if p > 0:
+                    new[prefix + (token,)] = mass * p
+        law = new
+    return law
+
+
+def chi_square_p_value(law, counts, runs):
+    """Pearson chi-square goodness of fit, pooling outcomes with expected count < 5 into one cell."""
+    from scipy.stats import chisquare
+    observed, expected, pooled_obs, pooled_exp = [], [], 0, 0.0
+    for outcome, mass in law.items():
+        if mass * runs >= 5:
+            observed.append(counts.get(outcome, 0))
+            expected.append(mass * runs)
+        else:
+            pooled_obs += counts.get(outcome, 0)
+            pooled_exp += mass * runs
+    pooled_obs += sum(c for o, c in counts.items() if o not in law)
+    observed.append(pooled_obs)
+    expected.append(pooled_exp)
+    total = sum(expected)
+    expected = [e * sum(observed) / total for e in expected]      # float32 laws sum to 1 only up to rounding
+    return chisquare(observed, expected).pvalue
+
+
+def sample_pld_runs(lm, prompt_ids, length, temperature, runs, verifier=None):
+    from multidraft.decoders.output import OutputCollector
+    from multidraft.decoders.speculative import draft_and_verify
+    from multidraft.drafters import PromptLookupDrafter
+    from multidraft.sampling import PositionSampler
+    from multidraft.types import DecodeStats
+    from multidraft.verify import SampleMatchVerifier
+    counts, accepted = collections.Counter(), 0
+    for seed in range(runs):
+        stats = DecodeStats()
+        output = OutputCollector(lm, length)
+        draft_and_verify(lm, prompt_ids, PromptLookupDrafter(max_ngram=2, num_draft_tokens=3),
+                         verifier or SampleMatchVerifier(), PositionSampler(SamplingParams(temperature, seed=seed)),
+                         output, stats)
+        counts[tuple(output.token_ids)] += 1
+        accepted += stats.draft_tokens_accepted
+    return counts, accepted
+
+
+class AcceptFirstDraftTokenVerifier:
+    """A deliberately wrong verifier (always takes the first draft token): the test must catch it."""
+
+    def verify(self, draft, target_logits, sampler, first_position):
+        from multidraft.types import Verdict
+        from multidraft.verify import SampleMatchVerifier
+        if len(draft) == 0:
+            return SampleMatchVerifier().verify(draft, target_logits, sampler, first_position)
+        token = sampler.pick(target_logits[1], first_position + 1)
+        return Verdict([0], token)
+
+
+@pytest.mark.slow
+def test_pld_sampling_loop_matches_the_target_distribution():
+    """2,000 seeded runs of the PLD loop at T=1 against the exact law of the first 3 tokens (12-token vocabulary).
+
+    Pearson chi-square (cells with expected count < 5 pooled); we require p > 0.001. The seeds are fixed, so the
+    result is deterministic. The same test on a wrong verifier must give p < 1e-6: the test can fail.
+    """
+    from tests.tiny_models import make_tiny_hf_model, make_tokenizer
+    from multidraft.models.runner import LM
+    lm = LM(make_tiny_hf_model("llama", seed=11, vocab_size=12), make_tokenizer(), name="tiny-12")
+    prompt_ids = [3, 4, 5, 3, 4, 5, 3, 4]
+    length, temperature, runs = 3, 1.0, 2000
+    law = exact_sequence_law(lm, prompt_ids, length, temperature)
+    counts, accepted = sample_pld_runs(lm, prompt_ids, length, temperature, runs)
+    assert accepted > 100, f"only {accepted} draft tokens accepted: too few for this test to mean anything"
+    p_value = chi_square_p_value(law, counts, runs)
+    assert p_value > 1e-3, f"PLD sampling deviates from the target law (chi-square p = {p_value:.2e})"
+
+    wrong_counts, _ = sample_pld_runs(lm, prompt_ids, length, temperature, runs, AcceptFirstDraftTokenVerifier())
+    assert chi_square_p_value(law, wrong_counts, runs) < 1e-6
