@@ -15,6 +15,7 @@ valid marker, or whose files do not match the marker, is partial or corrupt.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,6 +133,13 @@ def require_alias(alias: str) -> Path:
             f"run `multidraft models pull {alias}` to fetch it again"
         )
     return status.path
+
+
+def sweep_partials(folder: Path, name: str) -> None:
+    """Remove the temporaries a killed writer of `folder/name` left (atomic_path names them .<name>.*.partial)."""
+    if Path(folder).is_dir():
+        for leftover in Path(folder).glob(f".{name}.*.partial"):
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def folder_size(folder: Path) -> int:

@@ -119,6 +119,7 @@ def hf_folder(resolved: ResolvedModel, progress: bool = True) -> Path:
     digest = sha256_file(resolved.path)
     folder = cache.gguf_entry_dir(digest)
     if not cache.check_entry(folder, digest).ok:
+        cache.sweep_partials(folder.parent, folder.name)
         details = {"source": {"gguf_path": str(resolved.path), "gguf_size": resolved.path.stat().st_size}}
         convert_gguf(resolved.path, folder, digest, progress=progress, details=details)
     return folder
@@ -181,16 +182,20 @@ def parse_dtype(dtype, device: str) -> "torch.dtype":  # noqa: F821
 # ---------------------------------------------------------------- loading
 
 
-def load_tokenizer(name_or_path, progress: bool = True):
-    """The model's tokenizer only (no weights)."""
+def load_tokenizer(name_or_path):
+    """The model's tokenizer only (no weights); a GGUF file that is not converted yet is not converted."""
     from transformers import AutoTokenizer
 
     resolved = resolve(name_or_path)
+    folder = resolved.path
     with offline_env():
-        if resolved.kind == "gguf" and not cache.check_entry(cache.gguf_entry_dir(sha256_file(resolved.path))).ok:
-            return AutoTokenizer.from_pretrained(str(resolved.path.parent), gguf_file=resolved.path.name,
-                                                 local_files_only=True)
-        return AutoTokenizer.from_pretrained(str(hf_folder(resolved, progress)), local_files_only=True)
+        if resolved.kind == "gguf":
+            digest = sha256_file(resolved.path)
+            folder = cache.gguf_entry_dir(digest)
+            if not cache.check_entry(folder, digest).ok:  # not converted yet: read the GGUF's own tokenizer
+                return AutoTokenizer.from_pretrained(str(resolved.path.parent), gguf_file=resolved.path.name,
+                                                     local_files_only=True)
+        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
 
 
 def load_hf_model(name_or_path, dtype=None, device=None, attn_implementation: str = "sdpa", progress: bool = True):

@@ -233,9 +233,6 @@ def _pull_lock(alias: str, progress: bool):
 
 
 def _sweep_partials(root: Path, alias: str) -> None:
-    """Remove temporaries a killed pull of `alias` left behind (atomic_path names them .<name>.*.partial)."""
-    staging = cache.staging_dir(alias)
-    for folder, name in ((root, alias), (staging, get_spec(alias).gguf_filename)):
-        if folder.is_dir():
-            for leftover in folder.glob(f".{name}.*.partial"):
-                shutil.rmtree(leftover, ignore_errors=True)
+    """Remove temporaries a killed pull of `alias` left behind."""
+    cache.sweep_partials(root, alias)
+    cache.sweep_partials(cache.staging_dir(alias), get_spec(alias).gguf_filename)
