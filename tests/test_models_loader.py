@@ -367,3 +367,10 @@ def test_load_smollm2():
     with torch.no_grad():
         out = model.generate(**ids, max_new_tokens=8, do_sample=False)
     assert "Paris" in tokenizer.decode(out[0, ids["input_ids"].shape[1]:])
+
+
+def test_cli_info_on_a_local_folder_and_on_a_missing_path(home, tiny_hf_folder, tmp_path, capsys):
+    assert main(["models", "info", str(tiny_hf_folder)]) == 0
+    assert "hf_folder" in capsys.readouterr().out
+    assert main(["models", "info", str(tmp_path / "nowhere")]) == 2
+    assert "Known aliases" in capsys.readouterr().err
