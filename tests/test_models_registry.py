@@ -4,9 +4,20 @@ import re
 
 import pytest
 
-from multidraft.cli import main
+from multidraft import cli
 from multidraft.errors import ModelNotFoundError
 from multidraft.models import registry
+
+
+def models_cli(argv) -> int:
+    """`multidraft ARGV` with only the models command group registered (other groups may be mid-edit)."""
+    saved = cli.COMMAND_MODULES
+    cli.COMMAND_MODULES = ["multidraft.models.cli"]
+    try:
+        return cli.main(argv)
+    finally:
+        cli.COMMAND_MODULES = saved
+
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -64,7 +75,7 @@ def test_unknown_alias_lists_the_known_ones():
 
 def test_cli_list_shows_every_alias_and_pull_state(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MULTIDRAFT_HOME", str(tmp_path))
-    assert main(["models", "list"]) == 0
+    assert models_cli(["models", "list"]) == 0
     out = capsys.readouterr().out
     for alias in registry.aliases():
         assert re.search(rf"^{re.escape(alias)}\s.*not pulled$", out, re.M)
@@ -72,7 +83,7 @@ def test_cli_list_shows_every_alias_and_pull_state(tmp_path, monkeypatch, capsys
 
 def test_cli_info_describes_an_alias(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MULTIDRAFT_HOME", str(tmp_path))
-    assert main(["models", "info", "qwen2.5-coder-1.5b"]) == 0
+    assert models_cli(["models", "info", "qwen2.5-coder-1.5b"]) == 0
     out = capsys.readouterr().out
     assert registry.get_spec("qwen2.5-coder-1.5b").gguf_sha256 in out
     assert "not pulled" in out and "qwen2.5" in out and "22 chunks" in out
@@ -80,7 +91,7 @@ def test_cli_info_describes_an_alias(tmp_path, monkeypatch, capsys):
 
 def test_cli_pull_rejects_unknown_names_before_downloading(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MULTIDRAFT_HOME", str(tmp_path))
-    assert main(["models", "pull", "smollm2-135m", "no-such-model"]) == 2
+    assert models_cli(["models", "pull", "smollm2-135m", "no-such-model"]) == 2
     err = capsys.readouterr().err
     assert "no-such-model" in err and "smollm2-135m" in err and "Traceback" not in err
     assert not (tmp_path / "models" / ".staging" / "smollm2-135m").exists()
