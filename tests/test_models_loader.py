@@ -15,6 +15,7 @@ from multidraft.models import cache, loader, registry
 from multidraft.models import pulling as pull_module
 from multidraft.models.registry import Chunk, ModelSpec
 
+
 def models_cli(argv) -> int:
     """`multidraft ARGV` with only the models command group registered (other groups may be mid-edit)."""
     saved = cli.COMMAND_MODULES
