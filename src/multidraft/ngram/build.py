@@ -1,10 +1,11 @@
 """Count n-grams of a token stream in bounded memory and write them as one n-gram file.
 
-Representation (a forward trie flattened into sorted arrays): level m holds every distinct m-gram
-as a key `(m << 56) | (parent * V + token)`, where `parent` is the local index of its first m-1
-tokens in level m-1 (level 1 is dense: the index of a token is the token). Keys are exact for any
-vocabulary (no hashing, no 64-bit overflow from packing five 18-bit tokens), sorted, and the
-children of one context are contiguous.
+Representation (a forward trie flattened into one sorted array): level 1 is dense, key = token,
+and level m >= 2 holds every distinct m-gram as the key `(parent + 1) * V + token`, where `parent`
+is the global index (position in the key array) of its first m-1 tokens. Because parents of level m
+all lie in level m-1, the levels come out sorted one after the other, an n-gram's id is simply its
+position, and the children of one context are contiguous. Keys are exact for any vocabulary (no
+hashing, no 64-bit overflow from packing five 18-bit tokens).
 
 Building goes level by level over a token file on disk:
   pass A: per chunk, unique keys + counts (numpy sort); runs are merged when they grow too big;
@@ -26,8 +27,6 @@ from multidraft.errors import InvalidOptionError
 from multidraft.ngram import fileformat
 
 SENTINEL = np.uint32(0xFFFFFFFF)  # document boundary in the token file; also "no m-gram here" in id files
-TAG_SHIFT = 56
-FENCE_STRIDE = 32  # one fence key per 32 keys: a search touches the small fence array plus one block
 
 
 @dataclass
@@ -79,25 +78,28 @@ def _merge_runs(runs):
     return keys[starts], np.add.reduceat(counts, starts)
 
 
-def _level_keys(tokens, prev_ids, a, b, tag, vocab_size):
+def _level_keys(tokens, prev_ids, a, b, parent_base, vocab_size):
     """Keys of the m-grams ending at positions a..b-1 (mask of valid positions, keys)."""
     prev = prev_ids[a - 1:b - 1]
     tok = tokens[a:b]
     valid = (prev != SENTINEL) & (tok != SENTINEL)
-    keys = prev[valid].astype(np.uint64) * np.uint64(vocab_size) + tok[valid].astype(np.uint64)
-    keys |= np.uint64(tag)
+    keys = prev[valid].astype(np.uint64)
+    keys += np.uint64(parent_base + 1)  # local parent id -> global id, + 1
+    keys *= np.uint64(vocab_size)
+    keys += tok[valid]
     return valid, keys
 
 
-def count_level(order, tokens, prev_ids, vocab_size, workdir: Path, need_ids: bool,
+def count_level(order, tokens, prev_ids, vocab_size, parent_base, workdir: Path, need_ids: bool,
                 chunk_tokens=1 << 22, merge_limit=1 << 24, progress=_noop_progress):
-    """Distinct `order`-grams (sorted tagged keys, counts) and, if `need_ids`, a memmap of per-position ids."""
+    """Distinct `order`-grams (sorted keys, counts) and, if `need_ids`, a memmap of per-position local ids.
+
+    `parent_base` is the global index of the first entry of level order-1."""
     n = tokens.shape[0]
-    tag = order << TAG_SHIFT
     runs, run_len, chunks = [], 0, []
     for ci, a in enumerate(range(1, n, chunk_tokens)):
         b = min(n, a + chunk_tokens)
-        valid, keys = _level_keys(tokens, prev_ids, a, b, tag, vocab_size)
+        valid, keys = _level_keys(tokens, prev_ids, a, b, parent_base, vocab_size)
         if need_ids:
             uniq, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
             np.save(workdir / f"inv{ci}.npy", inverse.astype(np.uint32))
@@ -118,7 +120,8 @@ def count_level(order, tokens, prev_ids, vocab_size, workdir: Path, need_ids: bo
     ids = None
     if need_ids:
         ids = np.lib.format.open_memmap(workdir / f"ids{order}.npy", mode="w+", dtype=np.uint32, shape=(n,))
-        ids[0] = SENTINEL
+        if n:
+            ids[0] = SENTINEL
         for a, b, ci in chunks:
             valid = (prev_ids[a - 1:b - 1] != SENTINEL) & (tokens[a:b] != SENTINEL)
             local = np.searchsorted(keys, np.load(workdir / f"uniq{ci}.npy")).astype(np.uint32)
@@ -131,14 +134,14 @@ def count_level(order, tokens, prev_ids, vocab_size, workdir: Path, need_ids: bo
     return keys, counts, ids
 
 
-def _parent_totals(keys, counts, parent_count, vocab_size):
+def _parent_totals(keys, counts, parent_base, parent_count, vocab_size):
     """Total count of continuations of every parent entry (the C(c) of p = C(c x) / C(c))."""
-    parents = (keys & np.uint64((1 << TAG_SHIFT) - 1)) // np.uint64(vocab_size)
     totals = np.zeros(parent_count, dtype=np.uint64)
     step = 1 << 24
     for i in range(0, keys.size, step):
+        parents = (keys[i:i + step] // np.uint64(vocab_size) - np.uint64(parent_base + 1)).astype(np.int64)
         # bincount's float64 weights are exact below 2^53, far above any count here
-        totals += np.bincount(parents[i:i + step], weights=counts[i:i + step], minlength=parent_count).astype(np.uint64)
+        totals += np.bincount(parents, weights=counts[i:i + step], minlength=parent_count).astype(np.uint64)
     return totals
 
 
@@ -165,12 +168,12 @@ def build(token_docs: Iterable, vocab_size: int, out_path, max_order: int = 6, *
             from tqdm import tqdm
 
             bar = tqdm(total=total_tokens_hint, unit="tok", unit_scale=True, desc="tokenize+spool", dynamic_ncols=True)
-        tick = bar.update if bar else _noop_progress
+        tick = bar.update if bar is not None else _noop_progress
         t0 = time.perf_counter()
         token_file = tmp_root / "tokens.u32"
         stats.num_tokens, stats.num_documents, corpus_sha = spool_tokens(token_docs, token_file, vocab_size, tick)
         stats.seconds_spool = time.perf_counter() - t0
-        if bar:
+        if bar is not None:
             bar.close()
             bar = tqdm(total=(stats.num_tokens + stats.num_documents) * max(1, max_order - 1),
                        unit="tok", unit_scale=True, desc="count", dynamic_ncols=True)
@@ -184,15 +187,19 @@ def build(token_docs: Iterable, vocab_size: int, out_path, max_order: int = 6, *
         for i in range(0, n, chunk_tokens):
             part = tokens[i:i + chunk_tokens]
             uni += np.bincount(part[part != SENTINEL], minlength=vocab_size).astype(np.uint64)
-        level_keys = [np.arange(vocab_size, dtype=np.uint64) | np.uint64(1 << TAG_SHIFT)]
+        level_keys = [np.arange(vocab_size, dtype=np.uint64)]
         level_counts = [uni]
         totals = []
         prev_ids = tokens
+        parent_base, next_base = 0, vocab_size  # global index of the first entry of level order-1 / order
         for order in range(2, max_order + 1):
-            keys, counts, ids = count_level(order, tokens, prev_ids, vocab_size, tmp_root,
+            keys, counts, ids = count_level(order, tokens, prev_ids, vocab_size, parent_base, tmp_root,
                                             need_ids=order < max_order, chunk_tokens=chunk_tokens,
                                             merge_limit=merge_limit, progress=tick)
-            totals.append(_parent_totals(keys, counts, level_keys[-1].size, vocab_size))
+            if (next_base + keys.size + 2) * vocab_size >= 2**63:
+                raise InvalidOptionError("too many n-grams for 64-bit keys; split the corpus or lower the order")
+            totals.append(_parent_totals(keys, counts, parent_base, level_keys[-1].size, vocab_size))
+            parent_base, next_base = next_base, next_base + keys.size
             # Park finished levels on disk so memory holds only the level being counted.
             np.save(tmp_root / f"keys{order}.npy", keys)
             np.save(tmp_root / f"counts{order}.npy", counts)
@@ -204,7 +211,7 @@ def build(token_docs: Iterable, vocab_size: int, out_path, max_order: int = 6, *
             prev_ids = ids
         totals.append(None)  # the top level has no continuations
         stats.seconds_count = time.perf_counter() - t1
-        if bar:
+        if bar is not None:
             bar.close()
             bar = None
 
@@ -219,9 +226,6 @@ def build(token_docs: Iterable, vocab_size: int, out_path, max_order: int = 6, *
             levels.append({"order": i + 1, "offset": offsets[i], "size": sizes[i], "n1": n1, "n2": n2})
             stats.level_sizes[i + 1] = sizes[i]
         keys_all = list(level_keys)
-        # fences = keys[::FENCE_STRIDE] of the concatenation, taken segment by segment (no big copy)
-        fences = np.concatenate([np.asarray(k[(-offsets[i]) % FENCE_STRIDE::FENCE_STRIDE])
-                                 for i, k in enumerate(keys_all)])
         header = {
             "format": "multidraft-ngram",
             "tokenizer": tokenizer_name,
@@ -234,18 +238,17 @@ def build(token_docs: Iterable, vocab_size: int, out_path, max_order: int = 6, *
             "num_tokens": stats.num_tokens,
             "num_documents": stats.num_documents,
             "levels": levels,
-            "fence_stride": FENCE_STRIDE,
             **(extra_header or {}),
         }
         arrays = {
             "keys": (np.uint64, keys_all),
             "counts": (count_dtype, level_counts),
-            "cont_total": (count_dtype, [t for t in totals if t is not None]),
-            "fences": fences,
+            # one trailing 0: the total of the "missing" id that queries use for unseen contexts
+            "cont_total": (count_dtype, [t for t in totals if t is not None] + [np.zeros(1, np.uint64)]),
         }
         fileformat.write(out_path, header, arrays)
         return stats
     finally:
-        if bar:
+        if bar is not None:
             bar.close()
         shutil.rmtree(tmp_root, ignore_errors=True)

@@ -1,10 +1,13 @@
 """Queries on a built n-gram file: next-token distributions, the SPD mixture, smoothed log-probs.
 
-Every query is a few vectorised numpy calls over the memory-mapped arrays of `build.py`:
-a lookup of K keys is one `searchsorted` into the small fence array (about 1/32 of the keys, so it
-stays in cache) plus one gather of a 32-key block per query. Contexts are walked as a trie: the id
-of an m-gram is found from the id of its first m-1 tokens, so a state (ids of the grams ending at
-the last token, one per length) can be extended by a token with a single lookup per order.
+The file is a trie flattened into one sorted key array (see build.py): the id of an n-gram is its
+position, and the child (context id g, token x) has key (g + 1) * V + x. So every query is a handful
+of vectorised numpy calls (one `searchsorted` per trie level), with no Python loop over tokens.
+
+States: the opaque int64 array `context_states` returns holds, per context, the ids of the m-grams
+ending at its last token (m = 1..max_order-1); `missing_id` marks an m-gram that never occurred.
+A decoder that follows drafts token by token keeps states and pays one lookup per step
+(`extend_states`, or `candidate_probs(..., return_children=True)` which yields them for free).
 """
 
 from pathlib import Path
@@ -14,9 +17,7 @@ import numpy as np
 
 from multidraft.errors import InvalidOptionError, TokenizerMismatchError
 from multidraft.ngram import fileformat
-from multidraft.ngram.build import TAG_SHIFT
 
-MISSING = -1
 SMOOTHINGS = ("absolute-discount",)
 
 
@@ -24,14 +25,15 @@ class NGramModel:
     """An n-gram count model loaded (memory-mapped) from a file written by `multidraft ngram build`.
 
     Probabilities:
-      * `next_token_distribution` / `interpolated`: maximum likelihood p_n(x|c) = C(c x) / C(c), as
-        Superposed Decoding uses them (spd.md §3, Eq. 5): an unseen context gives no mass at all.
-      * `log_prob` / `smoothed_probs`: interpolated absolute discounting (Ney, Essen & Kneser 1994), a
-        back-off family smoothing that is a proper distribution over the whole vocabulary:
+      * `next_token_distribution` / `interpolated*` / `candidate_probs`: maximum likelihood
+        p_n(x|c) = C(c x) / C(c), as Superposed Decoding uses them (spd.md §3, Eq. 5): an unseen
+        context gives no mass at all, and the mixture weights are not renormalised.
+      * `log_prob` / `smoothed_probs_batch`: interpolated absolute discounting (Ney, Essen & Kneser
+        1994), a back-off-family smoothing that is a proper distribution over the whole vocabulary:
         P_n(x|c) = max(C(cx) - D_n, 0) / C(c) + D_n * N1+(c .) / C(c) * P_{n-1}(x|c'),
         falling back to P_{n-1}(x|c') when C(c) = 0, with c' = c minus its oldest token,
-        D_n = n1 / (n1 + 2 n2) from order n's count-of-counts, and at the bottom
-        P_1(x) = max(C(x) - D_1, 0) / N + D_1 * N1+(.) / N / V (never zero).
+        D_n = n1 / (n1 + 2 n2) from order n's count-of-counts (clipped to [0.05, 0.95]), and at the
+        bottom P_1(x) = max(C(x) - D_1, 0) / N + D_1 * N1+(.) / N / V (never zero).
     """
 
     def __init__(self, header: dict, arrays: dict, path=None):
@@ -42,27 +44,26 @@ class NGramModel:
         self.orders = list(header["orders"])
         self.tokenizer_name = header.get("tokenizer", "")
         self.tokenizer_fingerprint = header.get("tokenizer_fingerprint", "")
-        self.keys = arrays["keys"]
-        self.counts = arrays["counts"]
-        self.cont_total = arrays["cont_total"]
-        self.fences = np.ascontiguousarray(arrays["fences"])  # small; keep it in RAM for hot searches
-        self.stride = int(header["fence_stride"])
+        self.num_tokens = int(header["num_tokens"])
+        self.keys, self.counts, self.cont_total = arrays["keys"], arrays["counts"], arrays["cont_total"]
+        # Plain ndarray views of the same mapped memory: np.memmap's __getitem__ costs microseconds a call.
+        self._keys = self.keys.view(np.ndarray)
+        self._counts = self.counts.view(np.ndarray)
+        self._cont_total = self.cont_total.view(np.ndarray)
         levels = header["levels"]
-        self._offset = np.array([0] + [lv["offset"] for lv in levels], dtype=np.int64)  # index = order
-        self._size = np.array([0] + [lv["size"] for lv in levels], dtype=np.int64)
-        self._nkeys = int(self.keys.shape[0])
-        self._block = np.arange(self.stride, dtype=np.int64)
+        self._offset = np.array([0] + [lv["offset"] for lv in levels] + [self._keys.shape[0]], dtype=np.int64)
+        self._nkeys = int(self._keys.shape[0])
+        # Ids of levels < max_order are < missing_id; a key built from missing_id exists nowhere.
+        self.missing_id = int(self._cont_total.shape[0]) - 1
         self._V = np.uint64(self.vocab_size)
         self.discounts = {}
         for lv in levels:
             n1, n2 = lv["n1"], lv["n2"]
+            if lv["order"] == 1:
+                uni = self._counts[: self.vocab_size]
+                n1, n2 = int(np.count_nonzero(uni == 1)), int(np.count_nonzero(uni == 2))
             self.discounts[lv["order"]] = min(max(n1 / (n1 + 2 * n2), 0.05), 0.95) if n1 + n2 else 0.5
-        if self.max_order >= 2:
-            # order-1 discount from its own count-of-counts (level 1 is dense, so count here)
-            uni = np.asarray(self.counts[: self.vocab_size])
-            n1, n2 = int(np.count_nonzero(uni == 1)), int(np.count_nonzero(uni == 2))
-            self.discounts[1] = min(max(n1 / (n1 + 2 * n2), 0.05), 0.95) if n1 + n2 else 0.5
-        self.num_tokens = int(header["num_tokens"])
+        self._weights_cache = (None, None)
 
     # ------------------------------------------------------------------ loading
 
@@ -102,195 +103,158 @@ class NGramModel:
 
     # ------------------------------------------------------------------ primitive lookups
 
-    def _locate(self, queries: np.ndarray) -> np.ndarray:
-        """searchsorted(keys, queries, side='left') via the fence array and one block per query."""
-        block = np.searchsorted(self.fences, queries, side="right") - 1
-        np.maximum(block, 0, out=block)
-        idx = block[:, None] * self.stride + self._block
-        np.minimum(idx, self._nkeys - 1, out=idx)
-        keys = self.keys[idx]
-        pos = block * self.stride + np.count_nonzero(keys < queries[:, None], axis=1)
-        return np.minimum(pos, self._nkeys, out=pos)
+    def _children(self, parent_ids: np.ndarray, tokens_plus_v: np.ndarray) -> np.ndarray:
+        """Ids of (parent, token) where present, else missing_id. `tokens_plus_v` = token + V (uint64)."""
+        q = parent_ids.astype(np.uint64) * self._V + tokens_plus_v
+        pos = np.searchsorted(self._keys, q)
+        hit = np.take(self._keys, pos, mode="clip") == q
+        return np.where(hit, pos, self.missing_id)
 
-    def _find(self, queries: np.ndarray) -> np.ndarray:
-        """Global index of each query key, or MISSING."""
-        if self._nkeys == 0:
-            return np.full(queries.shape, MISSING, dtype=np.int64)
-        pos = self._locate(queries)
-        hit = pos < self._nkeys
-        hit[hit] = self.keys[pos[hit]] == queries[hit]
-        return np.where(hit, pos, MISSING)
+    def _child_range(self, ids: np.ndarray):
+        """[lo, hi) positions of the children of the entries `ids` (int64 array)."""
+        base = (ids.astype(np.uint64) + np.uint64(1)) * self._V
+        return np.searchsorted(self._keys, base), np.searchsorted(self._keys, base + self._V)
 
-    def _child_keys(self, order: np.ndarray, parent: np.ndarray, token: np.ndarray) -> np.ndarray:
-        key = parent.astype(np.uint64) * self._V + token.astype(np.uint64)
-        return key | (order.astype(np.uint64) << np.uint64(TAG_SHIFT))
-
-    def _extend(self, order, parent_local, token):
-        """Local ids in level `order` of (parent m-gram, token); MISSING where absent or parent missing."""
-        order = np.broadcast_to(order, parent_local.shape)
-        ok = (parent_local >= 0) & (token >= 0) & (token < self.vocab_size) & (order <= self.max_order)
-        out = np.full(parent_local.shape, MISSING, dtype=np.int64)
-        if ok.any():
-            found = self._find(self._child_keys(order[ok], parent_local[ok], token[ok]))
-            out[ok] = np.where(found >= 0, found - self._offset[order[ok]], MISSING)
-        return out
+    def _tokens_plus_v(self, tokens):
+        """(token + V as uint64, valid mask); invalid tokens map to V (their parent is made missing)."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        valid = (tokens >= 0) & (tokens < self.vocab_size)
+        return np.where(valid, tokens, 0).astype(np.uint64) + self._V, valid
 
     # ------------------------------------------------------------------ states
 
-    def context_states(self, contexts) -> np.ndarray:
-        """For each context, ids of the m-grams ending at its last token, m = 1..max_order-1.
+    @property
+    def state_width(self) -> int:
+        return max(self.max_order - 1, 1)
 
-        Returns int64 [k, max_order-1]; column m-1 is the local id in level m, MISSING when that m-gram
-        never occurred or the context is shorter than m. Contexts: a list of token sequences or a 2-D array.
+    def context_states(self, contexts) -> np.ndarray:
+        """Ids of the m-grams ending at each context's last token, m = 1..max_order-1: int64 [k, width].
+
+        Contexts: a list of token sequences or a 2-D int array (rows right-aligned; negative = padding).
+        Column m-1 is `missing_id` where that m-gram never occurred or the context is shorter than m.
         """
-        width = max(self.max_order - 1, 1)
-        tail = _right_align(contexts, width)  # [k, width], MISSING-padded on the left
-        k = tail.shape[0]
-        states = np.full((k, width), MISSING, dtype=np.int64)
-        valid_tok = (tail >= 0) & (tail < self.vocab_size)
-        ids = np.where(valid_tok, tail, MISSING)  # level-1 ids of every position (dense level)
+        width = self.state_width
+        tail = _right_align(contexts, width)
+        tokv, valid = self._tokens_plus_v(tail)
+        # Level-1 ids are the tokens. A padded position only ever starts a gram (padding is on the
+        # left), so making its id missing makes every gram through it missing.
+        ids = np.where(valid, tail, self.missing_id)
+        states = np.empty((tail.shape[0], width), dtype=np.int64)
         states[:, 0] = ids[:, -1]
-        # Level m ids of the grams starting at j: extend level m-1 ids at j by token j+m-1.
-        for m in range(2, width + 1):
-            ids = self._extend(np.int64(m), ids[:, :-1], tail[:, m - 1:])
+        all_valid = bool(valid.all())
+        for m in range(2, width + 1):  # level-m ids of the grams starting at each j
+            ids = self._children(ids[:, :-1], tokv[:, m - 1:])
+            if not all_valid:  # an out-of-vocabulary token inside a gram
+                ids = np.where(valid[:, m - 1:], ids, self.missing_id)
             states[:, m - 1] = ids[:, -1]
         return states
 
     def extend_states(self, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        """States after appending `tokens` ([k] or [k, K]) to contexts with `states` [k, width].
-
-        One lookup per order: the cheap way to follow drafts token by token."""
+        """States after appending `tokens` ([k] -> [k, width], or [k, K] -> [k, K, width]). One lookup."""
         states = np.asarray(states, dtype=np.int64)
         tokens = np.asarray(tokens, dtype=np.int64)
         squeeze = tokens.ndim == 1
-        tok = tokens[:, :, None] if not squeeze else tokens[:, None, None]
+        tok = tokens[:, None] if squeeze else tokens
+        tokv, valid = self._tokens_plus_v(tok)
         width = states.shape[1]
-        parents = states[:, None, : width - 1]  # gram of length m-1 ending before the new token
-        orders = np.arange(2, width + 1, dtype=np.int64)
-        new = np.empty(tok.shape[:2] + (width,), dtype=np.int64)
-        new[:, :, 0] = np.where((tok[:, :, 0] >= 0) & (tok[:, :, 0] < self.vocab_size), tok[:, :, 0], MISSING)
+        new = np.empty(tok.shape + (width,), dtype=np.int64)
+        new[:, :, 0] = np.where(valid, tok, self.missing_id)
         if width > 1:
-            shape = tok.shape[:2] + (width - 1,)
-            new[:, :, 1:] = self._extend(np.broadcast_to(orders, shape), np.broadcast_to(parents, shape),
-                                         np.broadcast_to(tok, shape)).reshape(shape)
+            parents = np.where(valid[:, :, None], states[:, None, : width - 1], self.missing_id)
+            new[:, :, 1:] = self._children(parents, tokv[:, :, None])
         return new[:, 0] if squeeze else new
 
     # ------------------------------------------------------------------ ML queries (SPD)
 
-    def _check_order(self, order: int) -> None:
-        if not 1 <= order <= self.max_order:
-            raise InvalidOptionError(f"order {order} is outside 1..{self.max_order} of this n-gram file")
+    def _check_orders(self, orders: np.ndarray) -> None:
+        if orders.size and (orders.min() < 1 or orders.max() > self.max_order):
+            raise InvalidOptionError(f"orders {orders.tolist()} are outside 1..{self.max_order} of this n-gram file")
 
-    def candidate_probs(self, states: np.ndarray, candidates: np.ndarray, orders: Sequence[int]):
-        """ML p_n(candidate | context) for each context state [k, width], candidates [k, K], order n.
+    def candidate_probs(self, states: np.ndarray, candidates: np.ndarray, orders: Sequence[int],
+                        return_children: bool = False):
+        """ML p_n(candidate | context) for context states [k, width], candidates [k, K], each order n.
 
-        Returns (probs float64 [k, len(orders), K], seen bool [k, len(orders)]); an unseen context
-        (or one shorter than n-1 tokens) has seen=False and probability 0.
+        Returns (probs float64 [k, len(orders), K], seen bool [k, len(orders)]); an unseen context (or
+        one shorter than n-1 tokens) has seen=False and probability 0. With `return_children`, also the
+        ids of the n-grams (context, candidate) [k, len(orders), K] (missing_id where absent); for
+        orders 2..max_order they are the states of the drafts extended by each candidate, for free.
         """
-        states = np.asarray(states, dtype=np.int64)
+        orders = np.asarray(orders, dtype=np.int64)
+        self._check_orders(orders)
         cand = np.asarray(candidates, dtype=np.int64)
-        k, kk = cand.shape
-        orders = np.asarray(list(orders), dtype=np.int64)
-        for n in orders:
-            self._check_order(int(n))
-        probs = np.zeros((k, orders.size, kk))
-        seen = np.zeros((k, orders.size), dtype=bool)
-        low = orders == 1  # unigram: the context is empty and always "seen"
-        if low.any():
-            total = max(self.num_tokens, 1)
-            ok = (cand >= 0) & (cand < self.vocab_size)
-            uni = np.zeros(cand.shape)
-            uni[ok] = np.asarray(self.counts[cand[ok]], dtype=np.float64) / total
-            probs[:, low, :] = uni[:, None, :]
-            seen[:, low] = self.num_tokens > 0
-        high = np.flatnonzero(~low)
-        if high.size:
-            ho = orders[high]
-            ctx = states[:, ho - 2]  # [k, h]: local id in level n-1
-            has = ctx >= 0
-            total = np.zeros(ctx.shape)
-            total[has] = self.cont_total[self._offset[ho - 1][np.nonzero(has)[1]] + ctx[has]]
-            has &= total > 0
-            shape = (k, ho.size, kk)
-            child = self._extend(np.broadcast_to(ho[None, :, None], shape),
-                                 np.broadcast_to(np.where(has, ctx, MISSING)[:, :, None], shape),
-                                 np.broadcast_to(cand[:, None, :], shape))
-            found = child >= 0
-            counts = np.zeros(shape)
-            counts[found] = self.counts[self._offset[np.broadcast_to(ho[None, :, None], shape)[found]] + child[found]]
-            probs[:, high, :] = np.divide(counts, total[:, :, None], out=np.zeros(shape), where=has[:, :, None])
-            seen[:, high] = has
-        return probs, seen
+        if orders.size and orders.min() == 1:
+            return self._with_unigram(states, cand, orders, return_children)
+        ctx = np.asarray(states, dtype=np.int64)[:, orders - 2]  # [k, O]: id of the order-(n-1) context
+        candv, valid = self._tokens_plus_v(cand)
+        parents = ctx[:, :, None] if valid.all() else np.where(valid[:, None, :], ctx[:, :, None], self.missing_id)
+        children = self._children(parents, candv[:, None, :])  # [k, O, K]
+        total = self._cont_total[ctx]  # the missing id's total is the trailing 0
+        seen = total > 0
+        counts = np.take(self._counts, children, mode="clip")
+        counts = np.where(children != self.missing_id, counts, 0)
+        probs = counts / np.maximum(total, 1)[:, :, None]
+        return (probs, seen, children) if return_children else (probs, seen)
+
+    def _with_unigram(self, states, cand, orders, return_children):
+        candv, valid = self._tokens_plus_v(cand)
+        uni = np.where(valid, np.take(self._counts, np.where(valid, cand, 0)), 0) / max(self.num_tokens, 1)
+        low = orders == 1
+        probs = np.zeros((cand.shape[0], orders.size, cand.shape[1]))
+        seen = np.zeros((cand.shape[0], orders.size), dtype=bool)
+        children = np.full(probs.shape, self.missing_id, dtype=np.int64)
+        probs[:, low], seen[:, low] = uni[:, None, :], self.num_tokens > 0
+        children[:, low] = np.where(valid, cand, self.missing_id)[:, None, :]
+        if (~low).any():
+            out = self.candidate_probs(states, cand, orders[~low], return_children=True)
+            probs[:, ~low], seen[:, ~low], children[:, ~low] = out
+        return (probs, seen, children) if return_children else (probs, seen)
 
     def next_token_distribution(self, context_ids, order: int):
-        """ML distribution p_n(. | last n-1 tokens of context): (token ids int64, probs float64), sorted by id.
+        """ML distribution p_n(. | last n-1 tokens of context): (token ids int64, probs float64) by id.
 
-        Empty arrays when the context was never seen (or is shorter than n-1 tokens); otherwise the
-        probabilities sum to 1."""
-        self._check_order(order)
+        Empty arrays when the context was never followed by a token in the corpus (or is shorter than
+        n-1 tokens); otherwise the probabilities sum to 1."""
+        self._check_orders(np.array([order]))
         if order == 1:
-            counts = np.asarray(self.counts[: self.vocab_size], dtype=np.float64)
+            counts = self._counts[: self.vocab_size].astype(np.float64)
             ids = np.flatnonzero(counts)
             return ids, counts[ids] / max(self.num_tokens, 1)
         state = self.context_states([list(context_ids)])[0]
-        ctx = state[order - 2]
-        if ctx < 0:
-            return np.zeros(0, np.int64), np.zeros(0)
-        lo, hi = self._child_range(np.array([order]), np.array([ctx]))
-        lo, hi = int(lo[0]), int(hi[0])
-        total = float(self.cont_total[self._offset[order - 1] + ctx])
-        if hi <= lo or total == 0:
-            return np.zeros(0, np.int64), np.zeros(0)
-        keys = np.asarray(self.keys[lo:hi]) & np.uint64((1 << TAG_SHIFT) - 1)
-        ids = (keys % self._V).astype(np.int64)
-        return ids, np.asarray(self.counts[lo:hi], dtype=np.float64) / total
+        return self._distribution(int(state[order - 2]))
 
-    def _child_range(self, order: np.ndarray, parent_local: np.ndarray):
-        """[lo, hi) global positions of the children (level `order`) of parent ids in level order-1."""
-        zero = np.zeros(parent_local.shape, dtype=np.int64)
-        lo = self._locate(self._child_keys(order, parent_local, zero))
-        hi = self._locate(self._child_keys(order, parent_local + 1, zero))
-        return lo, hi
+    def _distribution(self, ctx_id: int):
+        total = float(self._cont_total[ctx_id])
+        if total == 0:
+            return np.zeros(0, np.int64), np.zeros(0)
+        lo, hi = self._child_range(np.array([ctx_id]))
+        lo, hi = int(lo[0]), int(hi[0])
+        ids = (self._keys[lo:hi] % self._V).astype(np.int64)
+        return ids, self._counts[lo:hi].astype(np.float64) / total
 
     def interpolated_batch(self, contexts, weights, candidates=None, states=None):
         """SPD mixture q_i(x) = sum_n lambda_n * p_n(x | last n-1 tokens of context i) (spd.md Eq. 5).
 
-        Unseen contexts, and orders whose context runs past the start, contribute 0; the lambdas are
-        not renormalised. With `candidates` [k, K] returns q [k, K] (float64). Without, returns a list of
-        sparse (ids, q) per context over the union of continuations. `states` (from `context_states` /
-        `extend_states`) skips the context walk.
+        weights: {order: lambda} or a sequence of lambdas for orders 2, 3, ... Unseen contexts, and
+        orders whose context runs past the start, contribute 0; the lambdas are not renormalised.
+        With `candidates` [k, K]: q float64 [k, K]. Without: a list of sparse (ids, q) per context over
+        the union of continuations. `states` (from `context_states` / `extend_states`) skips the walk.
         """
-        orders, lam = _weights(weights)
+        orders, lam = self._weights(weights)
         if states is None:
             states = self.context_states(contexts)
         if candidates is not None:
-            probs, _ = self.candidate_probs(states, np.asarray(candidates), orders)
-            return np.tensordot(probs, lam, axes=([1], [0]))
+            probs = self.candidate_probs(states, candidates, orders)[0]
+            return np.matmul(lam, probs)
         out = []
-        for row in range(states.shape[0]):
-            ids_all, p_all = [], []
-            for n, w in zip(orders, lam):
-                ids, p = self._distribution_from_state(states[row], int(n))
+        for state in np.asarray(states):
+            ids_all, q_all = [], []
+            for n, w in zip(orders.tolist(), lam.tolist()):
+                ids, p = self.next_token_distribution([], 1) if n == 1 else self._distribution(int(state[n - 2]))
                 ids_all.append(ids)
-                p_all.append(p * w)
-            ids = np.concatenate(ids_all) if ids_all else np.zeros(0, np.int64)
-            p = np.concatenate(p_all) if p_all else np.zeros(0)
-            uniq, inv = np.unique(ids, return_inverse=True)
-            out.append((uniq, np.bincount(inv, weights=p, minlength=uniq.size)))
+                q_all.append(p * w)
+            uniq, inverse = np.unique(np.concatenate(ids_all), return_inverse=True)
+            out.append((uniq, np.bincount(inverse, weights=np.concatenate(q_all), minlength=uniq.size)))
         return out
-
-    def _distribution_from_state(self, state, order):
-        if order == 1:
-            return self.next_token_distribution([], 1)
-        ctx = int(state[order - 2])
-        if ctx < 0:
-            return np.zeros(0, np.int64), np.zeros(0)
-        lo, hi = self._child_range(np.array([order]), np.array([ctx]))
-        total = float(self.cont_total[self._offset[order - 1] + ctx])
-        if total == 0:
-            return np.zeros(0, np.int64), np.zeros(0)
-        keys = np.asarray(self.keys[int(lo[0]):int(hi[0])]) & np.uint64((1 << TAG_SHIFT) - 1)
-        return (keys % self._V).astype(np.int64), np.asarray(self.counts[int(lo[0]):int(hi[0])], np.float64) / total
 
     def interpolated(self, context_ids, weights, candidates=None):
         """`interpolated_batch` for one context: q [K] with candidates, else sparse (ids, q)."""
@@ -298,83 +262,82 @@ class NGramModel:
             return self.interpolated_batch([list(context_ids)], weights, np.asarray(candidates)[None, :])[0]
         return self.interpolated_batch([list(context_ids)], weights)[0]
 
+    def _weights(self, weights):
+        """(orders, lambdas) arrays, cached for the last weights object (called once per decode step)."""
+        cached_key, cached = self._weights_cache
+        if cached_key is weights:
+            return cached
+        if isinstance(weights, Mapping):
+            orders = np.array(sorted(weights), dtype=np.int64)
+            lam = np.array([float(weights[o]) for o in orders.tolist()])
+        else:
+            lam = np.asarray(list(weights), dtype=np.float64)
+            orders = np.arange(2, 2 + lam.size, dtype=np.int64)
+        if np.any(lam < 0):
+            raise InvalidOptionError("interpolation weights must be >= 0")
+        self._check_orders(orders)
+        self._weights_cache = (weights, (orders, lam))
+        return orders, lam
+
     # ------------------------------------------------------------------ smoothed (rescoring)
 
     def smoothed_probs_batch(self, contexts, candidates, order: int | None = None, smoothing="absolute-discount"):
         """Smoothed P(candidate | context) [k, K] of an order-`order` model (default: the file's max order)."""
         if smoothing not in SMOOTHINGS:
             raise InvalidOptionError(f"unknown smoothing {smoothing!r}; choose one of {', '.join(SMOOTHINGS)}")
-        order = self.max_order if order is None else order
-        self._check_order(order)
+        order = self.max_order if order is None else int(order)
+        self._check_orders(np.array([order]))
         states = self.context_states(contexts)
         cand = np.asarray(candidates, dtype=np.int64)
         if cand.ndim == 1:
             cand = np.broadcast_to(cand, (states.shape[0], cand.size))
-        k, kk = cand.shape
-        total_tokens = max(self.num_tokens, 1)
-        ok = (cand >= 0) & (cand < self.vocab_size)
-        uni = np.zeros(cand.shape)
-        uni[ok] = np.asarray(self.counts[cand[ok]], dtype=np.float64)
+        n_tok = max(self.num_tokens, 1)
+        valid = (cand >= 0) & (cand < self.vocab_size)
+        uni = np.where(valid, np.take(self._counts, np.where(valid, cand, 0)), 0).astype(np.float64)
         d1 = self.discounts.get(1, 0.5)
-        types = float(np.count_nonzero(np.asarray(self.counts[: self.vocab_size])))
-        p = np.maximum(uni - d1, 0) / total_tokens + d1 * types / total_tokens / self.vocab_size
+        types = float(np.count_nonzero(self._counts[: self.vocab_size]))
+        p = np.maximum(uni - d1, 0) / n_tok + d1 * types / n_tok / self.vocab_size
         if self.num_tokens == 0:
             p = np.full(cand.shape, 1.0 / self.vocab_size)
         for n in range(2, order + 1):
             ctx = states[:, n - 2]
-            has = ctx >= 0
-            total = np.zeros(k)
-            total[has] = self.cont_total[self._offset[n - 1] + ctx[has]]
-            has &= total > 0
-            if not has.any():
+            total = self._cont_total[ctx].astype(np.float64)
+            rows = np.flatnonzero(total > 0)
+            if rows.size == 0:
                 continue
-            rows = np.flatnonzero(has)
-            lo, hi = self._child_range(np.full(rows.size, n), ctx[rows])
-            distinct = (hi - lo).astype(np.float64)
-            child = self._extend(np.int64(n), np.broadcast_to(ctx[rows, None], (rows.size, kk)), cand[rows])
-            found = child >= 0
-            c = np.zeros(child.shape)
-            c[found] = self.counts[self._offset[n] + child[found]]
+            lo, hi = self._child_range(ctx[rows])
+            distinct = (hi - lo).astype(np.float64)[:, None]
+            candv, ok = self._tokens_plus_v(cand[rows])
+            child = self._children(np.where(ok, ctx[rows, None], self.missing_id), candv)
+            c = np.where(child != self.missing_id, np.take(self._counts, child, mode="clip"), 0)
             d = self.discounts.get(n, 0.5)
             tot = total[rows, None]
-            p[rows] = np.maximum(c - d, 0) / tot + d * distinct[:, None] / tot * p[rows]
+            p[rows] = np.maximum(c - d, 0) / tot + d * distinct / tot * p[rows]
         return p
 
     def log_prob(self, token_ids, order: int | None = None, smoothing="absolute-discount") -> np.ndarray:
         """Natural-log probability of each token given the tokens before it (float64 [len]).
 
-        Token 0 is scored by the unigram level. Use `.sum()` for a sequence score (BPD rescoring)."""
+        Token 0 is scored with an empty context (unigram level). `.sum()` scores a sequence (BPD)."""
         seq = np.asarray(token_ids, dtype=np.int64).reshape(-1)
         order = self.max_order if order is None else order
         width = max(order - 1, 1)
-        contexts = [seq[max(0, t - width):t] for t in range(seq.size)]
+        padded = np.concatenate([np.full(width, -1, dtype=np.int64), seq])
+        contexts = np.lib.stride_tricks.sliding_window_view(padded, width)[: seq.size]
         probs = self.smoothed_probs_batch(contexts, seq[:, None], order=order, smoothing=smoothing)[:, 0]
         return np.log(probs)
 
 
 def _right_align(contexts, width: int) -> np.ndarray:
     if isinstance(contexts, np.ndarray) and contexts.ndim == 2:
-        arr = contexts.astype(np.int64, copy=False)
+        arr = contexts if contexts.dtype == np.int64 else contexts.astype(np.int64)
         if arr.shape[1] >= width:
             return arr[:, arr.shape[1] - width:]
-        pad = np.full((arr.shape[0], width - arr.shape[1]), MISSING, dtype=np.int64)
+        pad = np.full((arr.shape[0], width - arr.shape[1]), -1, dtype=np.int64)
         return np.concatenate([pad, arr], axis=1)
-    out = np.full((len(contexts), width), MISSING, dtype=np.int64)
+    out = np.full((len(contexts), width), -1, dtype=np.int64)
     for i, ctx in enumerate(contexts):
-        tail = np.asarray(ctx, dtype=np.int64).reshape(-1)[-width:] if width else np.zeros(0, np.int64)
+        tail = np.asarray(ctx, dtype=np.int64).reshape(-1)[-width:]
         if tail.size:
             out[i, width - tail.size:] = tail
     return out
-
-
-def _weights(weights) -> tuple[np.ndarray, np.ndarray]:
-    """(orders, lambdas) from {order: lambda} or a sequence of lambdas for orders 2, 3, ..."""
-    if isinstance(weights, Mapping):
-        orders = np.array(sorted(weights), dtype=np.int64)
-        lam = np.array([float(weights[o]) for o in orders])
-    else:
-        lam = np.asarray(list(weights), dtype=np.float64)
-        orders = np.arange(2, 2 + lam.size, dtype=np.int64)
-    if np.any(lam < 0):
-        raise InvalidOptionError("interpolation weights must be >= 0")
-    return orders, lam
