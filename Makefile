@@ -11,7 +11,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-fast demo models-test clean
+.PHONY: install test test-fast demo models-test browser clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,11 @@ install: $(STAMP)
 models-test: $(STAMP)
 	$(MD) models pull smollm2-135m
 
-test: models-test
+# Headless Chromium for the web page's end-to-end test (Debian's package; Playwright drives it, no download).
+browser:
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+
+test: models-test browser
 	$(PY) -m pytest -q -p no:cacheprovider
 
 test-fast: $(STAMP)
