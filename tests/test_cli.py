@@ -1,0 +1,45 @@
+"""`multidraft generate` end to end on a tiny model saved as a local HF folder."""
+
+import io
+import json
+import sys
+
+import pytest
+
+from multidraft.cli import main
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    from tests.tiny_models import make_tiny_hf_model, make_tokenizer
+    folder = tmp_path_factory.mktemp("tiny-model")
+    make_tiny_hf_model("llama", seed=0).save_pretrained(folder)
+    make_tokenizer().save_pretrained(folder)
+    return str(folder)
+
+
+def test_generate_json_pld_equals_greedy(tiny_folder, capsys):
+    prompt = "the cat sat on the mat and the cat sat on the"
+    assert main(["generate", "--model", tiny_folder, "--json", "--max-new-tokens", "12", prompt]) == 0
+    greedy = json.loads(capsys.readouterr().out)
+    assert main(["generate", "--model", tiny_folder, "--method", "pld", "-o", "num_draft_tokens=4", "--json",
+                 "--max-new-tokens", "12", prompt]) == 0
+    pld = json.loads(capsys.readouterr().out)
+    assert pld["token_ids"] == greedy["token_ids"] and len(pld["token_ids"]) > 0
+    assert pld["stats"]["method"] == "pld" and pld["stats"]["generated_tokens"] == len(pld["token_ids"])
+
+
+def test_generate_reads_stdin_and_prints_stats(tiny_folder, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("the cat sat"))
+    assert main(["generate", "--model", tiny_folder, "--stats", "--max-new-tokens", "5"]) == 0
+    captured = capsys.readouterr()
+    assert "mean acceptance length" in captured.err
+
+
+def test_generate_user_errors_exit_2(tiny_folder, capsys):
+    assert main(["generate", "--model", tiny_folder, "--max-new-tokens", "0", "the cat"]) == 2
+    assert "max_new_tokens" in capsys.readouterr().err
+    assert main(["generate", "--model", tiny_folder, "--temperature", "-1", "the cat"]) == 2
+    assert "temperature" in capsys.readouterr().err
+    assert main(["generate", "--model", tiny_folder, "--chat", "the cat"]) == 2
+    assert "chat template" in capsys.readouterr().err
