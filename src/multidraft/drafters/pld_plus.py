@@ -1,0 +1,172 @@
+"""PLD+ (`method="pld_plus"`): prompt lookup that ranks every earlier occurrence of the last token with the
+target model's own artifacts from previous forwards (specs/pldplus.md), then copies up to K tokens after the winner.
+
+- rank_by="hidden": cosine of layer-l hidden states, H[p-1] vs H[q] (optional threshold theta, window m).
+- rank_by="attention": the last query row of selected induction heads, max (or sum) over heads. Needs a model
+  loaded with attn_implementation="eager"; only the chosen heads' rows are kept.
+- rank_by="first": the earliest occurrence (a control; equals HF prompt lookup with max n-gram 1).
+Lossless: verification is the ordinary greedy match / sample-and-match of the one loop.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from multidraft.drafters.base import Drafter, LoopState
+from multidraft.errors import InvalidOptionError
+from multidraft.methods import Method, register
+from multidraft.pldplus import heads as heads_mod
+from multidraft.pldplus.ranking import SCOPES, candidates, rank_attention, rank_hidden
+from multidraft.pldplus.store import AttentionRowStore, HiddenStore
+from multidraft.types import Draft
+
+RANKERS = ("hidden", "attention", "first")
+AGGREGATES = ("max", "sum")
+# K: the paper uses 70 on a memory-bound GPU. In fp32 on this CPU a verification forward grows with its length
+# (qwen2.5-coder-0.5b, 600-token cache: 1 token ~0.2 s, 16 ~0.5 s, 64 ~1.4 s), so long drafts cost more than they
+# save when rejected; 16 measured best on the input-guided tasks (benchmarks/pld_plus_bench.py).
+DEFAULT_NUM_DRAFT_TOKENS = 16
+
+
+class PLDPlusDrafter(Drafter):
+    """Copies the continuation of the best-ranked earlier occurrence of the last token."""
+
+    name = "pld_plus"
+
+    def __init__(self, lm, rank_by: str = "hidden", num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS,
+                 layer: Optional[int] = None, theta: Optional[float] = None, avg_window: int = 1,
+                 heads: Optional[Sequence[Sequence[int]]] = None, num_heads: int = 50, head_set: str = "selected",
+                 aggregate: str = "max", scope: str = "context"):
+        if rank_by not in RANKERS:
+            raise InvalidOptionError(f"rank_by must be one of {', '.join(RANKERS)}, got {rank_by!r}")
+        if not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
+            raise InvalidOptionError(f"num_draft_tokens must be an integer >= 1, got {num_draft_tokens!r}")
+        if not isinstance(avg_window, int) or avg_window < 1:
+            raise InvalidOptionError(f"avg_window must be an integer >= 1, got {avg_window!r}")
+        if theta is not None and not isinstance(theta, (int, float)):
+            raise InvalidOptionError(f"theta must be a number or None, got {theta!r}")
+        if aggregate not in AGGREGATES:
+            raise InvalidOptionError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {aggregate!r}")
+        if scope not in SCOPES:
+            raise InvalidOptionError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+        self.rank_by = rank_by
+        self.num_draft_tokens = num_draft_tokens
+        self.theta = None if theta is None else float(theta)
+        self.avg_window = avg_window
+        self.aggregate = aggregate
+        self.scope = scope
+        self.last_source: Optional[int] = None       # p* of the last proposal (attribution, tests)
+        self.hidden_store: Optional[HiddenStore] = None
+        self.attention_store: Optional[AttentionRowStore] = None
+        if rank_by == "hidden":
+            self.hidden_layer = heads_mod.default_layer(lm) if layer is None else layer
+            if not isinstance(self.hidden_layer, int) or not 1 <= self.hidden_layer <= lm.num_layers:
+                raise InvalidOptionError(f"layer {layer!r} does not exist: {lm.name} has decoder layers 1..{lm.num_layers} "
+                                         "(HF hidden_states numbering; 0 would be the embeddings)")
+            self.hidden_store = HiddenStore(lm.hidden_size)
+        elif rank_by == "attention":
+            if lm.attn_implementation != "eager":
+                raise InvalidOptionError(
+                    f"rank_by='attention' needs attention weights, which {lm.attn_implementation!r} attention does not "
+                    "return; load the model with multidraft.load_model(..., attn_implementation='eager')")
+            self.attention_heads = _resolve_heads(lm, heads, num_heads, head_set)
+            self.attention_store = AttentionRowStore()
+
+    # ----- the loop's hooks -----
+    def begin(self, state: LoopState, prefill_output) -> None:
+        for store in (self.hidden_store, self.attention_store):
+            if store is not None:
+                store.reset()
+        if prefill_output is not None:
+            self._append(prefill_output, list(range(len(state.seq) - 1)), past=0)
+
+    def observe(self, state: LoopState, draft: Draft, verdict, forward_output, kept_rows: list[int]) -> None:
+        self._append(forward_output, kept_rows, past=len(state.seq) - 1 - len(kept_rows))
+
+    def _append(self, forward_output, kept_rows: list[int], past: int) -> None:
+        if self.hidden_store is not None:
+            self.hidden_store.append(forward_output.hidden[kept_rows])
+        if self.attention_store is not None:
+            # Keys of the kept path are contiguous for a chain draft: the row of the last kept position sees
+            # past + len(kept_rows) keys (later columns are masked to zero anyway).
+            self.attention_store.set(forward_output.attention, kept_rows[-1], past + len(kept_rows))
+
+    def propose(self, state: LoopState, max_tokens: int) -> Draft:
+        self.last_source = None
+        seq = state.seq
+        budget = min(self.num_draft_tokens, max_tokens)
+        if budget <= 0 or len(seq) < 2:
+            return Draft()
+        positions = candidates(seq, self.scope, state.prompt_length)
+        if len(positions) == 0:
+            return Draft()
+        covered = self.artifact_length()
+        if covered is not None and covered != len(seq) - 1:
+            raise RuntimeError(f"PLD+ artifact store covers {covered} positions, expected {len(seq) - 1}")
+        source = self.rank(positions)
+        if source is None:
+            return Draft()
+        self.last_source = source
+        tokens = seq[source + 1: source + 1 + budget]
+        for index, token in enumerate(tokens):        # as HF: never draft past an EOS
+            if token in state.lm.eos_token_ids:
+                tokens = tokens[:index]
+                break
+        return Draft.chain(tokens, source=source)
+
+    def artifact_length(self) -> Optional[int]:
+        store = self.hidden_store or self.attention_store
+        return None if store is None else store.length
+
+    def rank(self, positions) -> Optional[int]:
+        if self.rank_by == "first":
+            return int(positions[0])
+        if self.rank_by == "hidden":
+            return rank_hidden(self.hidden_store.rows, positions, self.theta, self.avg_window)
+        return rank_attention(self.attention_store.row, positions, self.aggregate)
+
+
+def _resolve_heads(lm, heads, num_heads, head_set) -> list[tuple[int, int]]:
+    """The (layer, head) pairs to capture: explicit `heads`, the calibrated top `num_heads`, one layer, or all."""
+    if head_set == "all":
+        return [(l, g) for l in range(lm.num_layers) for g in range(lm.num_heads)]
+    if isinstance(head_set, str) and head_set.startswith("layer:"):
+        try:
+            layer = int(head_set.split(":", 1)[1])
+        except ValueError:
+            layer = -1
+        if not 0 <= layer < lm.num_layers:
+            raise InvalidOptionError(f"head_set {head_set!r}: {lm.name} has attention layers 0..{lm.num_layers - 1}")
+        return [(layer, g) for g in range(lm.num_heads)]
+    if head_set != "selected":
+        raise InvalidOptionError(f"head_set must be 'selected', 'all' or 'layer:<l>', got {head_set!r}")
+    if heads is None:
+        if not isinstance(num_heads, int) or num_heads < 1:
+            raise InvalidOptionError(f"num_heads must be an integer >= 1, got {num_heads!r}")
+        return heads_mod.default_heads(lm, num_heads)
+    pairs = []
+    for pair in heads:
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(x, int) for x in pair)):
+            raise InvalidOptionError(f"heads must be (layer, head) integer pairs, got {pair!r}")
+        layer, head = pair
+        if not (0 <= layer < lm.num_layers and 0 <= head < lm.num_heads):
+            raise InvalidOptionError(f"attention head ({layer}, {head}) does not exist: {lm.name} has "
+                                     f"{lm.num_layers} layers x {lm.num_heads} heads (0-based)")
+        pairs.append((layer, head))
+    if not pairs:
+        raise InvalidOptionError("heads is empty; give at least one (layer, head) pair or leave it unset")
+    return pairs
+
+
+def _make_drafter(lm, sampler, options):
+    return PLDPlusDrafter(lm, **options)
+
+
+register(Method(
+    "pld_plus", lossless=True,
+    description="PLD+: prompt lookup ranked by the model's hidden states (rank_by='hidden') or induction-head "
+                "attention (rank_by='attention', needs attn_implementation='eager')",
+    options={"rank_by": "hidden", "num_draft_tokens": DEFAULT_NUM_DRAFT_TOKENS, "layer": None, "theta": None,
+             "avg_window": 1, "heads": None, "num_heads": 50, "head_set": "selected", "aggregate": "max",
+             "scope": "context"},
+    make_drafter=_make_drafter))

@@ -1,0 +1,172 @@
+"""Induction-head calibration for PLD+(a) (specs/pldplus.md §3.5) and the per-model defaults.
+
+For every generated token s[p] that also occurs in the prompt, the copy sources R* are the prompt positions
+holding s[p] with the longest shared suffix; a head scores a hit when its attention at query p-1 (the
+position that predicted s[p]) peaks on one of them. Heads are ranked by hits. Defaults live in
+`<cache>/pldplus/<alias>.json` (what `multidraft pld-plus calibrate` writes) or, failing that, in the
+package data `multidraft/pldplus/heads/<alias>.json` computed with the same command.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from multidraft import paths
+from multidraft.errors import CorruptCacheError, InvalidOptionError
+from multidraft.fsutil import atomic_path
+
+FORMAT_VERSION = 1
+
+
+def copy_events(seq: Sequence[int], prompt_length: int, min_overlap: int = 1):
+    """Yield (p, R*) for each generated position p whose token occurs in the prompt (§3.5 lines 6-11)."""
+    tokens = np.asarray(seq, dtype=np.int64)
+    for p in range(prompt_length, len(tokens)):
+        sources = np.flatnonzero(tokens[:prompt_length] == tokens[p])
+        if len(sources) == 0:
+            continue
+        overlap = np.ones(len(sources), dtype=np.int64)
+        alive = np.ones(len(sources), dtype=bool)
+        for i in range(1, p + 1):   # extend the shared suffix one token further back while it still matches
+            back = sources - i
+            still = alive & (back >= 0)
+            still[still] = tokens[back[still]] == tokens[p - i]
+            if not still.any():
+                break
+            overlap += still
+            alive = still
+        best = int(overlap.max())
+        if best < min_overlap:
+            continue
+        yield p, set(sources[overlap == best].tolist())
+
+
+def count_hits(argmax_keys: np.ndarray, seq: Sequence[int], prompt_length: int,
+               min_overlap: int = 1) -> tuple[np.ndarray, int]:
+    """Hits per head and the number of events. argmax_keys: (L, G, len(seq)) argmax key of each query row."""
+    hits = np.zeros(argmax_keys.shape[:2], dtype=np.int64)
+    events = 0
+    for p, sources in copy_events(seq, prompt_length, min_overlap):
+        events += 1
+        hits += np.isin(argmax_keys[:, :, p - 1], list(sources))
+    return hits, events
+
+
+def rank_heads(hits: np.ndarray, top_k: Optional[int] = None) -> list[tuple[int, int, int]]:
+    """(layer, head, hits) for every head with hits > 0, by hits descending, ties by (layer, head)."""
+    layers, heads = np.nonzero(hits)
+    ranked = sorted(zip(layers.tolist(), heads.tolist(), hits[layers, heads].tolist()), key=lambda x: (-x[2], x[0], x[1]))
+    return ranked[:top_k] if top_k else ranked
+
+
+@torch.inference_mode()
+def attention_argmax(lm, token_ids: Sequence[int]) -> np.ndarray:
+    """(L, G, T) argmax key of every query row of every head, from one full eager forward (hooks keep only argmax)."""
+    layers = lm._decoder_layers
+    if layers is None:
+        raise InvalidOptionError(f"cannot find the decoder layers of {lm.name}; PLD+ calibration supports Llama-like models")
+    argmax: dict[int, torch.Tensor] = {}
+
+    def make_hook(index):
+        def hook(_module, _inputs, output):
+            weights = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
+            argmax[index] = None if weights is None else weights[0].argmax(-1)
+        return hook
+    handles = [layer.self_attn.register_forward_hook(make_hook(i)) for i, layer in enumerate(layers)]
+    try:
+        lm.forward(lm.new_cache(), list(token_ids), logits_rows=slice(-1, None))
+    finally:
+        for handle in handles:
+            handle.remove()
+    if any(argmax.get(i) is None for i in range(len(layers))):
+        raise InvalidOptionError(
+            f"{lm.name} returns no attention weights (attn_implementation={lm.attn_implementation!r}); calibrate a "
+            "model loaded with attn_implementation='eager' (the CLI does this) on an architecture that supports it")
+    return torch.stack([argmax[i] for i in range(len(layers))]).cpu().numpy()
+
+
+def calibrate(lm, prompts: Iterable, gen_len: int = 96, top_k: int = 50, min_overlap: int = 1,
+              progress=None) -> dict:
+    """Identify induction heads on `prompts` (text, chat messages or token ids): greedy-decode, one full forward."""
+    import multidraft
+    hits = np.zeros((lm.num_layers, lm.num_heads), dtype=np.int64)
+    events = num_prompts = 0
+    for prompt in prompts:
+        ids = lm.encode(prompt)
+        out = multidraft.generate(lm, ids, method="greedy", max_new_tokens=gen_len)
+        seq = ids + out.token_ids
+        prompt_hits, prompt_events = count_hits(attention_argmax(lm, seq), seq, len(ids), min_overlap)
+        hits += prompt_hits
+        events += prompt_events
+        num_prompts += 1
+        if progress:
+            progress(f"prompt {num_prompts}: {len(ids)} + {len(out.token_ids)} tokens, {prompt_events} copy events")
+    if num_prompts == 0:
+        raise InvalidOptionError("calibration needs at least one prompt")
+    ranked = rank_heads(hits)
+    return {"format": FORMAT_VERSION, "model": lm.name, "num_layers": lm.num_layers, "num_heads": lm.num_heads,
+            "num_prompts": num_prompts, "gen_len": gen_len, "events": events,
+            "heads_with_hits": len(ranked), "heads": [list(h) for h in ranked[:top_k]],
+            "hit_rates": [[l, g, h / max(events, 1)] for l, g, h in ranked[:top_k]]}
+
+
+# ----- storage -----
+def cache_file(model_name: str) -> Path:
+    return paths.subdir("pldplus") / f"{_safe(model_name)}.json"
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+
+
+def save(record: dict, path: Optional[Path] = None) -> Path:
+    path = Path(path) if path else cache_file(record["model"])
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(record, indent=1))
+    return path
+
+
+def load_record(model_name: str) -> Optional[dict]:
+    """The calibration of a model: the cache first, then the shipped package data; None if neither has one."""
+    candidates = [cache_file(model_name)]
+    shipped = resources.files("multidraft.pldplus") / "heads" / f"{_safe(model_name)}.json"
+    for path in candidates + [shipped]:
+        try:
+            text = path.read_text()
+        except (FileNotFoundError, OSError):
+            continue
+        try:
+            record = json.loads(text)
+            record["heads"] = [(int(l), int(g)) for l, g, *_ in record["heads"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptCacheError(f"{path} is not a valid PLD+ calibration ({exc}); "
+                                    f"rerun `multidraft pld-plus calibrate --model {model_name}`") from None
+        record["source"] = str(path)
+        return record
+    return None
+
+
+def default_heads(lm, num_heads: int = 50) -> list[tuple[int, int]]:
+    record = load_record(lm.name)
+    if record is None or not record["heads"]:
+        raise InvalidOptionError(
+            f"no induction heads known for {lm.name}; run `multidraft pld-plus calibrate --model {lm.name}` "
+            "or pass heads=[(layer, head), ...]")
+    if (record.get("num_layers"), record.get("num_heads")) not in ((lm.num_layers, lm.num_heads), (None, None)):
+        raise InvalidOptionError(f"the PLD+ calibration at {record['source']} is for a different architecture; "
+                                 f"rerun `multidraft pld-plus calibrate --model {lm.name}`")
+    return record["heads"][:num_heads]
+
+
+def default_layer(lm) -> int:
+    """Hidden layer for PLD+(h): the calibrated sweep's best, else ~9/32 of the depth (the paper's l=9 of 32)."""
+    record = load_record(lm.name)
+    if record is not None and record.get("layer") is not None:
+        return int(record["layer"])
+    return max(1, round(lm.num_layers * 9 / 32))

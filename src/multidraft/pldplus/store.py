@@ -1,0 +1,57 @@
+"""The artifact store: only what ranking needs, always covering exactly the positions in the KV cache.
+
+The loop hands the drafter the rows of each forward that stayed in the cache (`kept_rows`), so appending
+just those rows keeps the store trimmed with the cache: rows of rejected draft tokens never enter it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class HiddenStore:
+    """Layer-l hidden states of positions 0..length-1, in a buffer that grows by doubling."""
+
+    def __init__(self, hidden_size: int, capacity: int = 256):
+        self._buffer = torch.empty(max(1, capacity), hidden_size, dtype=torch.float32)
+        self.length = 0
+
+    @property
+    def rows(self) -> torch.Tensor:
+        return self._buffer[: self.length]
+
+    def reset(self) -> None:
+        self.length = 0
+
+    def append(self, rows: torch.Tensor) -> None:
+        rows = rows.detach().to(torch.float32)
+        needed = self.length + rows.shape[0]
+        if needed > self._buffer.shape[0]:
+            grown = torch.empty(max(needed, 2 * self._buffer.shape[0]), self._buffer.shape[1], dtype=torch.float32)
+            grown[: self.length] = self._buffer[: self.length]
+            self._buffer = grown
+        self._buffer[self.length: needed] = rows
+        self.length = needed
+
+    def crop(self, length: int) -> None:
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot crop a store of {self.length} rows to {length}")
+        self.length = length
+
+
+class AttentionRowStore:
+    """The attention row of the most recently processed position, for the selected heads: (num_heads, length)."""
+
+    def __init__(self):
+        self.row = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.row is None else int(self.row.shape[-1])
+
+    def reset(self) -> None:
+        self.row = None
+
+    def set(self, attention: torch.Tensor, row: int, num_keys: int) -> None:
+        """Keep query row `row` of a captured (heads, T, kv_len) block, restricted to its first `num_keys` keys."""
+        self.row = attention[:, row, :num_keys].detach().to(torch.float32).clone()
