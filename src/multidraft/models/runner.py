@@ -85,26 +85,6 @@ def tree_depths(parents: Sequence[int]) -> list[int]:
     return depths
 
 
-def default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def cpu_supports_bf16() -> bool:
-    """True on CPUs with native bf16 matmuls (AVX512-BF16 or AMX), where bf16 is as fast as fp32 or faster."""
-    try:
-        capability = torch.backends.cpu.get_cpu_capability()
-    except Exception:
-        return False
-    if capability not in ("AVX512", "AMX"):
-        return False
-    try:
-        with open("/proc/cpuinfo") as handle:
-            flags = handle.read()
-        return "avx512_bf16" in flags or "amx_bf16" in flags
-    except OSError:
-        return capability == "AMX"
-
-
 class LM:
     """A causal LM ready for drafting and verification. Build it with `multidraft.load_model`."""
 
