@@ -1,0 +1,294 @@
+"""The FastAPI app: OpenAI-compatible completions, health, models, Prometheus metrics and the page.
+
+Requests are parsed and checked on the event loop, then queued for the single model worker; the
+coroutine waits for the worker's events (or streams them as server-sent events) and cancels the job
+if its client disconnects or its deadline passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from contextlib import asynccontextmanager
+from importlib import resources
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from multidraft.errors import InvalidOptionError, MultidraftError, PromptError, TokenizerMismatchError
+from multidraft.methods import available_methods
+from multidraft.server.config import ServerConfig
+from multidraft.server.metrics import Metrics
+from multidraft.server.plan import Outcome, build_plan, run_plan, suggestion_defaults
+from multidraft.server.schemas import ApiError, ChatRequest, CompletionRequest, parse_body
+from multidraft.server.streaming import sse
+from multidraft.server.worker import Job, JobCancelled, JobTimedOut, ModelWorker, QueueFullError
+
+log = logging.getLogger("multidraft.server")
+GRACE_SECONDS = 2.0      # how long past its deadline a coroutine waits for a worker stuck inside one forward
+
+
+class _CountRequests:
+    """Pure ASGI middleware (BaseHTTPMiddleware would interfere with streaming and disconnects)."""
+
+    def __init__(self, app, metrics: Metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        status = {"code": 500}
+
+        async def send_and_note(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            path = scope["path"] if scope["path"] in _KNOWN_PATHS else "other"
+            self.metrics.inc("multidraft:http_requests_total", path=path, status=str(status["code"]))
+
+
+_KNOWN_PATHS = {"/", "/health", "/metrics", "/config", "/v1/models", "/v1/completions", "/v1/chat/completions"}
+
+
+def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI:
+    """An app serving `lm` (a loaded `multidraft.LM`); `draft_lm` feeds methods that take a draft model."""
+    config = (config or ServerConfig()).validate()
+    model_name = config.model_name or lm.name
+    metrics = Metrics(model_name)
+    worker = ModelWorker(config.max_queue)
+    metrics.set_gauge_source("vllm:num_requests_running", lambda: worker.running)
+    metrics.set_gauge_source("vllm:num_requests_waiting", lambda: worker.waiting)
+    started = int(time.time())
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        yield
+        worker.stop()
+
+    app = FastAPI(title="multidraft", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.worker, app.state.metrics, app.state.config, app.state.lm = worker, metrics, config, lm
+    app.add_middleware(_CountRequests, metrics=metrics)
+    static = resources.files("multidraft.server") / "static"
+    app.mount("/static", StaticFiles(directory=str(static)), name="static")
+
+    @app.exception_handler(ApiError)
+    async def api_error(_request, exc: ApiError):
+        headers = {"Retry-After": "1"} if exc.status == 429 else None
+        return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request, exc: StarletteHTTPException):
+        return JSONResponse(ApiError(exc.status_code, str(exc.detail)).body(), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_request, exc: Exception):
+        log.exception("unexpected error")
+        return JSONResponse(ApiError(500, f"internal error: {type(exc).__name__}: {exc}").body(), status_code=500)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "model": model_name, "running": worker.running, "waiting": worker.waiting}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": model_name, "object": "model", "created": started,
+                                            "owned_by": "multidraft", "max_model_len": lm.context_length}]}
+
+    @app.get("/metrics")
+    async def prometheus():
+        return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/config")
+    async def page_config():
+        methods = {name: {"lossless": m.lossless, "description": m.description,
+                          "options": {k: v for k, v in m.options.items() if _jsonable(v)}}
+                   for name, m in sorted(available_methods().items())}
+        return {"model": model_name, "suggest": suggestion_defaults(config), "methods": methods,
+                "limits": {"max_n": config.max_n, "max_tokens": config.max_tokens}}
+
+    @app.get("/", response_class=HTMLResponse)
+    async def page():
+        return HTMLResponse((static / "index.html").read_text(encoding="utf-8"))
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await _generate(request, CompletionRequest)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await _generate(request, ChatRequest)
+
+    async def _generate(request: Request, model_cls):
+        arrived = time.monotonic()
+        body = parse_body(await request.body(), model_cls)
+        if body.model is not None and body.model not in (model_name, lm.name):
+            raise ApiError(404, f"model {body.model!r} is not served here; this server serves {model_name!r}",
+                           param="model", code="model_not_found")
+        plan = build_plan(body, config, draft_lm)
+        metrics.inc("multidraft:method_requests_total", method=plan.method)
+        job = Job(lambda job: run_plan(lm, plan, job, config, metrics), arrived + config.request_timeout,
+                  asyncio.get_running_loop())
+        try:
+            worker.submit(job)
+        except QueueFullError:
+            metrics.inc("multidraft:requests_rejected_total")
+            raise ApiError(429, f"the server is busy ({worker.waiting} requests waiting, the most it queues is "
+                                f"{config.max_queue}); retry shortly", code="queue_full") from None
+        chat = model_cls is ChatRequest
+        reply = _Reply(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", int(time.time()), model_name,
+                       chat, plan.method)
+        if plan.stream:
+            return StreamingResponse(_stream(request, job, reply, plan.n * len(plan.prompts), arrived),
+                                     media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        done = False
+        watcher = asyncio.create_task(_watch_disconnect(request, job))
+        try:
+            while True:
+                kind, *payload = await _next_event(job)
+                if kind == "done":
+                    done = True
+                    metrics.observe_latency(time.monotonic() - arrived)
+                    return JSONResponse(reply.full(payload[0]))
+                if kind == "error":
+                    done = True
+                    raise _translate(payload[0])
+        finally:
+            watcher.cancel()
+            if not done:
+                _cancel(job)
+
+    async def _stream(request: Request, job: Job, reply: "_Reply", num_choices: int, arrived: float):
+        done = False
+        watcher = asyncio.create_task(_watch_disconnect(request, job))
+        try:
+            if reply.chat:
+                for index in range(num_choices):
+                    yield sse(reply.chunk(index, {"role": "assistant", "content": ""}))
+            while True:
+                try:
+                    kind, *payload = await _next_event(job)
+                except ApiError as exc:                     # the worker did not stop in time
+                    done = True
+                    yield sse(exc.body())
+                    yield sse("[DONE]")
+                    return
+                if kind == "delta":
+                    yield sse(reply.chunk(payload[0], payload[1]))
+                elif kind == "finish":
+                    yield sse(reply.chunk(payload[0], None, finish_reason=payload[1]))
+                elif kind == "done":
+                    done = True
+                    metrics.observe_latency(time.monotonic() - arrived)
+                    yield sse(reply.summary(payload[0]))
+                    yield sse("[DONE]")
+                    return
+                elif kind == "error":
+                    done = True
+                    error = _translate(payload[0])
+                    yield sse(error.body())
+                    yield sse("[DONE]")
+                    return
+        finally:
+            watcher.cancel()
+            if not done:
+                _cancel(job)
+
+    async def _next_event(job: Job):
+        """The job's next event; ApiError(504) if the worker overruns the deadline by GRACE_SECONDS."""
+        wait = job.deadline + GRACE_SECONDS - time.monotonic()
+        try:
+            return await asyncio.wait_for(job.events.get(), timeout=max(wait, 0.01))
+        except asyncio.TimeoutError:
+            job.cancelled.set()
+            metrics.inc("multidraft:requests_timed_out_total")
+            raise _timeout_error() from None
+
+    def _cancel(job: Job) -> None:
+        if not job.cancelled.is_set():
+            job.cancelled.set()
+            metrics.inc("multidraft:requests_cancelled_total")
+
+    def _timeout_error() -> ApiError:
+        return ApiError(504, f"the request did not finish within the server's limit of {config.request_timeout:g} s "
+                             f"(queueing included; serve --timeout)", code="timeout")
+
+    def _translate(exc: BaseException) -> ApiError:
+        if isinstance(exc, JobTimedOut):
+            metrics.inc("multidraft:requests_timed_out_total")
+            return _timeout_error()
+        if isinstance(exc, JobCancelled):
+            return ApiError(499, "the request was cancelled", code="cancelled")
+        if isinstance(exc, (InvalidOptionError, PromptError, TokenizerMismatchError)):
+            return ApiError(400, str(exc))
+        if isinstance(exc, MultidraftError):
+            return ApiError(500, str(exc))
+        log.error("generation failed", exc_info=exc)
+        return ApiError(500, f"internal error: {type(exc).__name__}: {exc}")
+
+    return app
+
+
+async def _watch_disconnect(request: Request, job: Job) -> None:
+    """Cancel the job when the client hangs up (the body is already read, so receive() waits for that)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            job.cancelled.set()
+            return
+
+
+def _jsonable(value) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool, list, dict))
+
+
+class _Reply:
+    """OpenAI response and chunk shapes for one request."""
+
+    def __init__(self, request_id: str, created: int, model: str, chat: bool, method: str):
+        self.id, self.created, self.model, self.chat, self.method = request_id, created, model, chat, method
+
+    def _envelope(self, kind: str) -> dict:
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+
+    def chunk(self, index: int, content, finish_reason=None) -> dict:
+        if self.chat:
+            delta = content if isinstance(content, dict) else ({} if content is None else {"content": content})
+            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            return {**self._envelope("chat.completion.chunk"), "choices": [choice]}
+        choice = {"index": index, "text": content or "", "logprobs": None, "finish_reason": finish_reason}
+        return {**self._envelope("text_completion"), "choices": [choice]}
+
+    def _usage(self, outcome: Outcome) -> dict:
+        completion = sum(len(c.token_ids) for c in outcome.choices)
+        return {"prompt_tokens": outcome.prompt_tokens, "completion_tokens": completion,
+                "total_tokens": outcome.prompt_tokens + completion}
+
+    def _stats(self, outcome: Outcome) -> dict:
+        return {**outcome.stats.to_dict(), "generate_calls": outcome.calls}
+
+    def summary(self, outcome: Outcome) -> dict:
+        """The last streamed chunk: no choices, usage and decode stats (like OpenAI's include_usage chunk)."""
+        kind = "chat.completion.chunk" if self.chat else "text_completion"
+        return {**self._envelope(kind), "choices": [], "usage": self._usage(outcome), "method": self.method,
+                "stats": self._stats(outcome)}
+
+    def full(self, outcome: Outcome) -> dict:
+        choices = []
+        for c in sorted(outcome.choices, key=lambda c: c.index):
+            if self.chat:
+                choices.append({"index": c.index, "message": {"role": "assistant", "content": c.text},
+                                "logprobs": None, "finish_reason": c.finish_reason})
+            else:
+                choices.append({"index": c.index, "text": c.text, "logprobs": None, "finish_reason": c.finish_reason})
+        kind = "chat.completion" if self.chat else "text_completion"
+        return {**self._envelope(kind), "choices": choices, "usage": self._usage(outcome), "method": self.method,
+                "stats": self._stats(outcome)}

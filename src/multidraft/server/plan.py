@@ -1,0 +1,243 @@
+"""From a validated request to `generate` calls, and the choices they produce.
+
+How n choices are made (one place, so the page and the API agree):
+- a method with its own decoder that makes several outputs in one pass (`superposed`: a `run` decoder with
+  an option `num_drafts` or `k`) runs once with that option set to n; the choices are its ranked drafts.
+  (`multi_draft`'s num_drafts is the number of draft chains behind one output: a drafter, not this case);
+- at temperature 0 every choice would be the same, so the method runs once and the result is copied;
+- otherwise the method runs n times with seeds seed, seed+1, ... (random seeds when none is given).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, fields
+from typing import Any, Optional
+
+import multidraft
+from multidraft.errors import InvalidOptionError, PromptError
+from multidraft.methods import Method, available_methods, get_method
+from multidraft.server.config import ServerConfig
+from multidraft.server.schemas import ApiError, ChatRequest
+from multidraft.server.streaming import TextStreamer
+from multidraft.types import DecodeStats
+
+MULTI_OUTPUT_OPTIONS = ("num_drafts", "k")          # option names meaning "how many drafts to return"
+DRAFT_MODEL_OPTIONS = ("draft_model", "draft", "draft_lm")  # option names that take the --draft model
+MAX_STOP_STRINGS = 4
+
+
+def suggestion_defaults(config: ServerConfig) -> dict:
+    """What the autocomplete page asks for: k superposed drafts in one pass when that method exists, else
+    k separately seeded `sample` runs."""
+    method = "superposed" if "superposed" in available_methods() else "sample"
+    return {"method": method, "n": config.suggestions, "max_tokens": config.suggestion_tokens,
+            "temperature": 0.8, "top_p": 0.95}
+
+
+def multi_output_option(spec: Method) -> Optional[str]:
+    """The option that sets how many outputs a one-pass multi-output decoder returns, or None."""
+    if spec.run is None:
+        return None
+    return next((name for name in MULTI_OUTPUT_OPTIONS if name in spec.options), None)
+
+
+@dataclass
+class Plan:
+    method: str
+    spec: Method
+    options: dict[str, Any]
+    prompts: list[Any]            # text, token ids, or chat messages (list of dicts)
+    chat: bool
+    n: int
+    max_tokens: int
+    temperature: Optional[float]
+    top_p: float
+    top_k: int
+    seed: Optional[int]
+    stop: list[str]
+    stream: bool
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0 or (self.temperature is None and self.method != "sample")
+
+
+@dataclass
+class Choice:
+    index: int
+    text: str
+    token_ids: list[int]
+    finish_reason: str
+
+
+@dataclass
+class Outcome:
+    choices: list[Choice]
+    prompt_tokens: int
+    stats: DecodeStats
+    calls: int
+
+
+def build_plan(request, config: ServerConfig, draft_lm=None) -> Plan:
+    """Check limits and options before the request is queued; raises ApiError(400)."""
+    chat = isinstance(request, ChatRequest)
+    if chat:
+        if not request.messages:
+            raise ApiError(400, "'messages' must hold at least one message", param="messages")
+        prompts = [[{"role": m.role, "content": m.text()} for m in request.messages]]
+        max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
+    else:
+        prompts = _prompts(request.prompt, config)
+        max_tokens = request.max_tokens
+    if max_tokens is None:
+        max_tokens = config.default_max_tokens if not chat else config.max_tokens
+    if max_tokens < 1:
+        raise ApiError(400, f"'max_tokens' must be >= 1, got {max_tokens}", param="max_tokens")
+    if max_tokens > config.max_tokens:
+        raise ApiError(400, f"'max_tokens' is {max_tokens}; this server allows at most {config.max_tokens} "
+                            f"(serve --max-tokens)", param="max_tokens")
+    if not 1 <= request.n <= config.max_n:
+        raise ApiError(400, f"'n' must be between 1 and {config.max_n} (serve --max-n), got {request.n}", param="n")
+    stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
+    if len(stop) > MAX_STOP_STRINGS:
+        raise ApiError(400, f"'stop' holds {len(stop)} strings; at most {MAX_STOP_STRINGS} are allowed", param="stop")
+    if request.temperature is not None and not request.temperature >= 0:
+        raise ApiError(400, f"'temperature' must be >= 0, got {request.temperature}", param="temperature")
+    if not 0 < request.top_p <= 1:
+        raise ApiError(400, f"'top_p' must be in (0, 1], got {request.top_p}", param="top_p")
+    if request.top_k < 0:
+        raise ApiError(400, f"'top_k' must be >= 0 (0 turns it off), got {request.top_k}", param="top_k")
+
+    method = request.method or config.default_method
+    try:
+        spec = get_method(method)
+        options = dict(request.model_extra or {})
+        for name in DRAFT_MODEL_OPTIONS:
+            if name in options:
+                raise InvalidOptionError(f"option {name!r} cannot be set per request; the draft model is chosen "
+                                         f"when the server starts (multidraft serve --draft ALIAS)")
+            if name in spec.options and draft_lm is not None:
+                options[name] = draft_lm
+        k_option = multi_output_option(spec)
+        if k_option and k_option in options:
+            raise InvalidOptionError(f"set the number of drafts with 'n', not {k_option!r}")
+        spec.resolve_options(options)
+    except InvalidOptionError as exc:
+        raise ApiError(400, str(exc), param="method" if "method" in str(exc) else None) from None
+    if method == "sample" and request.temperature == 0:
+        raise ApiError(400, "method 'sample' needs temperature > 0; use method 'greedy' for temperature 0",
+                       param="temperature")
+    return Plan(method, spec, options, prompts, chat, request.n, max_tokens, request.temperature, request.top_p,
+                request.top_k, request.seed, stop, request.stream)
+
+
+def _prompts(prompt, config: ServerConfig) -> list:
+    if isinstance(prompt, str):
+        prompts = [prompt]
+    elif prompt and all(isinstance(p, int) for p in prompt):
+        prompts = [list(prompt)]                      # one prompt as token ids
+    else:
+        prompts = list(prompt)                        # several prompts: texts or token-id lists
+    if not prompts:
+        raise ApiError(400, "'prompt' is empty", param="prompt")
+    if len(prompts) > config.max_prompts:
+        raise ApiError(400, f"'prompt' holds {len(prompts)} prompts; at most {config.max_prompts} per request",
+                       param="prompt")
+    return prompts
+
+
+def _encode(lm, prompt, chat: bool, config: ServerConfig) -> list[int]:
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+        bad = [t for t in prompt if not 0 <= t < lm.vocab_size]
+        if bad:
+            raise PromptError(f"token id {bad[0]} is outside the vocabulary (0..{lm.vocab_size - 1})")
+    elif isinstance(prompt, list) and not prompt:
+        raise PromptError("a prompt holds no tokens")
+    ids = lm.encode(prompt, chat=chat)
+    if len(ids) > config.max_prompt_tokens:
+        raise PromptError(f"the prompt has {len(ids)} tokens; this server allows at most {config.max_prompt_tokens} "
+                          f"(serve --max-prompt-tokens)")
+    return ids
+
+
+def run_plan(lm, plan: Plan, job, config: ServerConfig, metrics) -> Outcome:
+    """Runs on the worker thread. With plan.stream, emits ("delta", choice_index, text) events as it goes."""
+    choices: list[Choice] = []
+    all_stats: list[DecodeStats] = []
+    prompt_tokens = 0
+    k_option = multi_output_option(plan.spec)
+    for prompt_index, prompt in enumerate(plan.prompts):
+        ids = _encode(lm, prompt, plan.chat, config)
+        prompt_tokens += len(ids)
+        base = prompt_index * plan.n
+        if k_option:
+            calls = [(plan.seed if plan.seed is not None else _random_seed(), list(range(plan.n)))]
+        elif plan.greedy:
+            calls = [(plan.seed, list(range(plan.n)))]
+        else:
+            first = plan.seed if plan.seed is not None else _random_seed()
+            calls = [(first + i, [i]) for i in range(plan.n)]
+        for call_number, (seed, indices) in enumerate(calls):
+            streamer = TextStreamer(lm.decode, plan.stop) if plan.stream and not k_option else None
+
+            def on_token(token_id, streamer=streamer, indices=indices):
+                job.check()
+                if streamer is not None:
+                    delta = streamer.feed(token_id)
+                    if delta:
+                        for index in indices:
+                            job.emit("delta", base + index, delta)
+
+            options = dict(plan.options)
+            if k_option:
+                options[k_option] = plan.n
+            result = multidraft.generate(lm, ids, method=plan.method, max_new_tokens=plan.max_tokens,
+                                         temperature=plan.temperature, top_p=plan.top_p, top_k=plan.top_k, seed=seed,
+                                         stop=plan.stop, on_token=on_token, **options)
+            all_stats.append(result.stats)
+            finish = _finish_reason(result.stats)
+            metrics.record_generation(result.stats, finish)
+            outputs = list(result.drafts or [])[:plan.n] if k_option else [result] * len(indices)
+            for index, output in zip(indices, outputs):
+                reason = _finish_reason(output.stats) if output is not result else finish
+                choice = Choice(base + index, output.text, list(output.token_ids), reason)
+                choices.append(choice)
+                metrics.inc("vllm:request_success_total", finished_reason=reason)
+                if plan.stream:
+                    rest = streamer.finish(choice.text) if streamer is not None else choice.text
+                    if rest:
+                        job.emit("delta", choice.index, rest)
+                    job.emit("finish", choice.index, reason)
+    return Outcome(choices, prompt_tokens, merge_stats(all_stats), len(all_stats))
+
+
+def _random_seed() -> int:
+    return secrets.randbits(62)
+
+
+def _finish_reason(stats: DecodeStats) -> str:
+    return "length" if stats.stop_reason == "max_new_tokens" else "stop"
+
+
+def merge_stats(all_stats: list[DecodeStats]) -> DecodeStats:
+    """Sum the counters of several generate() calls (the derived rates follow from the sums)."""
+    merged = DecodeStats(method=all_stats[0].method, lossless=all_stats[0].lossless) if all_stats else DecodeStats()
+    for stats in all_stats:
+        for f in fields(DecodeStats):
+            value = getattr(stats, f.name)
+            if f.name in ("method", "lossless", "stop_reason"):
+                continue
+            if isinstance(value, list):
+                target = getattr(merged, f.name)
+                target.extend([0] * (len(value) - len(target)))
+                for i, v in enumerate(value):
+                    target[i] += v
+            elif isinstance(value, dict):
+                target = getattr(merged, f.name)
+                for k, v in value.items():
+                    target[k] = target.get(k, 0) + v
+            else:
+                setattr(merged, f.name, getattr(merged, f.name) + value)
+    merged.stop_reason = ",".join(sorted({s.stop_reason for s in all_stats if s.stop_reason}))
+    return merged

@@ -1,0 +1,116 @@
+"""Request bodies (validated strictly: "10" is not an integer) and OpenAI's error shape.
+
+Fields a request may carry beyond these are method options (`{"method": "pld", "max_ngram": 4}`), the way
+vLLM takes extra parameters; the method itself rejects names it does not know.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+# OpenAI parameters this server does not implement: a clear refusal instead of "unknown method option".
+# Each maps to the values that mean "off" and are therefore accepted.
+UNSUPPORTED_FIELDS: dict[str, tuple] = {
+    "logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False), "suffix": (None, ""),
+    "best_of": (None, 1), "logit_bias": (None, {}), "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0), "tools": (None, []), "tool_choice": (None, "none", "auto"),
+    "functions": (None, []), "function_call": (None, "none", "auto"), "response_format": (None, {"type": "text"}),
+    "parallel_tool_calls": (None, True, False), "audio": (None,), "modalities": (None, ["text"]),
+    "prediction": (None,), "reasoning_effort": (None,), "logprobs_mode": (None,),
+}
+IGNORED_FIELDS = {"user", "store", "metadata", "service_tier"}     # harmless bookkeeping fields
+
+
+class ApiError(Exception):
+    """An error answered in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
+
+    def __init__(self, status: int, message: str, param: Optional[str] = None, code: Optional[str] = None,
+                 error_type: Optional[str] = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.error_type = error_type or {400: "invalid_request_error", 404: "not_found_error",
+                                         429: "rate_limit_error", 504: "timeout_error"}.get(status, "server_error")
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.error_type, "param": self.param, "code": self.code}}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+class _Sampling(_Strict):
+    model: Optional[str] = None
+    max_tokens: Optional[int] = None
+    temperature: Optional[float] = None
+    top_p: float = 1.0
+    top_k: int = 0
+    n: int = 1
+    stop: Union[str, list[str], None] = None
+    stream: bool = False
+    stream_options: Optional[dict] = None
+    seed: Optional[int] = None
+    method: Optional[str] = None
+
+
+class CompletionRequest(_Sampling):
+    prompt: Union[str, list[str], list[int], list[list[int]]]
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+    role: str
+    content: Union[str, list[dict], None] = None
+    name: Optional[str] = None
+
+    def text(self) -> str:
+        """The message text; OpenAI's list-of-parts form is joined (text parts only)."""
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
+        parts = []
+        for part in self.content:
+            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise ApiError(400, "only text content parts ({'type': 'text', 'text': ...}) are supported",
+                               param="messages")
+            parts.append(part["text"])
+        return "".join(parts)
+
+
+class ChatRequest(_Sampling):
+    messages: list[ChatMessage]
+    max_completion_tokens: Optional[int] = None
+
+
+def parse_body(raw: bytes, model_cls: type[_Strict]) -> _Strict:
+    """Bytes -> a validated request, or ApiError(400) saying what is wrong and where."""
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, f"the request body must be a JSON object, not {type(data).__name__}")
+    try:
+        request = model_cls.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        problem = first["msg"]
+        if first["type"] == "missing":
+            problem = "this field is required"
+        got = f" (got {json.dumps(first['input'])[:80]})" if first["type"] != "missing" and "input" in first else ""
+        raise ApiError(400, f"invalid value for '{where}': {problem}{got}", param=str(first["loc"][0])) from None
+    for name in list(request.model_extra or {}):
+        value = request.model_extra[name]
+        if name in IGNORED_FIELDS:
+            request.model_extra.pop(name)
+        elif name in UNSUPPORTED_FIELDS:
+            if value not in UNSUPPORTED_FIELDS[name]:
+                raise ApiError(400, f"'{name}' is not supported by this server", param=name)
+            request.model_extra.pop(name)
+    return request
