@@ -72,7 +72,7 @@ def _merge_runs(runs):
         return runs[0]
     keys = np.concatenate([r[0] for r in runs])
     counts = np.concatenate([r[1] for r in runs])
-    order = np.argsort(keys)
+    order = np.argsort(keys, kind="stable")  # timsort: merges the sorted runs in O(n log runs)
     keys, counts = keys[order], counts[order]
     starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
     return keys[starts], np.add.reduceat(counts, starts)

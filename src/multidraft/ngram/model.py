@@ -104,11 +104,12 @@ class NGramModel:
     # ------------------------------------------------------------------ primitive lookups
 
     def _children(self, parent_ids: np.ndarray, tokens_plus_v: np.ndarray) -> np.ndarray:
-        """Ids of (parent, token) where present, else missing_id. `tokens_plus_v` = token + V (uint64)."""
-        q = parent_ids.astype(np.uint64) * self._V + tokens_plus_v
+        """Ids of (parent, token) where present, else missing_id. `tokens_plus_v` = token + V (uint64).
+
+        Hot path (a few calls per decode step): every line is one numpy call on a small array."""
+        q = parent_ids.view(np.uint64) * self._V + tokens_plus_v  # ids >= 0: the uint64 view is exact
         pos = np.searchsorted(self._keys, q)
-        hit = np.take(self._keys, pos, mode="clip") == q
-        return np.where(hit, pos, self.missing_id)
+        return np.where(np.take(self._keys, pos, mode="clip") == q, pos, self.missing_id)
 
     def _child_range(self, ids: np.ndarray):
         """[lo, hi) positions of the children of the entries `ids` (int64 array)."""
@@ -116,10 +117,14 @@ class NGramModel:
         return np.searchsorted(self._keys, base), np.searchsorted(self._keys, base + self._V)
 
     def _tokens_plus_v(self, tokens):
-        """(token + V as uint64, valid mask); invalid tokens map to V (their parent is made missing)."""
+        """(token + V as uint64, valid mask or None if all valid); invalid tokens map to V and the
+        caller makes their parent missing."""
         tokens = np.asarray(tokens, dtype=np.int64)
+        as_unsigned = tokens.view(np.uint64)  # negative ids become huge, so one comparison checks both ends
+        if (as_unsigned < self._V).all():
+            return as_unsigned + self._V, None
         valid = (tokens >= 0) & (tokens < self.vocab_size)
-        return np.where(valid, tokens, 0).astype(np.uint64) + self._V, valid
+        return np.where(valid, tokens, 0).view(np.uint64) + self._V, valid
 
     # ------------------------------------------------------------------ states
 
@@ -138,13 +143,12 @@ class NGramModel:
         tokv, valid = self._tokens_plus_v(tail)
         # Level-1 ids are the tokens. A padded position only ever starts a gram (padding is on the
         # left), so making its id missing makes every gram through it missing.
-        ids = np.where(valid, tail, self.missing_id)
+        ids = tail if valid is None else np.where(valid, tail, self.missing_id)
         states = np.empty((tail.shape[0], width), dtype=np.int64)
         states[:, 0] = ids[:, -1]
-        all_valid = bool(valid.all())
         for m in range(2, width + 1):  # level-m ids of the grams starting at each j
             ids = self._children(ids[:, :-1], tokv[:, m - 1:])
-            if not all_valid:  # an out-of-vocabulary token inside a gram
+            if valid is not None:  # an out-of-vocabulary token inside a gram
                 ids = np.where(valid[:, m - 1:], ids, self.missing_id)
             states[:, m - 1] = ids[:, -1]
         return states
@@ -158,9 +162,11 @@ class NGramModel:
         tokv, valid = self._tokens_plus_v(tok)
         width = states.shape[1]
         new = np.empty(tok.shape + (width,), dtype=np.int64)
-        new[:, :, 0] = np.where(valid, tok, self.missing_id)
+        new[:, :, 0] = tok if valid is None else np.where(valid, tok, self.missing_id)
         if width > 1:
-            parents = np.where(valid[:, :, None], states[:, None, : width - 1], self.missing_id)
+            parents = states[:, None, : width - 1]
+            if valid is not None:
+                parents = np.where(valid[:, :, None], parents, self.missing_id)
             new[:, :, 1:] = self._children(parents, tokv[:, :, None])
         return new[:, 0] if squeeze else new
 
@@ -184,19 +190,23 @@ class NGramModel:
         cand = np.asarray(candidates, dtype=np.int64)
         if orders.size and orders.min() == 1:
             return self._with_unigram(states, cand, orders, return_children)
-        ctx = np.asarray(states, dtype=np.int64)[:, orders - 2]  # [k, O]: id of the order-(n-1) context
+        return self._candidate_probs(np.asarray(states, dtype=np.int64), cand, orders, orders - 2, return_children)
+
+    def _candidate_probs(self, states, cand, orders, state_cols, return_children=False):
+        """candidate_probs for validated orders >= 2; `state_cols` = orders - 2 (cached by callers)."""
+        ctx = states[:, state_cols]  # [k, O]: id of the order-(n-1) context
         candv, valid = self._tokens_plus_v(cand)
-        parents = ctx[:, :, None] if valid.all() else np.where(valid[:, None, :], ctx[:, :, None], self.missing_id)
+        parents = ctx[:, :, None] if valid is None else np.where(valid[:, None, :], ctx[:, :, None], self.missing_id)
         children = self._children(parents, candv[:, None, :])  # [k, O, K]
         total = self._cont_total[ctx]  # the missing id's total is the trailing 0
         seen = total > 0
-        counts = np.take(self._counts, children, mode="clip")
-        counts = np.where(children != self.missing_id, counts, 0)
+        # counts[missing_id] belongs to some top-order n-gram: zero it where nothing was found
+        counts = np.where(children != self.missing_id, np.take(self._counts, children, mode="clip"), 0)
         probs = counts / np.maximum(total, 1)[:, :, None]
         return (probs, seen, children) if return_children else (probs, seen)
 
     def _with_unigram(self, states, cand, orders, return_children):
-        candv, valid = self._tokens_plus_v(cand)
+        valid = (cand >= 0) & (cand < self.vocab_size)
         uni = np.where(valid, np.take(self._counts, np.where(valid, cand, 0)), 0) / max(self.num_tokens, 1)
         low = orders == 1
         probs = np.zeros((cand.shape[0], orders.size, cand.shape[1]))
@@ -239,12 +249,14 @@ class NGramModel:
         With `candidates` [k, K]: q float64 [k, K]. Without: a list of sparse (ids, q) per context over
         the union of continuations. `states` (from `context_states` / `extend_states`) skips the walk.
         """
-        orders, lam = self._weights(weights)
+        orders, lam, cols = self._weights(weights)
         if states is None:
             states = self.context_states(contexts)
         if candidates is not None:
-            probs = self.candidate_probs(states, candidates, orders)[0]
-            return np.matmul(lam, probs)
+            cand = np.asarray(candidates, dtype=np.int64)
+            if cols is None:  # order 1 in the mixture: the general path
+                return np.matmul(lam, self.candidate_probs(states, cand, orders)[0])
+            return np.matmul(lam, self._candidate_probs(np.asarray(states, dtype=np.int64), cand, orders, cols)[0])
         out = []
         for state in np.asarray(states):
             ids_all, q_all = [], []
@@ -263,7 +275,8 @@ class NGramModel:
         return self.interpolated_batch([list(context_ids)], weights)[0]
 
     def _weights(self, weights):
-        """(orders, lambdas) arrays, cached for the last weights object (called once per decode step)."""
+        """(orders, lambdas, orders - 2 or None if order 1 is used), validated; cached for the last
+        weights object because a decoder passes the same one at every step."""
         cached_key, cached = self._weights_cache
         if cached_key is weights:
             return cached
@@ -276,8 +289,9 @@ class NGramModel:
         if np.any(lam < 0):
             raise InvalidOptionError("interpolation weights must be >= 0")
         self._check_orders(orders)
-        self._weights_cache = (weights, (orders, lam))
-        return orders, lam
+        cols = orders - 2 if orders.size and orders.min() >= 2 else None
+        self._weights_cache = (weights, (orders, lam, cols))
+        return orders, lam, cols
 
     # ------------------------------------------------------------------ smoothed (rescoring)
 
@@ -308,7 +322,8 @@ class NGramModel:
             lo, hi = self._child_range(ctx[rows])
             distinct = (hi - lo).astype(np.float64)[:, None]
             candv, ok = self._tokens_plus_v(cand[rows])
-            child = self._children(np.where(ok, ctx[rows, None], self.missing_id), candv)
+            parents = np.broadcast_to(ctx[rows, None], candv.shape)
+            child = self._children(parents if ok is None else np.where(ok, parents, self.missing_id), candv)
             c = np.where(child != self.missing_id, np.take(self._counts, child, mode="clip"), 0)
             d = self.discounts.get(n, 0.5)
             tot = total[rows, None]
