@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "multidraft.generate_cli",
     "multidraft.data.cli",
     "multidraft.ngram.cli",
+    "multidraft.pldplus.cli",
     "multidraft.server.cli",
 ]
 

@@ -92,15 +92,25 @@ def attention_argmax(lm, token_ids: Sequence[int]) -> np.ndarray:
 
 
 def calibrate(lm, prompts: Iterable, gen_len: int = 96, top_k: int = 50, min_overlap: int = 1,
-              progress=None) -> dict:
-    """Identify induction heads on `prompts` (text, chat messages or token ids): greedy-decode, one full forward."""
+              sweep: bool = True, progress=None) -> dict:
+    """Identify induction heads on `prompts` (text, chat messages or token ids): greedy-decode, one full forward.
+
+    With `sweep`, also replay the greedy outputs to pick the best PLD+(h) layer (K = 10, as the paper tunes it).
+    """
     import multidraft
+    from multidraft.pldplus.sweep import sweep_layers
+    if lm.attn_implementation != "eager":
+        raise InvalidOptionError(
+            f"{lm.name} is loaded with {lm.attn_implementation!r} attention, which returns no attention weights; "
+            "load it with attn_implementation='eager' to calibrate induction heads")
+    sequences = []
     hits = np.zeros((lm.num_layers, lm.num_heads), dtype=np.int64)
     events = num_prompts = 0
     for prompt in prompts:
         ids = lm.encode(prompt)
         out = multidraft.generate(lm, ids, method="greedy", max_new_tokens=gen_len)
         seq = ids + out.token_ids
+        sequences.append((seq, len(ids)))
         prompt_hits, prompt_events = count_hits(attention_argmax(lm, seq), seq, len(ids), min_overlap)
         hits += prompt_hits
         events += prompt_events
@@ -110,7 +120,10 @@ def calibrate(lm, prompts: Iterable, gen_len: int = 96, top_k: int = 50, min_ove
     if num_prompts == 0:
         raise InvalidOptionError("calibration needs at least one prompt")
     ranked = rank_heads(hits)
-    return {"format": FORMAT_VERSION, "model": lm.name, "num_layers": lm.num_layers, "num_heads": lm.num_heads,
+    layer_aal = sweep_layers(lm, sequences) if sweep else {}
+    best_layer = max(layer_aal, key=lambda l: (layer_aal[l], -l)) if layer_aal else None
+    return {"layer": best_layer, "layer_sweep": {str(l): round(v, 4) for l, v in layer_aal.items()},
+            "format": FORMAT_VERSION, "model": lm.name, "num_layers": lm.num_layers, "num_heads": lm.num_heads,
             "num_prompts": num_prompts, "gen_len": gen_len, "events": events,
             "heads_with_hits": len(ranked), "heads": [list(h) for h in ranked[:top_k]],
             "hit_rates": [[l, g, h / max(events, 1)] for l, g, h in ranked[:top_k]]}

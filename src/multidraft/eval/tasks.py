@@ -1,0 +1,320 @@
+"""Evaluation tasks built deterministically from pulled data (`multidraft data pull NAME`).
+
+    from multidraft.eval.tasks import load_task, TASKS
+    for item in load_task("code_edit", limit=5):
+        multidraft.generate(lm, item.messages, ...)
+
+Input-guided tasks (the answer copies long stretches of the input; PLD/PLD+ territory):
+- code_edit   a real CPython stdlib function + an instruction (rename, type hints, docstring, convert a loop,
+              fix a planted bug)                                               needs: cpython-stdlib
+- summarize   Linux kernel documentation sections, and ShareGPT "summarize" requests   needs: linux-doc, sharegpt
+- text_edit   rewrite / correct a real documentation paragraph                 needs: linux-doc
+- chat        MT-Bench two-turn questions (`turns`; see `TaskPrompt.turn_messages`)    needs: mt-bench
+Other tasks: `humaneval` (raw code completion, needs humaneval) and `autocomplete` (short prefixes of real
+prose and code, for superposed decoding; needs linux-doc and cpython-stdlib).
+The same data always gives the same prompts in the same order (sorted files, fixed strides, fixed seeds).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import random
+import re
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from multidraft import data
+from multidraft.errors import InvalidOptionError
+
+SIZE = 40            # prompts per task (>= 20 each), before `limit`
+
+
+@dataclass
+class TaskPrompt:
+    """One evaluation prompt. Chat-style tasks fill `messages`; raw-completion tasks fill `prompt`.
+
+    Multi-turn tasks list every user turn in `turns`; turn i's messages are built with `turn_messages(i, answers)`
+    from the model's earlier answers (turn 1's text is then part of turn 2's prompt, as in Spec-Bench).
+    """
+
+    id: str
+    task: str
+    messages: Optional[list[dict]] = None
+    prompt: Optional[str] = None
+    turns: list[str] = field(default_factory=list)
+    source: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def input(self):
+        """What to pass to `multidraft.generate` for the first (or only) turn."""
+        return self.messages if self.messages is not None else self.prompt
+
+    @property
+    def num_turns(self) -> int:
+        return max(1, len(self.turns))
+
+    def turn_messages(self, turn: int, answers: list[str]) -> list[dict]:
+        """Messages for user turn `turn` (0-based) given the model's answers to the earlier turns."""
+        if not self.turns:
+            if turn != 0 or self.messages is None:
+                raise InvalidOptionError(f"task prompt {self.id} has a single turn")
+            return self.messages
+        if not 0 <= turn < len(self.turns) or len(answers) < turn:
+            raise InvalidOptionError(f"task prompt {self.id}: turn {turn} needs the answers of turns 0..{turn - 1}")
+        messages = []
+        for i in range(turn):
+            messages += [{"role": "user", "content": self.turns[i]}, {"role": "assistant", "content": answers[i]}]
+        return messages + [{"role": "user", "content": self.turns[turn]}]
+
+
+def _user(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+# ----- code_edit -----
+_SKIP_DIRS = ("test", "tests", "idlelib", "lib2to3", "site-packages", "turtledemo", "ensurepip", "__phello__")
+
+
+@functools.lru_cache(maxsize=None)
+def _stdlib_functions(min_lines: int = 6, max_lines: int = 30, stride: int = 5) -> list[tuple[str, ast.FunctionDef, str]]:
+    """(module path, node, source) of plain top-level functions from every `stride`-th stdlib file."""
+    found = []
+    root = data.path("cpython-stdlib") / "files"
+    files = [p for p in data.iter_document_paths("cpython-stdlib")
+             if p.suffix == ".py" and not any(part in _SKIP_DIRS for part in p.relative_to(root).parts)]
+    for file in files[::stride]:
+        text = file.read_text(encoding="utf-8", errors="replace")
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        lines = text.splitlines()
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef) or node.decorator_list or node.name.startswith("__"):
+                continue
+            length = node.end_lineno - node.lineno + 1
+            if min_lines <= length <= max_lines:
+                source = "\n".join(lines[node.lineno - 1: node.end_lineno])
+                found.append((str(file.relative_to(root)), node, source))
+    return found
+
+
+def _has_loop(node) -> bool:
+    return any(isinstance(n, ast.For) for n in ast.walk(node))
+
+
+_BUGS = [(" < ", " <= "), (" > ", " >= "), (" == ", " != "), (" + 1", " - 1"), (" and ", " or "),
+         (" is None", " is not None"), ("[0]", "[1]")]
+
+
+def _plant_bug(source: str) -> Optional[tuple[str, str, str]]:
+    """Swap one operator in the body (not the signature); (buggy source, original, replacement)."""
+    header_end = source.find(":\n")
+    for old, new in _BUGS:
+        index = source.find(old, header_end)
+        if index > 0:
+            return source[:index] + new + source[index + len(old):], old.strip(), new.strip()
+    return None
+
+
+def _code_edit() -> list[TaskPrompt]:
+    functions = _stdlib_functions()
+    kinds = ["rename", "type_hints", "docstring", "convert_loop", "fix_bug"]
+    out: list[TaskPrompt] = []
+    for index, (module, node, source) in enumerate(functions):
+        kind = kinds[len(out) % len(kinds)]
+        code = source
+        meta: dict[str, Any] = {"module": module, "function": node.name, "edit": kind}
+        if kind == "rename":
+            new_name = node.name.lstrip("_") + "_v2"
+            instruction = (f"Rename the function `{node.name}` to `{new_name}` and give its local variables clearer "
+                           "names. Return the complete edited function.")
+        elif kind == "type_hints":
+            instruction = "Add type hints to every parameter and to the return value of this function. Return the complete function."
+        elif kind == "docstring":
+            if ast.get_docstring(node):
+                continue
+            instruction = "Add a docstring that explains what this function does, its arguments and its return value. Return the complete function."
+        elif kind == "convert_loop":
+            if not _has_loop(node):
+                continue
+            instruction = "Convert the for loop in this function into a while loop without changing its behaviour. Return the complete function."
+        else:
+            planted = _plant_bug(source)
+            if planted is None:
+                continue
+            code, meta["original"], meta["planted"] = planted
+            meta["fixed_source"] = source
+            instruction = "This function contains one bug. Find it, fix it and return the complete corrected function."
+        text = f"{instruction}\n\n```python\n{textwrap.dedent(code)}\n```"
+        out.append(TaskPrompt(f"code_edit/{len(out):03d}", "code_edit", messages=_user(text),
+                              source=f"cpython-stdlib:{module}:{node.name}", meta=meta))
+        if len(out) == SIZE:
+            break
+    return out
+
+
+# ----- Linux documentation: sections and paragraphs -----
+_UNDERLINE = re.compile(r"^([=\-~^*+#\"'`])\1{3,}\s*$")
+
+
+@functools.lru_cache(maxsize=None)
+def _doc_sections(stride: int = 11) -> list[tuple[str, str, str]]:
+    """(file, title, body) of RST sections from every `stride`-th linux-doc file; titles are underlined lines."""
+    root = data.path("linux-doc") / "files"
+    sections = []
+    for file in list(data.iter_document_paths("linux-doc"))[::stride]:
+        lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+        starts = [i - 1 for i in range(1, len(lines)) if _UNDERLINE.match(lines[i]) and lines[i - 1].strip()
+                  and not _UNDERLINE.match(lines[i - 1])]
+        for a, b in zip(starts, starts[1:] + [len(lines)]):
+            body = "\n".join(lines[a + 2: b - (1 if b < len(lines) else 0)]).strip()
+            body = "\n".join(l for l in body.splitlines() if not _UNDERLINE.match(l))
+            sections.append((str(file.relative_to(root)), lines[a].strip(), body))
+    return sections
+
+
+def _prose_ratio(text: str) -> float:
+    letters = sum(c.isalpha() or c == " " for c in text)
+    return letters / max(len(text), 1)
+
+
+@functools.lru_cache(maxsize=None)
+def _paragraphs(min_chars: int = 300, max_chars: int = 900) -> list[tuple[str, str]]:
+    out = []
+    for file, _title, body in _doc_sections():
+        for para in re.split(r"\n\s*\n", body):
+            para = " ".join(line.strip() for line in para.splitlines())
+            if (min_chars <= len(para) <= max_chars and _prose_ratio(para) > 0.9 and not para.startswith(("..", ":", "|", "*", "-"))
+                    and "::" not in para and para.endswith(".")):
+                out.append((file, para))
+    return out
+
+
+def _summarize() -> list[TaskPrompt]:
+    docs = []
+    for file, title, body in _doc_sections():
+        if 1200 <= len(body) <= 3500 and _prose_ratio(body) > 0.85:
+            text = (f"Summarize the following section of the Linux kernel documentation (\"{title}\") in a short "
+                    f"paragraph, reusing its key terms:\n\n{body}")
+            docs.append(TaskPrompt("", "summarize", messages=_user(text), source=f"linux-doc:{file}:{title}"))
+    chats = []
+    for conv in data.load_sharegpt_conversations():
+        turns = conv["conversations"]
+        if not turns or turns[0]["from"] != "human":
+            continue
+        first = turns[0]["value"]
+        if re.search(r"\bsummari[sz]e\b", first, re.I) and 800 <= len(first) <= 4000:
+            chats.append(TaskPrompt("", "summarize", messages=_user(first), source=f"sharegpt:{conv['id']}"))
+    half = SIZE // 2
+    picked = docs[:: max(1, len(docs) // half)][:half] + chats[:: max(1, len(chats) // half)][:half]
+    for index, item in enumerate(picked):
+        item.id = f"summarize/{index:03d}"
+    return picked
+
+
+_EDITS = [
+    ("correct", "The following paragraph contains spelling mistakes. Correct them and return the whole corrected paragraph, changing nothing else."),
+    ("formal", "Rewrite the following paragraph in a more formal tone, keeping all of its technical content."),
+    ("simplify", "Rewrite the following paragraph in simpler English for a beginner, keeping its technical terms."),
+    ("concise", "Make the following paragraph more concise without losing information. Return the edited paragraph."),
+    ("active_voice", "Rewrite the following paragraph so that every sentence uses the active voice."),
+]
+
+
+def _misspell(text: str, rng: random.Random, count: int = 4) -> str:
+    """Swap two inner letters in `count` longer words (deterministic for a seeded rng)."""
+    words = text.split(" ")
+    choices = [i for i, w in enumerate(words) if len(w) >= 6 and w.isalpha()]
+    for i in sorted(rng.sample(choices, min(count, len(choices)))):
+        w = words[i]
+        j = rng.randrange(1, len(w) - 2)
+        words[i] = w[:j] + w[j + 1] + w[j] + w[j + 2:]
+    return " ".join(words)
+
+
+def _text_edit() -> list[TaskPrompt]:
+    paragraphs = _paragraphs()
+    rng = random.Random(1234)
+    out = []
+    for index, (file, para) in enumerate(paragraphs[:: max(1, len(paragraphs) // SIZE)][:SIZE]):
+        kind, instruction = _EDITS[index % len(_EDITS)]
+        meta = {"edit": kind}
+        text = para
+        if kind == "correct":
+            text = _misspell(para, rng)
+            meta["original"] = para
+        out.append(TaskPrompt(f"text_edit/{index:03d}", "text_edit", messages=_user(f"{instruction}\n\n{text}"),
+                              source=f"linux-doc:{file}", meta=meta))
+    return out
+
+
+# ----- chat, humaneval, autocomplete -----
+def _chat() -> list[TaskPrompt]:
+    out = []
+    for q in data.load_mt_bench():
+        turns = list(q["turns"])
+        out.append(TaskPrompt(f"chat/{q['question_id']}", "chat", messages=_user(turns[0]), turns=turns,
+                              source=f"mt-bench:{q['question_id']}", meta={"category": q["category"]}))
+    return out
+
+
+def _humaneval() -> list[TaskPrompt]:
+    return [TaskPrompt(p["task_id"].replace("HumanEval/", "humaneval/"), "humaneval", prompt=p["prompt"],
+                       source=p["task_id"], meta={"entry_point": p["entry_point"], "test": p["test"],
+                                                   "canonical_solution": p["canonical_solution"]})
+            for p in data.load_humaneval()]
+
+
+def _autocomplete() -> list[TaskPrompt]:
+    prose = [(f, " ".join(p.split()[:8])) for f, p in _paragraphs()]
+    code = [(m, s.splitlines()[0] + "\n" + s.splitlines()[1]) for m, _n, s in _stdlib_functions()]
+    half = SIZE // 2
+    picked = ([("prose", *x) for x in prose[:: max(1, len(prose) // half)][:half]]
+              + [("code", *x) for x in code[:: max(1, len(code) // half)][:half]])
+    return [TaskPrompt(f"autocomplete/{i:03d}", "autocomplete", prompt=text, source=f"{src}:{kind}", meta={"kind": kind})
+            for i, (kind, src, text) in enumerate(picked)]
+
+
+_BUILDERS: dict[str, tuple[Callable[[], list[TaskPrompt]], tuple[str, ...]]] = {
+    "code_edit": (_code_edit, ("cpython-stdlib",)),
+    "summarize": (_summarize, ("linux-doc", "sharegpt")),
+    "text_edit": (_text_edit, ("linux-doc",)),
+    "chat": (_chat, ("mt-bench",)),
+    "humaneval": (_humaneval, ("humaneval",)),
+    "autocomplete": (_autocomplete, ("linux-doc", "cpython-stdlib")),
+}
+TASKS = tuple(_BUILDERS)
+INPUT_GUIDED_TASKS = ("code_edit", "summarize", "text_edit", "chat")
+_CACHE: dict[str, list[TaskPrompt]] = {}
+
+
+def required_data(name: str) -> tuple[str, ...]:
+    """The data sets (`multidraft data pull NAME`) a task is built from."""
+    _check(name)
+    return _BUILDERS[name][1]
+
+
+def _check(name: str) -> None:
+    if name not in _BUILDERS:
+        raise InvalidOptionError(f"unknown task {name!r}; choose one of: {', '.join(TASKS)}")
+
+
+def load_task(name: str, limit: Optional[int] = None) -> list[TaskPrompt]:
+    """The prompts of task `name`, always the same ones in the same order; the first `limit` if given.
+
+    Raises DataNotFoundError naming the `multidraft data pull` command when a source has not been pulled.
+    """
+    _check(name)
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        raise InvalidOptionError(f"limit must be a positive integer or None, got {limit!r}")
+    builder, sources = _BUILDERS[name]
+    for source in sources:
+        data.path(source)        # a clear DataNotFoundError before any work
+    if name not in _CACHE:
+        _CACHE[name] = builder()
+    items = _CACHE[name]
+    return [TaskPrompt(**vars(item)) for item in (items if limit is None else items[:limit])]

@@ -1,0 +1,62 @@
+"""`multidraft pld-plus calibrate|show`: induction-head calibration and layer sweep for PLD+ (specs/pldplus.md §3.5)."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("pld-plus", help="PLD+ calibration: induction heads and hidden layer per model")
+    commands = parser.add_subparsers(dest="pld_plus_command", metavar="SUBCOMMAND", required=True)
+
+    calibrate = commands.add_parser(
+        "calibrate", help="find the model's induction heads (and best hidden layer) on input-guided prompts; "
+                          "saves <cache>/pldplus/<model>.json, which method='pld_plus' then uses by default")
+    calibrate.add_argument("--model", required=True, help="model alias, HF folder, HF id or GGUF file")
+    calibrate.add_argument("--task", default="summarize", help="eval task the prompts come from (default: summarize)")
+    calibrate.add_argument("--prompts", type=int, default=4, help="number of prompts (default 4)")
+    calibrate.add_argument("--gen-len", type=int, default=96, help="greedy tokens generated per prompt (default 96)")
+    calibrate.add_argument("--top-k", type=int, default=50, help="heads kept, best first (default 50)")
+    calibrate.add_argument("--no-layer-sweep", action="store_true", help="skip the PLD+(h) layer sweep")
+    calibrate.add_argument("--dtype", default=None, help="model dtype (default: the loader's choice)")
+    calibrate.add_argument("--output", default=None, help="write here instead of the cache")
+    calibrate.set_defaults(func=_calibrate)
+
+    show = commands.add_parser("show", help="print the calibration method='pld_plus' would use for a model")
+    show.add_argument("--model", required=True)
+    show.set_defaults(func=_show)
+
+
+def _calibrate(args) -> int:
+    import multidraft
+    from multidraft.errors import InvalidOptionError
+    from multidraft.eval.tasks import load_task
+    from multidraft.pldplus import heads
+
+    for name in ("prompts", "gen_len", "top_k"):
+        if getattr(args, name) < 1:
+            raise InvalidOptionError(f"--{name.replace('_', '-')} must be >= 1")
+    prompts = [item.input for item in load_task(args.task, limit=args.prompts)]
+    lm = multidraft.load_model(args.model, dtype=args.dtype, attn_implementation="eager")
+    record = heads.calibrate(lm, prompts, gen_len=args.gen_len, top_k=args.top_k, sweep=not args.no_layer_sweep,
+                             progress=print)
+    record["task"] = args.task
+    path = heads.save(record, args.output)
+    top = ", ".join(f"({l},{g}):{h}" for l, g, h in record["heads"][:8])
+    print(f"{record['heads_with_hits']} heads with hits over {record['events']} copy events; top: {top}")
+    if record.get("layer") is not None:
+        print(f"best PLD+(h) layer: {record['layer']} (replayed mean acceptance length "
+              f"{record['layer_sweep'][str(record['layer'])]:.2f} at K=10)")
+    print(f"saved {path}")
+    return 0
+
+
+def _show(args) -> int:
+    from multidraft.errors import InvalidOptionError
+    from multidraft.pldplus import heads
+
+    record = heads.load_record(args.model)
+    if record is None:
+        raise InvalidOptionError(f"no PLD+ calibration for {args.model}; run `multidraft pld-plus calibrate --model {args.model}`")
+    print(json.dumps({k: v for k, v in record.items() if k != "hit_rates"}, indent=1, default=list))
+    return 0
