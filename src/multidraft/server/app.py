@@ -150,7 +150,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         done = False
-        watcher = asyncio.create_task(_watch_disconnect(request, job))
+        watcher = asyncio.create_task(_watch_disconnect(request, lambda: _cancel(job)))
         try:
             while True:
                 kind, *payload = await _next_event(job)
@@ -168,7 +168,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
 
     async def _stream(request: Request, job: Job, reply: "_Reply", num_choices: int, arrived: float):
         done = False
-        watcher = asyncio.create_task(_watch_disconnect(request, job))
+        watcher = asyncio.create_task(_watch_disconnect(request, lambda: _cancel(job)))
         try:
             if reply.chat:
                 for index in range(num_choices):
@@ -237,12 +237,12 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
     return app
 
 
-async def _watch_disconnect(request: Request, job: Job) -> None:
-    """Cancel the job when the client hangs up (the body is already read, so receive() waits for that)."""
+async def _watch_disconnect(request: Request, on_disconnect) -> None:
+    """Call `on_disconnect` when the client hangs up (the body is already read, so receive() waits for that)."""
     while True:
         message = await request.receive()
         if message["type"] == "http.disconnect":
-            job.cancelled.set()
+            on_disconnect()
             return
 
 

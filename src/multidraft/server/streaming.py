@@ -9,21 +9,23 @@ from typing import Sequence
 class TextStreamer:
     """Turns a growing list of token ids into text deltas whose concatenation is the final text.
 
-    It holds back (a) a trailing U+FFFD, which is usually half of a multi-byte character, and (b) the last
-    len(longest stop string) - 1 characters, which could still become the start of a stop string that
-    `generate` will cut off. `finish(final_text)` sends whatever is left.
+    It holds back (a) a trailing U+FFFD, which is usually half of a multi-byte character, (b) the last
+    len(longest stop string) - 1 characters, which could still become the start of a stop string, and
+    (c) everything from a stop string on (the callback sees the token that completes it before `generate`
+    cuts it). `finish(final_text)` sends whatever is left.
     """
 
     def __init__(self, decode, stop: Sequence[str] = ()):
         self.decode = decode
         self.token_ids: list[int] = []
-        self.holdback = max((len(s) for s in stop), default=1) - 1
+        self.stop = [s for s in stop if s]
+        self.holdback = max((len(s) for s in self.stop), default=1) - 1
         self.sent = 0
 
     def feed(self, token_id: int) -> str:
         self.token_ids.append(int(token_id))
         text = self.decode(self.token_ids)
-        end = len(text) - self.holdback
+        end = min([len(text) - self.holdback] + [text.find(s) for s in self.stop if s in text])
         while end > self.sent and text[end - 1] == "\ufffd":
             end -= 1
         if end <= self.sent:
