@@ -53,6 +53,9 @@ def test_unseen_context_gives_zero_mass(model):
                                              np.arange(VOCAB)[None], [n])[0][0, 0] for n in range(2, 6))
     np.testing.assert_allclose(q, manual)
     assert model.interpolated([], [0.1] * 4, candidates=np.arange(VOCAB)).sum() == 0  # no context at all
+    probs, seen = model.prob_batch([[VOCAB - 1] * 6, [0, 1]], np.tile(np.arange(VOCAB), (2, 1)), 3)
+    assert probs.shape == (2, VOCAB) and seen.tolist() == [bool(probs[0].sum()), True]
+    assert probs[1].sum() == pytest.approx(1.0)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

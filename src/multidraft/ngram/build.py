@@ -17,6 +17,7 @@ corpus size; the token stream and per-position indices live in temporary files.
 import hashlib
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -153,8 +154,6 @@ def build(token_docs: Iterable, vocab_size: int, out_path, max_order: int = 6, *
 
     Documents are separate: no n-gram crosses a document boundary. Returns BuildStats with timings.
     """
-    import time
-
     if max_order < 1 or max_order > 15:
         raise InvalidOptionError(f"max_order must be in 1..15, got {max_order}")
     if not 1 < vocab_size < (1 << 24):

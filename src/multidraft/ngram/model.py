@@ -205,6 +205,11 @@ class NGramModel:
         probs = counts / np.maximum(total, 1)[:, :, None]
         return (probs, seen, children) if return_children else (probs, seen)
 
+    def prob_batch(self, contexts, candidates, order: int):
+        """spd.md §4.3 protocol: ML p_order(candidates | contexts) -> (probs [k, K], seen [k])."""
+        probs, seen = self.candidate_probs(self.context_states(contexts), candidates, [order])
+        return probs[:, 0], seen[:, 0]
+
     def _with_unigram(self, states, cand, orders, return_children):
         valid = (cand >= 0) & (cand < self.vocab_size)
         uni = np.where(valid, np.take(self._counts, np.where(valid, cand, 0)), 0) / max(self.num_tokens, 1)
