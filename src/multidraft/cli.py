@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "multidraft.ngram.cli",
     "multidraft.pldplus.cli",
     "multidraft.server.cli",
+    "multidraft.eval.bench_cli",
 ]
 
 

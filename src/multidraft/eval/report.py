@@ -1,0 +1,287 @@
+"""The bench report: report.md and PNG plots, rebuilt from results.jsonl alone (`multidraft bench report DIR`).
+
+Everything here is a pure function of the results file, so regenerating gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from pathlib import Path
+from typing import Any, Optional
+
+from multidraft.eval.bench import BASELINE, RESULTS_NAME, SPD_K_OPTIONS, read_results
+
+REPORT_NAME = "report.md"
+SPEEDUP_PNG, HISTOGRAM_PNG, SPD_PNG = "speedup.png", "acceptance_histogram.png", "spd_latency.png"
+MAX_POSITIONS = 5        # per-position acceptance shown for the first few draft positions
+
+
+def _f(value: Optional[float], digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _self_bleu(texts: list[str]) -> Optional[float]:
+    """Self-BLEU of a method's drafts, when multidraft.eval.metrics provides it."""
+    try:
+        from multidraft.eval import metrics
+    except ImportError:
+        return None
+    function = getattr(metrics, "self_bleu", None)
+    return float(function(texts)) if function is not None and len(texts) > 1 else None
+
+
+def summarize(rows: list[dict], method: dict, baseline: dict[str, dict]) -> dict[str, Any]:
+    """Numbers of one method on one task. `baseline` maps prompt_id -> baseline row."""
+    ok = [r for r in rows if r.get("error") is None]
+    out: dict[str, Any] = {"prompts": len(rows), "failed": len(rows) - len(ok)}
+    seconds = sum(r["seconds"] for r in ok)
+    out["tok_s"] = sum(r["tokens"] for r in ok) / seconds if seconds else None
+    speedups = [r["tokens_per_second"] / baseline[r["prompt_id"]]["tokens_per_second"] for r in ok
+                if r["prompt_id"] in baseline and baseline[r["prompt_id"]]["tokens_per_second"]]
+    out["speedups"] = speedups
+    out["speedup"] = (min(speedups), statistics.median(speedups), max(speedups)) if speedups else None
+    stats = [r["stats"] for r in ok if r.get("stats")]
+    calls = sum(s["verification_calls"] for s in stats)
+    out["mal"] = sum(s["generated_tokens"] for s in stats) / calls if calls else None
+    width = max((len(s["proposed_per_position"]) for s in stats), default=0)
+    proposed = [sum(s["proposed_per_position"][i] for s in stats if i < len(s["proposed_per_position"])) for i in range(width)]
+    accepted = [sum(s["accepted_per_position"][i] for s in stats if i < len(s["accepted_per_position"])) for i in range(width)]
+    out["per_position"] = [a / p for a, p in zip(accepted, proposed) if p]
+    histogram: dict[int, int] = {}
+    for s in stats:
+        for k, v in s.get("acceptance_histogram", {}).items():
+            histogram[int(k)] = histogram.get(int(k), 0) + v
+    out["histogram"] = dict(sorted(histogram.items()))
+    flags = [r["equal_greedy"] for r in ok if r.get("equal_greedy") is not None]
+    out["equal"] = (sum(flags), len(flags)) if flags else None
+    ppl = [r["perplexity"] for r in ok if r.get("perplexity") is not None]
+    out["perplexity"] = statistics.mean(ppl) if ppl else None
+    bleu = [b for b in (_self_bleu([d["text"] for d in r["turns"][-1].get("drafts") or []]) for r in ok) if b is not None]
+    out["self_bleu"] = statistics.mean(bleu) if bleu else None
+    out["latency"] = statistics.median([r["seconds"] for r in ok]) if ok else None
+    out["lossless"] = method["lossless"]
+    out["sampled"] = bool(method.get("temperature"))
+    return out
+
+
+def _method_cell(method: dict) -> str:
+    name = f"`{method['label']}`"
+    if method["peer"]:
+        return name + " (HF)"
+    if not method["lossless"]:
+        return name + " ⚠ lossy"
+    return name + (" (sampled)" if method.get("temperature") else "")
+
+
+def _equal_cell(s: dict) -> str:
+    if s["sampled"]:
+        return "n/a (sampled)"
+    if s["equal"] is None:
+        return "—"
+    text = f"{s['equal'][0]}/{s['equal'][1]}"
+    return f"**{text} ✗**" if s["lossless"] and s["equal"][0] != s["equal"][1] else text
+
+
+def analyse(header: dict, rows: list[dict]) -> dict[str, Any]:
+    """{task: {label: summary}}, in the header's task and method order, plus mismatches and errors."""
+    methods = {m["label"]: m for m in header["methods"]}
+    tasks = [t for t in header["tasks"] if any(r["task"] == t for r in rows)]
+    result: dict[str, dict[str, dict]] = {}
+    for task in tasks:
+        task_rows = [r for r in rows if r["task"] == task]
+        baseline = {r["prompt_id"]: r for r in task_rows if r["method"] == BASELINE and r.get("error") is None}
+        result[task] = {}
+        for label, method in methods.items():
+            mine = [r for r in task_rows if r["method"] == label]
+            if mine:
+                result[task][label] = summarize(mine, method, baseline)
+    mismatches = [r for r in rows if r.get("lossless") and not r.get("temperature") and r.get("equal_greedy") is False]
+    errors = [r for r in rows if r.get("error")]
+    return {"tasks": result, "methods": methods, "mismatches": mismatches, "errors": errors}
+
+
+def render_tables(header: dict, rows: list[dict], analysis: Optional[dict] = None) -> str:
+    """The summary matrix and one table per task (what the CLI prints)."""
+    analysis = analysis or analyse(header, rows)
+    tasks, methods = analysis["tasks"], analysis["methods"]
+    lines = ["## Summary: median speedup over HF greedy (mean acceptance length)", "",
+             "| method | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
+    for label, method in methods.items():
+        cells = []
+        for task in tasks:
+            s = tasks[task].get(label)
+            if s is None or s["speedup"] is None:
+                cells.append("—")
+            else:
+                cells.append(f"{s['speedup'][1]:.2f}x" + (f" ({s['mal']:.2f})" if s["mal"] is not None else ""))
+        if any(c != "—" for c in cells):
+            lines.append(f"| {_method_cell(method)} | " + " | ".join(cells) + " |")
+    for task, summaries in tasks.items():
+        count = max(s["prompts"] for s in summaries.values())
+        lines += ["", f"## {task} ({count} prompts)", "",
+                  "| method | tok/s | speedup min / median / max | mean acceptance length | per-position acceptance "
+                  "| equal to greedy | perplexity | self-BLEU | failed |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for label, s in summaries.items():
+            speed = " / ".join(f"{x:.2f}" for x in s["speedup"]) if s["speedup"] else "—"
+            positions = " ".join(f"{p:.2f}" for p in s["per_position"][:MAX_POSITIONS]) or "—"
+            lines.append(f"| {_method_cell(methods[label])} | {_f(s['tok_s'])} | {speed} | {_f(s['mal'])} | {positions} "
+                         f"| {_equal_cell(s)} | {_f(s['perplexity'])} | {_f(s['self_bleu'], 3)} | {s['failed'] or ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_report(header: dict, rows: list[dict], plots: list[str]) -> str:
+    analysis = analyse(header, rows)
+    config, identity = header["config"], header["identity"]
+    loads = [r["load_average"] for r in rows if r.get("load_average") is not None]
+    runs = header.get("runs", [])
+    lines = ["# multidraft bench", "",
+             f"- model `{config['model']}`" + (f", draft `{config['draft']}`" if config.get("draft") else "")
+             + f", dtype {identity['dtype']}, max_new_tokens {identity['max_new_tokens']}, seed {identity['seed']}",
+             f"- tasks: {', '.join(header['tasks'])}; started {header.get('created', '?')}; "
+             f"{len(runs)} run(s): {', '.join(r['mode'] for r in runs)}",
+             f"- load average (1 min) over rows: {min(loads):.1f} to {max(loads):.1f}" if loads else "- load average: —",
+             f"- baseline `{BASELINE}` = HF `generate()` greedy. Speedup = tok/s of a method / tok/s of the baseline "
+             f"on the same prompt; min / median / max over prompts. Mean acceptance length = generated tokens / target "
+             f"verification calls (pooled over prompts); HF peers do not report it.",
+             "- equal to greedy: token-identical to the baseline's output (every turn). Lossless methods must be; "
+             "⚠ lossy methods are new decoders and need not be. Perplexity: of the output given the prompt, under "
+             "the target model (lossy, sampled and baseline rows)."]
+    if identity.get("options"):
+        lines.append(f"- method options: `{identity['options']}`")
+    if header.get("skipped"):
+        lines.append("- not run: " + ", ".join(f"`{k}` ({v})" for k, v in header["skipped"].items()))
+    lines += ["", render_tables(header, rows, analysis)]
+    if plots:
+        lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
+    if analysis["mismatches"]:
+        lines += ["## Lossless outputs that differ from greedy", ""]
+        lines += [f"- {r['task']} `{r['prompt_id']}` `{r['method']}`" for r in analysis["mismatches"]] + [""]
+    if analysis["errors"]:
+        lines += ["## Failed runs", ""]
+        lines += [f"- {r['task']} `{r['prompt_id']}` `{r['method']}`: {r['error']}" for r in analysis["errors"]] + [""]
+    env = header.get("env") or (runs[-1].get("env") if runs else None)
+    if env:
+        lines += ["## Environment", "", "- " + ", ".join(f"{k}: {v}" for k, v in env.items()), ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- plots
+
+
+def _save(fig, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.png")
+    fig.savefig(tmp, dpi=100, metadata={"Software": None})
+    os.replace(tmp, path)
+
+
+def plot_speedup(analysis: dict, path: Path) -> bool:
+    import matplotlib.pyplot as plt
+    import numpy as np
+    tasks = list(analysis["tasks"])
+    labels = [m for m in analysis["methods"] if m != BASELINE
+              and any(analysis["tasks"][t].get(m, {}).get("speedup") for t in tasks)]
+    if not labels:
+        return False
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(labels) * max(1, len(tasks)) ** 0.5 + 2), 4.5))
+    width = 0.8 / len(tasks)
+    x = np.arange(len(labels))
+    for i, task in enumerate(tasks):
+        mids, lows, highs = [], [], []
+        for label in labels:
+            s = analysis["tasks"][task].get(label)
+            low, mid, high = s["speedup"] if s and s["speedup"] else (np.nan,) * 3
+            mids.append(mid), lows.append(mid - low), highs.append(high - mid)
+        ax.bar(x + (i - (len(tasks) - 1) / 2) * width, mids, width, yerr=[lows, highs], capsize=3, label=task)
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_xticks(x, labels, rotation=30, ha="right")
+    ax.set_ylabel(f"speedup over {BASELINE} (median, min-max)")
+    ax.set_title("Speedup per method and task")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+    return True
+
+
+def plot_histograms(analysis: dict, path: Path) -> bool:
+    import matplotlib.pyplot as plt
+    pooled: dict[str, dict[int, int]] = {}
+    for summaries in analysis["tasks"].values():
+        for label, s in summaries.items():
+            for k, v in s["histogram"].items():
+                pooled.setdefault(label, {})[k] = pooled.setdefault(label, {}).get(k, 0) + v
+    pooled = {label: h for label, h in pooled.items() if max(h, default=1) > 1}   # methods that accept drafts
+    if not pooled:
+        return False
+    cols = min(3, len(pooled))
+    rows = (len(pooled) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
+    for ax, (label, hist) in zip(axes.flat, pooled.items()):
+        total = sum(hist.values())
+        ax.bar(list(hist), [v / total for v in hist.values()])
+        mean = sum(k * v for k, v in hist.items()) / total
+        ax.set_title(f"{label} (mean {mean:.2f})", fontsize=9)
+        ax.set_xlabel("tokens per target call")
+        ax.set_ylabel("fraction of calls")
+    for ax in list(axes.flat)[len(pooled):]:
+        ax.axis("off")
+    fig.suptitle("Acceptance length histograms (all tasks)")
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+    return True
+
+
+def plot_spd_latency(header: dict, rows: list[dict], path: Path) -> bool:
+    """Superposed latency against k, beside k sequential sampling runs and one greedy run."""
+    import matplotlib.pyplot as plt
+    ok = [r for r in rows if r.get("error") is None]
+    by_k: dict[int, list[float]] = {}
+    for r in ok:
+        if r["name"] == "superposed":
+            k = next((r["options"][key] for key in SPD_K_OPTIONS if key in r["options"]), None)
+            if k is not None:
+                by_k.setdefault(int(k), []).append(r["seconds"])
+    if not by_k:
+        return False
+    tasks = {r["task"] for r in ok if r["name"] == "superposed"}
+    ks = sorted(by_k)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(ks, [statistics.median(by_k[k]) for k in ks], marker="o", label="superposed (one pass)")
+    sample = [r["seconds"] for r in ok if r["name"] == "sample" and r["task"] in tasks]
+    if sample:
+        ax.plot(ks, [k * statistics.median(sample) for k in ks], marker="s", linestyle="--", label="k x sample runs")
+    greedy = [r["seconds"] for r in ok if r["method"] == BASELINE and r["task"] in tasks]
+    if greedy:
+        ax.axhline(statistics.median(greedy), color="gray", linestyle=":", label="one greedy run (HF)")
+    ax.set_xlabel("k (drafts)")
+    ax.set_ylabel("median latency per prompt (s)")
+    ax.set_xticks(ks)
+    ax.set_title(f"Superposed decoding latency vs k ({', '.join(sorted(tasks))})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+    return True
+
+
+def write_report(out_dir) -> str:
+    """Write report.md and the plots into out_dir from its results.jsonl; return the markdown."""
+    import matplotlib
+    matplotlib.use("Agg")
+    out_dir = Path(out_dir)
+    header, rows = read_results(out_dir / RESULTS_NAME)
+    analysis = analyse(header, rows)
+    plots = []
+    for name, made in ((SPEEDUP_PNG, lambda p: plot_speedup(analysis, p)),
+                       (HISTOGRAM_PNG, lambda p: plot_histograms(analysis, p)),
+                       (SPD_PNG, lambda p: plot_spd_latency(header, rows, p))):
+        if made(out_dir / name):
+            plots.append(name)
+    text = render_report(header, rows, plots)
+    tmp = out_dir / f".{REPORT_NAME}.{os.getpid()}.tmp"
+    tmp.write_text(text)
+    os.replace(tmp, out_dir / REPORT_NAME)
+    return text
