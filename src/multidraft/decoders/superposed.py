@@ -86,6 +86,7 @@ class SuperposedDraft:
 @dataclass
 class SuperposedResult:
     drafts: list[SuperposedDraft]    # ranked, best first; at most k
+    finished: list[SuperposedDraft] = field(default_factory=list)  # the finished (EOS) pool, <= k
     forward_calls: int = 0
     prefill_seconds: float = 0.0
     forward_seconds: float = 0.0
@@ -203,22 +204,23 @@ def superposed_decode(lm, prompt_ids: Sequence[int], max_new_tokens: int, config
         result.forward_seconds += out.seconds
         z = out.logits[-1]
 
-    result.drafts = _rank(committed, seqs, S, finished, k)
+    result.drafts, result.finished = _rank(committed, seqs, S, finished, k)
     result.ngram_seconds = scorer.seconds if scorer else 0.0
     return result
 
 
-def _rank(committed, seqs, S, finished, k) -> list[SuperposedDraft]:
-    """Alive (full length) and finished drafts merged by normalised score, best first (spd.md §6 #12)."""
+def _rank(committed, seqs, S, finished, k):
+    """Alive (full length) and finished drafts merged by normalised score, best first (spd.md §6 #12);
+    also returns the finished pool."""
     pool = []
     for row in range(seqs.shape[0]):
         if math.isfinite(float(S[row])):
             tokens = seqs[row].tolist()
             pool.append(SuperposedDraft(committed + tokens, float(S[row]), float(S[row]) / max(len(tokens), 1), False))
-    for tokens, score in finished:
-        pool.append(SuperposedDraft(committed + tokens, score, score / len(tokens), True))
+    done = [SuperposedDraft(committed + tokens, score, score / len(tokens), True) for tokens, score in finished]
+    pool.extend(done)
     pool.sort(key=lambda d: -d.norm_score)  # stable: alive before finished on ties
-    return pool[:k]
+    return pool[:k], done
 
 
 def _record(trace, result, step, cand, lp_hat, s, parents, tokens, scores, gamma, embedding=None, reset_to=None):
