@@ -450,16 +450,17 @@ def run_bench(config: BenchConfig, out_dir, prompts: Optional[dict[str, list]] =
     methods, skipped = resolve_methods(config.methods, bool(config.draft), config.options)
     if prompts is None:
         check_tasks(config.tasks)
-        prompts = load_prompts(config.tasks, config.limit)
-    else:
-        prompts = {task: list(items)[: config.limit] for task, items in prompts.items() if task in config.tasks}
     out_dir = Path(out_dir)
     results = ResultsFile(out_dir / RESULTS_NAME)
     header = {"kind": "header", "format": FORMAT, "identity": config.identity(), "config": asdict(config),
               "tasks": list(config.tasks), "methods": [asdict(m) for m in methods], "skipped": skipped,
               "created": _now(), "runs": [{"started": _now(), "mode": f"ray:{ray_address}" if ray_address else "local",
                                            "load_average": os.getloadavg()[0], "env": environment()}]}
-    rows = results.start(header)
+    rows = results.start(header)            # refuses a folder of another configuration before any work
+    if prompts is None:
+        prompts = load_prompts(config.tasks, config.limit)
+    else:
+        prompts = {task: list(items)[: config.limit] for task, items in prompts.items() if task in config.tasks}
     done = {(r["task"], r["prompt_id"], r["method"]) for r in rows}
     references = {(r["task"], r["prompt_id"]): [t["token_ids"] for t in r["turns"]]
                   for r in rows if r["method"] == BASELINE and r.get("error") is None}
