@@ -86,6 +86,22 @@ def test_health_models_page(client, lm):
     assert config["suggest"]["method"] == expected and config["suggest"]["n"] == 3
 
 
+@pytest.mark.skipif("superposed" not in multidraft.available_methods(), reason="superposed not built")
+def test_superposed_choices_come_from_one_pass(client, lm):
+    body = {"prompt": PROMPT, "max_tokens": 5, "n": 3, "method": "superposed", "alpha": 0.0}
+    reply = client.post("/v1/completions", json=body).json()
+    direct = multidraft.generate(lm, PROMPT, method="superposed", max_new_tokens=5, num_drafts=3, alpha=0.0)
+    assert [c["text"] for c in reply["choices"]] == [d.text for d in direct.drafts]
+    assert reply["stats"]["generate_calls"] == 1 and reply["stats"]["target_calls"] == direct.stats.target_calls
+    events = sse_events(client, {**body, "stream": True})
+    streamed = {e["choices"][0]["index"]: e["choices"][0]["text"] for e in events[:-1] if e["choices"][0]["text"]}
+    assert streamed == {i: d.text for i, d in enumerate(direct.drafts)}
+    response = client.post("/v1/completions", json={**body, "num_drafts": 2})
+    assert response.status_code == 400 and "with 'n'" in response.json()["error"]["message"]
+    response = client.post("/v1/completions", json={**body, "temperature": 0.7})
+    assert response.status_code == 400 and "tau" in response.json()["error"]["message"]
+
+
 def test_greedy_matches_library_and_reports_stats(client, lm):
     reply = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 8}).json()
     direct = multidraft.generate(lm, PROMPT, method="greedy", max_new_tokens=8)

@@ -19,7 +19,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Str
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from multidraft.errors import InvalidOptionError, MultidraftError, PromptError, TokenizerMismatchError
+from multidraft.errors import CorruptCacheError, MultidraftError, NumericalError
 from multidraft.methods import available_methods
 from multidraft.server.config import ServerConfig
 from multidraft.server.metrics import Metrics
@@ -111,7 +111,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
         methods = {name: {"lossless": m.lossless, "description": m.description,
                           "options": {k: v for k, v in m.options.items() if _jsonable(v)}}
                    for name, m in sorted(available_methods().items())}
-        return {"model": model_name, "suggest": suggestion_defaults(config), "methods": methods,
+        return {"model": model_name, "suggest": suggestion_defaults(config, lm), "methods": methods,
                 "limits": {"max_n": config.max_n, "max_tokens": config.max_tokens}}
 
     @app.get("/", response_class=HTMLResponse)
@@ -227,10 +227,10 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
             return _timeout_error()
         if isinstance(exc, JobCancelled):
             return ApiError(499, "the request was cancelled", code="cancelled")
-        if isinstance(exc, (InvalidOptionError, PromptError, TokenizerMismatchError)):
-            return ApiError(400, str(exc))
-        if isinstance(exc, MultidraftError):
+        if isinstance(exc, (NumericalError, CorruptCacheError)):     # the server's model or files are at fault
             return ApiError(500, str(exc))
+        if isinstance(exc, MultidraftError):        # bad options, prompt, missing n-gram data for the options...
+            return ApiError(400, str(exc))
         log.error("generation failed", exc_info=exc)
         return ApiError(500, f"internal error: {type(exc).__name__}: {exc}")
 

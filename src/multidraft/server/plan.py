@@ -27,12 +27,29 @@ DRAFT_MODEL_OPTIONS = ("draft_model", "draft", "draft_lm")  # option names that 
 MAX_STOP_STRINGS = 4
 
 
-def suggestion_defaults(config: ServerConfig) -> dict:
-    """What the autocomplete page asks for: k superposed drafts in one pass when that method exists, else
-    k separately seeded `sample` runs."""
-    method = "superposed" if "superposed" in available_methods() else "sample"
-    return {"method": method, "n": config.suggestions, "max_tokens": config.suggestion_tokens,
-            "temperature": 0.8, "top_p": 0.95}
+SAMPLE_PARAMS = {"temperature": 0.8, "top_p": 0.95}
+
+
+def suggestion_defaults(config: ServerConfig, lm=None) -> dict:
+    """What the autocomplete page asks for: k superposed drafts from one pass when that method exists, else
+    k separately seeded `sample` runs. `params` go into the request body as they are."""
+    if "superposed" in available_methods():
+        # Superposed decoding is deterministic (its own temperature is `tau`); without the default n-gram
+        # file of this model's tokenizer it runs LM-only (alpha=0) instead of failing on every keystroke.
+        params = {} if lm is None or _has_default_ngram(lm) else {"alpha": 0.0}
+        method = "superposed"
+    else:
+        method, params = "sample", dict(SAMPLE_PARAMS)
+    return {"method": method, "n": config.suggestions, "max_tokens": config.suggestion_tokens, "params": params,
+            "sample_params": dict(SAMPLE_PARAMS)}
+
+
+def _has_default_ngram(lm) -> bool:
+    try:
+        from multidraft.ngram_defaults import default_path, vocab_family_of
+        return default_path(vocab_family_of(lm)).exists()
+    except Exception:          # no n-gram support, or a tokenizer it cannot fingerprint: LM-only drafts
+        return False
 
 
 def multi_output_option(spec: Method) -> Optional[str]:

@@ -58,9 +58,10 @@ async function refresh() {
   state.controller = controller;
   const sequence = ++state.sequence;
   const method = $("method").value;
-  const body = { prompt, method, n: Number($("k").value), max_tokens: Number($("max-tokens").value),
-                 top_p: state.defaults.top_p };
-  if (method !== "greedy" && method !== "beam") body.temperature = state.defaults.temperature;
+  // The server's defaults hold the parameters of its suggestion method; `sample` gets its own.
+  const params = method === state.defaults.method ? state.defaults.params
+    : method === "sample" ? state.defaults.sample_params : {};
+  const body = { prompt, method, n: Number($("k").value), max_tokens: Number($("max-tokens").value), ...params };
   setStatus("…");
   const started = performance.now();
   try {
