@@ -42,18 +42,23 @@ def vocab_family_of(lm) -> str:
     return tokenizer_fingerprint(lm.tokenizer)
 
 
-def iter_corpus_documents(name: str, held_out: bool) -> Iterator[str]:
+def iter_corpus_documents(name: str, held_out: bool, roles=("human", "gpt"), first_message_only: bool = False
+                          ) -> Iterator[str]:
     """Documents of a pulled corpus: the counted ones (held_out=False) or the held-out ones (True).
 
-    ShareGPT is split by conversation (all its messages go to the same side), other corpora by document."""
+    ShareGPT is split by conversation (all its messages go to the same side), other corpora by document;
+    a ShareGPT document is one message (`first_message_only`: only the first one of `roles` per conversation)."""
     from multidraft import data
 
     if name == "sharegpt":
         for index, conv in enumerate(data.load_sharegpt_conversations()):
-            if (index % HOLDOUT == 0) == held_out:
-                for message in conv["conversations"]:
-                    if message.get("from") in ("human", "gpt") and message.get("value"):
-                        yield message["value"]
+            if (index % HOLDOUT == 0) != held_out:
+                continue
+            for message in conv["conversations"]:
+                if message.get("from") in roles and message.get("value"):
+                    yield message["value"]
+                    if first_message_only:
+                        break
         return
     for index, text in enumerate(data.iter_documents(name)):
         if (index % HOLDOUT == 0) == held_out:

@@ -45,7 +45,9 @@ def eval_prefixes(tokenizer, count: int, length: int = 15, corpora: Sequence[str
     """`count` prefixes of `length` tokens, one per held-out document, alternating between corpora."""
     from multidraft.ngram_defaults import iter_corpus_documents
 
-    streams = [iter_corpus_documents(name, held_out=True) for name in corpora]
+    # ShareGPT: the first assistant answer of each held-out conversation (one prefix per conversation).
+    streams = [iter_corpus_documents(name, held_out=True, roles=("gpt",), first_message_only=True)
+               for name in corpora]
     out: list[list[int]] = []
     seen = 0
     while len(out) < count and streams:
