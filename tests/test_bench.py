@@ -257,3 +257,29 @@ def test_summary_numbers():
     assert s["speedup"] == (0.5, 2.0, 2.0)
     assert s["mal"] == 30 / 20 and s["per_position"] == [2 / 8, 1 / 2]
     assert s["equal"] == (2, 3) and s["tok_s"] == 30 / 2.5
+
+
+def test_superposed_sweep_latency_plot_and_draft_quality(tiny_folder, tiny_lm, tmp_path):
+    """superposed is swept over k on autocomplete only; its drafts get Self-BLEU and best-of-k perplexity."""
+    from multidraft.eval.bench import SPD_K_VALUES
+    from multidraft.eval.report import SPD_PNG
+    from multidraft.methods import available_methods
+    if "superposed" not in available_methods():
+        pytest.skip("superposed not registered yet")
+    prompts = {**make_prompts(), "autocomplete": [TaskPrompt("a0", "autocomplete", prompt="the cat sat on"),
+                                                  TaskPrompt("a1", "autocomplete", prompt="def x ( y ) :")]}
+    config = make_config(tiny_folder, tasks=["code_edit", "autocomplete"], methods=["superposed", "sample"], limit=1,
+                         options={"superposed": {"alpha": 0}})          # no n-gram model for the tiny vocabulary
+    run_bench(config, tmp_path, prompts=prompts, models=(tiny_lm, None), progress=False)
+    _, rows = read_results(tmp_path)
+    spd = [r for r in rows if r["name"] == "superposed"]
+    assert {r["task"] for r in spd} == {"autocomplete"}
+    assert sorted({r["options"]["num_drafts"] for r in spd}) == list(SPD_K_VALUES)
+    for row in spd:
+        assert row["error"] is None, row["error"]
+        drafts = row["turns"][0]["drafts"]
+        assert len(drafts) == row["options"]["num_drafts"]
+        assert row["turns"][0]["best_of_k_perplexity"] == min(d["perplexity"] for d in drafts)
+    report = (tmp_path / REPORT_NAME).read_text()
+    assert "`superposed[num_drafts=3]` ⚠ lossy" in report and "best of k" in report
+    assert (tmp_path / SPD_PNG).read_bytes()[:4] == b"\x89PNG"

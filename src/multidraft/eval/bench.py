@@ -31,7 +31,7 @@ RESULTS_NAME = "results.jsonl"
 BASELINE = "hf_greedy"
 # Option names a superposed decoder may use for its number of drafts k (the first one it declares is swept).
 SPD_K_OPTIONS = ("num_drafts", "k", "num_superposed")
-SPD_K_VALUES = (2, 3, 4)
+SPD_K_VALUES = (2, 3, 4, 8)
 
 
 class BenchConfigError(MultidraftError, ValueError):
@@ -313,15 +313,9 @@ def merge_stats(turns: list[dict]) -> dict:
 
 
 def output_perplexity(lm, prompt_ids: list[int], token_ids: list[int]) -> Optional[float]:
-    """Perplexity of `token_ids` given the prompt under the target model (one forward, no cache)."""
-    import torch
-    if not token_ids:
-        return None
-    ids = torch.tensor([list(prompt_ids) + list(token_ids)], device=lm.device)
-    with torch.inference_mode():
-        logits = lm.model(ids).logits[0, len(prompt_ids) - 1:-1].float()
-    nll = torch.nn.functional.cross_entropy(logits, ids[0, len(prompt_ids):], reduction="mean")
-    return float(math.exp(nll.item()))
+    """Perplexity of the generated tokens given the prompt under the target model (metrics.draft_perplexities)."""
+    from multidraft.eval.metrics import draft_perplexities
+    return draft_perplexities(lm, prompt_ids, [token_ids])[0] if token_ids else None
 
 
 def _hf_generate(lm, draft_lm, method: BenchMethod, prompt_ids: list[int], max_new_tokens: int):
@@ -361,11 +355,17 @@ def run_method(lm, draft_lm, item, method: BenchMethod, config: BenchConfig, qua
             seconds = time.perf_counter() - start
             token_ids, text, stats = list(gen.token_ids), gen.text, gen.stats.to_dict()
             if gen.drafts:
-                drafts = [{"text": d.text, "tokens": len(d.token_ids), "score": d.score} for d in gen.drafts]
+                drafts = [{"text": d.text, "token_ids": list(d.token_ids), "score": d.score} for d in gen.drafts]
         record = {"prompt_tokens": len(prompt_ids), "tokens": len(token_ids), "seconds": seconds,
                   "token_ids": token_ids, "text": text, "stats": stats, "drafts": drafts}
         if quality:
             record["perplexity"] = output_perplexity(lm, prompt_ids, token_ids)
+            if drafts:
+                from multidraft.eval.metrics import best_of_k, draft_perplexities
+                scores = draft_perplexities(lm, prompt_ids, [d["token_ids"] for d in drafts])
+                for draft, score in zip(drafts, scores):
+                    draft["perplexity"] = score
+                record["best_of_k_perplexity"] = best_of_k(scores)
         turns.append(record)
         answers.append(text)
     tokens = sum(t["tokens"] for t in turns)
@@ -440,11 +440,12 @@ def check_tasks(tasks: list[str]) -> None:
 
 def run_bench(config: BenchConfig, out_dir, prompts: Optional[dict[str, list]] = None, models=None,
               progress: bool = True, on_row: Optional[Callable[[dict], None]] = None,
-              ray_address: Optional[str] = None, workers: int = 2, report: bool = True) -> Path:
+              ray_address: Optional[str] = None, workers: int = 2, report: bool = True, overwrite: bool = False) -> Path:
     """Benchmark `config` into out_dir/results.jsonl (resuming it if compatible) and write the report.
 
     `prompts` ({task: [TaskPrompt]}) defaults to `load_task` for config.tasks; `models` is (lm, draft_lm) when the
-    caller already loaded them; `on_row(row)` is called after each row is written.
+    caller already loaded them; `on_row(row)` is called after each row is written. `overwrite` discards earlier
+    results in out_dir instead of resuming them.
     """
     config.validate()
     methods, skipped = resolve_methods(config.methods, bool(config.draft), config.options)
@@ -452,6 +453,8 @@ def run_bench(config: BenchConfig, out_dir, prompts: Optional[dict[str, list]] =
         check_tasks(config.tasks)
     out_dir = Path(out_dir)
     results = ResultsFile(out_dir / RESULTS_NAME)
+    if overwrite and results.path.exists():
+        results.path.unlink()
     header = {"kind": "header", "format": FORMAT, "identity": config.identity(), "config": asdict(config),
               "tasks": list(config.tasks), "methods": [asdict(m) for m in methods], "skipped": skipped,
               "created": _now(), "runs": [{"started": _now(), "mode": f"ray:{ray_address}" if ray_address else "local",

@@ -32,6 +32,7 @@ def register(subparsers) -> None:
                         help="a method option, e.g. -o pld.num_draft_tokens=8 (value parsed as JSON when possible)")
     parser.add_argument("--out", default=None, help=f"output folder (default {DEFAULT_OUT}/MODEL); an existing one "
                                                     "of the same configuration is resumed")
+    parser.add_argument("--overwrite", action="store_true", help="discard earlier results in OUT instead of resuming")
     parser.add_argument("--ray", metavar="ADDRESS|local", help="spread prompts over Ray workers (needs `pip install ray`)")
     parser.add_argument("--workers", type=int, default=2, help="Ray workers, one model copy each (with --ray)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
@@ -87,7 +88,8 @@ def run_bench_command(args) -> int:
         print(f"skipping {name}: {reason}", file=sys.stderr)
     print(f"bench: {config.model} on {', '.join(config.tasks)} -> {out} (load average "
           f"{os.getloadavg()[0]:.1f})", file=sys.stderr)
-    path = run_bench(config, out, progress=not args.no_progress, ray_address=args.ray, workers=args.workers)
+    path = run_bench(config, out, progress=not args.no_progress, ray_address=args.ray, workers=args.workers,
+                     overwrite=args.overwrite)
     header, rows = read_results(path)
     print(render_tables(header, rows))
     print(f"report: {os.path.join(out, 'report.md')}; load average {os.getloadavg()[0]:.1f}")

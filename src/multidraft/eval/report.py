@@ -21,14 +21,16 @@ def _f(value: Optional[float], digits: int = 2) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
-def _self_bleu(texts: list[str]) -> Optional[float]:
-    """Self-BLEU of a method's drafts, when multidraft.eval.metrics provides it."""
-    try:
-        from multidraft.eval import metrics
-    except ImportError:
-        return None
-    function = getattr(metrics, "self_bleu", None)
-    return float(function(texts)) if function is not None and len(texts) > 1 else None
+def _self_bleu(drafts: list[dict]) -> Optional[float]:
+    """Self-BLEU (over token ids) of one generation's drafts; None with fewer than two non-empty drafts."""
+    from multidraft.eval.metrics import self_bleu
+    sequences = [d["token_ids"] for d in drafts if d.get("token_ids")]
+    return self_bleu(sequences) if len(sequences) > 1 else None
+
+
+def _finite_mean(values) -> Optional[float]:
+    values = [v for v in values if v is not None and v == v]
+    return statistics.mean(values) if values else None
 
 
 def summarize(rows: list[dict], method: dict, baseline: dict[str, dict]) -> dict[str, Any]:
@@ -55,10 +57,9 @@ def summarize(rows: list[dict], method: dict, baseline: dict[str, dict]) -> dict
     out["histogram"] = dict(sorted(histogram.items()))
     flags = [r["equal_greedy"] for r in ok if r.get("equal_greedy") is not None]
     out["equal"] = (sum(flags), len(flags)) if flags else None
-    ppl = [r["perplexity"] for r in ok if r.get("perplexity") is not None]
-    out["perplexity"] = statistics.mean(ppl) if ppl else None
-    bleu = [b for b in (_self_bleu([d["text"] for d in r["turns"][-1].get("drafts") or []]) for r in ok) if b is not None]
-    out["self_bleu"] = statistics.mean(bleu) if bleu else None
+    out["perplexity"] = _finite_mean(r.get("perplexity") for r in ok)
+    out["best_of_k"] = _finite_mean(t.get("best_of_k_perplexity") for r in ok for t in r["turns"])
+    out["self_bleu"] = _finite_mean(_self_bleu(t.get("drafts") or []) for r in ok for t in r["turns"])
     out["latency"] = statistics.median([r["seconds"] for r in ok]) if ok else None
     out["lossless"] = method["lossless"]
     out["sampled"] = bool(method.get("temperature"))
@@ -126,8 +127,9 @@ def render_tables(header: dict, rows: list[dict], analysis: Optional[dict] = Non
         for label, s in summaries.items():
             speed = " / ".join(f"{x:.2f}" for x in s["speedup"]) if s["speedup"] else "—"
             positions = " ".join(f"{p:.2f}" for p in s["per_position"][:MAX_POSITIONS]) or "—"
+            ppl = _f(s["perplexity"]) + (f" (best of k {s['best_of_k']:.2f})" if s["best_of_k"] is not None else "")
             lines.append(f"| {_method_cell(methods[label])} | {_f(s['tok_s'])} | {speed} | {_f(s['mal'])} | {positions} "
-                         f"| {_equal_cell(s)} | {_f(s['perplexity'])} | {_f(s['self_bleu'], 3)} | {s['failed'] or ''} |")
+                         f"| {_equal_cell(s)} | {ppl} | {_f(s['self_bleu'], 3)} | {s['failed'] or ''} |")
     return "\n".join(lines) + "\n"
 
 
