@@ -254,3 +254,17 @@ def test_reset_refills_with_real_tokens_and_is_reproducible(lm, prompt, ngram):
     assert torch.allclose(out.trace[s]["lp_hat"], top - torch.logsumexp(top, 0), atol=1e-5)
     again = run(lm, prompt, ngram, G=G, num_drafts=3, reset_every=s, tau=1.0, alpha=0.3)
     assert [d.token_ids for d in again.drafts] == [d.token_ids for d in out.drafts]
+
+
+@pytest.mark.parametrize("k", [2, 5])
+def test_tiny_tau_collapses_onto_greedy(k):
+    """spd.md §7.9: as tau -> 0 gamma is one-hot on the best draft, so draft #1 is the greedy path (float64)."""
+    from multidraft.models.runner import LM
+    from tests.tiny_models import make_tiny_hf_model, make_tokenizer
+
+    lm = LM(make_tiny_hf_model("qwen2", seed=6).double(), make_tokenizer(), name="tiny-f64")
+    prompt = lm.encode(PROMPT)
+    out = run(lm, prompt, G=8, num_drafts=k, alpha=0.0, tau=1e-4)
+    greedy = multidraft.generate(lm, prompt, method="greedy", max_new_tokens=8)
+    assert out.drafts[0].token_ids == greedy.token_ids
+    assert all(step["gamma"].max() == 1.0 for step in out.trace[:-1])
