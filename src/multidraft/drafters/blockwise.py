@@ -1,0 +1,257 @@
+"""`method="blockwise"`: blockwise parallel decoding with trained heads and rescored top-k lattices (specs/bpd.md).
+
+Each step the heads read the hidden state the loop captured at the last cached position (seq[-2]); head j
+(j >= 2) guesses the token j-1 places after the certain token seq[-1]. Their top-k lists form a lattice;
+a strategy picks `num_paths` paths, merged into one token tree that the loop verifies in one target forward
+with greedy matching, so the output is exactly greedy decoding whatever the drafts are (lossless).
+
+rescoring:
+- "none":   p-best by summed head logits ("0-gram"); with num_paths=1 this is plain BPD (every head's argmax).
+- "ngram":  exact p-best DP over the lattice with head logits + alpha * n-gram log-prob (bpd.md §3.5 A3.3).
+- "neural": greedy local rescoring with a smaller LM sharing the tokenizer (`rescorer=`), or with the n-gram
+            model when none is given (A3.2); with num_paths > 1 the other drafts are the 0-gram best paths.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from multidraft.drafters.base import Drafter, LoopState
+from multidraft.drafters.lattice import (Lattice, LocalScorer, build_lattice, check_width, local_rescore,
+                                         paths_to_tree, pbest_paths)
+from multidraft.errors import InvalidOptionError, ModelNotFoundError, TokenizerMismatchError
+from multidraft.methods import Method, register
+from multidraft.types import Draft
+
+RESCORINGS = ("none", "neural", "ngram")
+
+
+# ----------------------------------------------------------------------------- scorers
+class NGramScorer(LocalScorer):
+    """Local rescoring with a smoothed n-gram model (natural-log absolute-discount probabilities)."""
+
+    def __init__(self, model, order: int):
+        self.model, self.order = model, order
+        self.history: list[int] = []
+
+    def begin(self, context):
+        self.history = [int(t) for t in context[-max(self.order - 1, 1):]]
+
+    def logprobs(self, candidates):
+        hist = self.history[-(self.order - 1):] if self.order > 1 else []
+        return np.log(self.model.smoothed_probs_batch([hist], np.asarray(candidates)[None, :], order=self.order)[0])
+
+    def advance(self, token):
+        self.history.append(int(token))
+
+
+class NeuralScorer(LocalScorer):
+    """Local rescoring with a small causal LM; its KV cache follows the committed text between steps."""
+
+    def __init__(self, lm):
+        self.lm = lm
+        self.cache = lm.new_cache()
+        self.cached: list[int] = []
+        self.base_length = 0
+        self.calls = 0
+        self._logp: Optional[torch.Tensor] = None
+
+    def begin(self, context):
+        ctx = [int(t) for t in context]
+        common = 0
+        limit = min(len(self.cached), len(ctx) - 1)      # always feed at least one token to get logits
+        while common < limit and self.cached[common] == ctx[common]:
+            common += 1
+        self.cache.crop(common)
+        self._feed(ctx[common:])
+        self.cached = ctx
+        self.base_length = len(ctx)
+
+    def _feed(self, tokens):
+        out = self.lm.forward(self.cache, tokens, logits_rows=slice(-1, None))
+        self.calls += 1
+        self._logp = torch.log_softmax(out.logits[-1].double(), -1)
+
+    def logprobs(self, candidates):
+        return self._logp[torch.as_tensor(np.asarray(candidates))].numpy()
+
+    def advance(self, token):
+        self._feed([int(token)])
+        self.cached.append(int(token))
+
+    def end(self):
+        self.cache.crop(self.base_length)
+        self.cached = self.cached[:self.base_length]
+
+
+def ngram_logprob_fn(model, order: int):
+    """log P_order(candidate | history) for a batch of histories, vectorised by the n-gram model."""
+    def logprob(histories, candidates):
+        cands = np.broadcast_to(np.asarray(candidates, dtype=np.int64), (len(histories), len(candidates)))
+        return np.log(model.smoothed_probs_batch([list(h) for h in histories], cands, order=order))
+    return logprob
+
+
+# ----------------------------------------------------------------------------- strategy
+class BlockwiseStrategy:
+    """How drafts are picked from a lattice; shared by the online drafter and the offline evaluator."""
+
+    def __init__(self, rescoring: str = "none", top_k: int = 1, num_paths: int = 1, alpha: float = 1.0,
+                 ngram=None, ngram_order: int = 3, scorer: Optional[LocalScorer] = None):
+        if rescoring not in RESCORINGS:
+            raise InvalidOptionError(f"rescoring must be one of {', '.join(RESCORINGS)}, got {rescoring!r}")
+        check_width(top_k, num_paths)
+        if not isinstance(alpha, (int, float)) or alpha < 0:
+            raise InvalidOptionError(f"alpha must be a number >= 0, got {alpha!r}")
+        if rescoring == "ngram" and ngram is None:
+            raise InvalidOptionError("rescoring='ngram' needs an n-gram model")
+        if rescoring == "neural" and scorer is None:
+            raise InvalidOptionError("rescoring='neural' needs a rescoring LM or an n-gram model")
+        if ngram is not None and not 1 <= ngram_order <= ngram.max_order:
+            raise InvalidOptionError(f"ngram_order must be in 1..{ngram.max_order} for {ngram.path}, got {ngram_order!r}")
+        self.rescoring, self.top_k, self.num_paths, self.alpha = rescoring, top_k, num_paths, float(alpha)
+        self.ngram, self.ngram_order, self.scorer = ngram, ngram_order, scorer
+        self._logprob = ngram_logprob_fn(ngram, ngram_order) if ngram is not None else None
+
+    def lattice(self, first_token: int, head_logits: torch.Tensor, token_ids=None) -> Lattice:
+        return build_lattice(first_token, head_logits, self.top_k, token_ids)
+
+    def drafts(self, lattice: Lattice, context: Sequence[int]) -> list[list[int]]:
+        """Up to num_paths distinct drafts, best first (context ends with the certain token)."""
+        p = self.num_paths
+        if self.rescoring == "none" and (p == 1 or lattice.k == 1):
+            return [lattice.vanilla()]
+        if self.rescoring == "ngram":
+            paths = pbest_paths(lattice, p, self.alpha, self._logprob, self.ngram_order, context)
+            return [list(path.tokens) for path in paths]
+        others = [list(path.tokens) for path in pbest_paths(lattice, p)] if p > 1 else []
+        if self.rescoring == "none":
+            return others
+        first = list(local_rescore(lattice, self.alpha, self.scorer, context).tokens)
+        return [first] + [d for d in others if d != first][:p - 1]
+
+
+# ----------------------------------------------------------------------------- drafter
+class BlockwiseDrafter(Drafter):
+    """BPD heads + lattice strategy as a drafter of the one draft-and-verify loop. Lossless (greedy)."""
+
+    name = "blockwise"
+
+    def __init__(self, heads, strategy: BlockwiseStrategy, num_heads: Optional[int] = None):
+        self.heads = heads
+        self.strategy = strategy
+        self.num_heads = num_heads or heads.num_heads
+        self.hidden_layer = int(heads.meta.get("hidden_layer") or 0) or None
+        self._hidden: Optional[torch.Tensor] = None
+
+    def begin(self, state: LoopState, prefill_output) -> None:
+        self.hidden_layer = self.hidden_layer or state.lm.num_layers
+        hidden = getattr(prefill_output, "hidden", None)
+        self._hidden = hidden[-1] if hidden is not None and len(hidden) else None
+
+    def propose(self, state: LoopState, max_tokens: int) -> Draft:
+        if self._hidden is None or max_tokens < 1 or self.num_heads < 2:
+            return Draft()
+        logits = self.heads.draft_logits(self._hidden, self.num_heads)
+        state.stats.draft_calls += 1
+        lattice = self.strategy.lattice(state.seq[-1], logits, self.heads.token_ids)
+        drafts = self.strategy.drafts(lattice, state.seq)
+        return paths_to_tree([d[:max_tokens] for d in drafts])
+
+    def observe(self, state, draft, verdict, forward_output, kept_rows) -> None:
+        # The last kept row is the last cached position (seq[-2] at the next step): the heads' input.
+        self._hidden = forward_output.hidden[kept_rows[-1]] if forward_output.hidden is not None else None
+
+
+# ----------------------------------------------------------------------------- method
+_LOADED: dict = {}
+
+
+def _cached(key, make):
+    if key not in _LOADED:
+        _LOADED[key] = make()
+    return _LOADED[key]
+
+
+def resolve_ngram(lm, ngram_path=None):
+    """The n-gram model for lm's tokenizer: `ngram_path`, else the default file of multidraft.ngram_defaults."""
+    from multidraft.ngram import NGramModel
+
+    path = Path(ngram_path) if ngram_path else None
+    if path is None:
+        try:
+            from multidraft import ngram_defaults
+        except ImportError:
+            ngram_defaults = None
+        if ngram_defaults is not None:
+            path = ngram_defaults.default_path(ngram_defaults.vocab_family_of(lm))
+            if not path.exists():
+                raise ModelNotFoundError(
+                    f"no n-gram model for {lm.name}'s tokenizer at {path}; build it with "
+                    f"`{ngram_defaults.build_command(lm.name)}` or pass ngram_path=FILE")
+        else:
+            raise ModelNotFoundError("rescoring with an n-gram model needs ngram_path=FILE "
+                                     "(build one with `multidraft ngram build`)")
+    if not path.exists():
+        raise ModelNotFoundError(f"n-gram file {path} does not exist; build it with `multidraft ngram build`")
+    return _cached(("ngram", str(path), id(lm)), lambda: NGramModel.load(path, tokenizer=lm.tokenizer, verify=False))
+
+
+def resolve_rescorer(lm, rescorer):
+    """A neural rescoring LM (alias, path or LM) that must share lm's tokenizer."""
+    if isinstance(rescorer, (str, Path)):
+        from multidraft.models.load import load_model
+
+        rescorer = _cached(("lm", str(rescorer)), lambda: load_model(str(rescorer), dtype=lm.dtype))
+    from multidraft.ngram.corpus import tokenizer_fingerprint
+
+    if tokenizer_fingerprint(rescorer.tokenizer) != tokenizer_fingerprint(lm.tokenizer):
+        raise TokenizerMismatchError(f"rescorer {rescorer.name} does not share the tokenizer of {lm.name}; "
+                                     "neural rescoring needs a smaller LM of the same vocabulary family")
+    return rescorer
+
+
+def make_strategy(lm, options: dict) -> BlockwiseStrategy:
+    rescoring = options["rescoring"]
+    if rescoring not in RESCORINGS:
+        raise InvalidOptionError(f"rescoring must be one of {', '.join(RESCORINGS)}, got {rescoring!r}")
+    check_width(options["top_k"], options["num_paths"])
+    ngram, scorer, order = None, None, options["ngram_order"]
+    if rescoring == "ngram" or (rescoring == "neural" and options["rescorer"] is None):
+        ngram = options.get("ngram") or resolve_ngram(lm, options["ngram_path"])
+        if not isinstance(order, int) or not 1 <= order <= ngram.max_order:
+            raise InvalidOptionError(f"ngram_order must be an integer in 1..{ngram.max_order}, got {order!r}")
+        scorer = NGramScorer(ngram, order) if rescoring == "neural" else None
+    if rescoring == "neural" and options["rescorer"] is not None:
+        scorer = NeuralScorer(resolve_rescorer(lm, options["rescorer"]))
+    return BlockwiseStrategy(rescoring, options["top_k"], options["num_paths"], options["alpha"], ngram, order, scorer)
+
+
+def make_drafter(lm, sampler, options: dict) -> BlockwiseDrafter:
+    from multidraft.heads import load_heads
+
+    if not sampler.params.greedy:
+        raise InvalidOptionError("method='blockwise' verifies by greedy matching; use temperature=0")
+    num_heads = options["num_heads"]
+    if num_heads is not None and (not isinstance(num_heads, int) or num_heads < 1):
+        raise InvalidOptionError(f"num_heads must be an integer >= 1, got {num_heads!r}")
+    heads = options["heads"]
+    if heads is None or isinstance(heads, (str, Path)):
+        key = ("heads", str(heads), id(lm), num_heads)
+        heads = _cached(key, lambda: load_heads(lm, heads, num_heads))
+    elif num_heads is not None and num_heads > heads.num_heads:
+        raise InvalidOptionError(f"num_heads={num_heads} but the heads hold only {heads.num_heads}")
+    return BlockwiseDrafter(heads, make_strategy(lm, options), num_heads)
+
+
+register(Method(
+    "blockwise", lossless=True,
+    description="blockwise parallel decoding: trained heads draft a block, top-k lattice rescored "
+                "(none / ngram p-best DP / neural local), p drafts verified as one tree (greedy only)",
+    options={"heads": None, "num_heads": None, "rescoring": "ngram", "top_k": 8, "num_paths": 2, "alpha": 1.0,
+             "ngram_order": 3, "ngram_path": None, "ngram": None, "rescorer": None},
+    make_drafter=make_drafter))
