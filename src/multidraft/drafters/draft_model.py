@@ -272,6 +272,8 @@ class BeamDrafter(Drafter):
             if depth + 1 < gamma:
                 logits, nodes = self.session.extend(tokens, [beam_nodes[r][-1] if beam_nodes[r] else -1 for r in rows])
                 beam_nodes = [beam_nodes[r] + [node] for r, node in zip(rows, nodes)]
+            else:
+                beam_nodes = [beam_nodes[r] for r in rows]     # the last tokens are never fed to the draft
         best = int(torch.argmax(scores))
         return Draft.chain(beam_tokens[best], draft_logprobs=beam_logprobs[best], draft_nodes=beam_nodes[best])
 
