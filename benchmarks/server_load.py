@@ -4,8 +4,10 @@
     python benchmarks/server_load.py --url http://127.0.0.1:8000 --requests 200 --concurrency 8
 
 With --model the server runs in this process on a free loopback port (with --max-queue, so that a
-queue smaller than the number of clients shows the deliberate 429s). Prints latency percentiles of the
-successful requests, status counts and throughput; --json writes the same as one JSON object.
+queue smaller than the number of clients shows the deliberate 429s). A client that gets a 429 waits
+--retry-delay seconds and sends the same request again, as a well-behaved client does. Prints latency
+percentiles of the successful attempts (server time) and of whole requests (retries included), counts
+of every status and throughput; --json writes the same as one JSON object.
 """
 
 from __future__ import annotations
@@ -26,16 +28,51 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
+def _summary(values: list[float]) -> dict:
+    ordered = sorted(values)
+    return {"p50": percentile(ordered, 50), "p90": percentile(ordered, 90), "p99": percentile(ordered, 99),
+            "max": ordered[-1] if ordered else float("nan"),
+            "mean": sum(ordered) / len(ordered) if ordered else float("nan")}
+
+
 def run_load(base_url: str, requests: int = 200, concurrency: int = 8, max_tokens: int = 4,
-             method: str = "greedy", prompt: str = "def fibonacci(n):", timeout: float = 120.0) -> dict:
-    """Fire `requests` completions from `concurrency` threads; returns statuses, errors and latencies."""
+             method: str = "greedy", prompt: str = "def fibonacci(n):", timeout: float = 120.0,
+             retry_delay: float = 0.2, max_attempts: int = 100) -> dict:
+    """Send `requests` completions from `concurrency` threads, retrying 429s; returns statuses and latencies.
+
+    `statuses` counts every response (429s included); `final_statuses` counts each request's last answer."""
     import httpx
 
     lock = threading.Lock()
     next_index = [0]
     statuses: Counter = Counter()
-    latencies: list[float] = []
+    final_statuses: Counter = Counter()
+    attempt_latencies: list[float] = []
+    request_latencies: list[float] = []
     errors: list[str] = []
+
+    def one_request(client, index):
+        body = {"prompt": f"{prompt} # {index}", "max_tokens": max_tokens, "method": method}
+        first_sent = time.perf_counter()
+        for _ in range(max_attempts):
+            sent = time.perf_counter()
+            try:
+                response = client.post("/v1/completions", json=body)
+            except httpx.HTTPError as exc:
+                return "transport_error", f"{type(exc).__name__}: {exc}"
+            now = time.perf_counter()
+            with lock:
+                statuses[response.status_code] += 1
+            if response.status_code == 429:
+                time.sleep(retry_delay)
+                continue
+            if response.status_code == 200:
+                with lock:
+                    attempt_latencies.append(now - sent)
+                    request_latencies.append(now - first_sent)
+                return 200, None
+            return response.status_code, f"{response.status_code}: {response.text[:200]}"
+        return 429, f"still 429 after {max_attempts} attempts"
 
     def client_loop():
         with httpx.Client(base_url=base_url, timeout=timeout) as client:
@@ -45,22 +82,11 @@ def run_load(base_url: str, requests: int = 200, concurrency: int = 8, max_token
                         return
                     index = next_index[0]
                     next_index[0] += 1
-                body = {"prompt": f"{prompt} # {index}", "max_tokens": max_tokens, "method": method}
-                started = time.perf_counter()
-                try:
-                    response = client.post("/v1/completions", json=body)
-                except httpx.HTTPError as exc:
-                    with lock:
-                        statuses["transport_error"] += 1
-                        errors.append(f"{type(exc).__name__}: {exc}")
-                    continue
-                elapsed = time.perf_counter() - started
+                status, error = one_request(client, index)
                 with lock:
-                    statuses[response.status_code] += 1
-                    if response.status_code == 200:
-                        latencies.append(elapsed)
-                    elif response.status_code != 429:
-                        errors.append(f"{response.status_code}: {response.text[:200]}")
+                    final_statuses[status] += 1
+                    if error:
+                        errors.append(error)
 
     started = time.perf_counter()
     threads = [threading.Thread(target=client_loop) for _ in range(concurrency)]
@@ -69,24 +95,23 @@ def run_load(base_url: str, requests: int = 200, concurrency: int = 8, max_token
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - started
-    ordered = sorted(latencies)
+    as_dict = lambda counter: {str(k): v for k, v in sorted(counter.items(), key=lambda kv: str(kv[0]))}
     return {
         "requests": requests, "concurrency": concurrency, "max_tokens": max_tokens, "method": method,
-        "statuses": {str(k): v for k, v in sorted(statuses.items(), key=lambda kv: str(kv[0]))},
-        "errors": errors, "wall_seconds": wall, "successful_per_second": len(ordered) / wall if wall else 0.0,
-        "latency_seconds": {"p50": percentile(ordered, 50), "p90": percentile(ordered, 90),
-                            "p99": percentile(ordered, 99), "max": ordered[-1] if ordered else float("nan"),
-                            "mean": sum(ordered) / len(ordered) if ordered else float("nan")},
+        "statuses": as_dict(statuses), "final_statuses": as_dict(final_statuses), "errors": errors,
+        "wall_seconds": wall, "successful_per_second": len(request_latencies) / wall if wall else 0.0,
+        "attempt_latency_seconds": _summary(attempt_latencies),
+        "request_latency_seconds": _summary(request_latencies),
     }
 
 
 def format_report(result: dict) -> str:
-    lat = result["latency_seconds"]
+    ms = lambda lat: "/".join(f"{lat[q] * 1000:.0f}" for q in ("p50", "p90", "p99", "max"))
     return (f"{result['requests']} requests, {result['concurrency']} clients, max_tokens={result['max_tokens']}, "
-            f"method={result['method']}: statuses {result['statuses']}, {len(result['errors'])} errors, "
-            f"{result['wall_seconds']:.1f} s, {result['successful_per_second']:.1f} ok/s; latency of successful "
-            f"requests p50 {lat['p50'] * 1000:.0f} ms, p90 {lat['p90'] * 1000:.0f} ms, p99 {lat['p99'] * 1000:.0f} ms, "
-            f"max {lat['max'] * 1000:.0f} ms")
+            f"method={result['method']}: final {result['final_statuses']}, all responses {result['statuses']}, "
+            f"{len(result['errors'])} errors, {result['wall_seconds']:.1f} s, {result['successful_per_second']:.1f} "
+            f"requests/s\n  latency p50/p90/p99/max (ms): successful attempt {ms(result['attempt_latency_seconds'])}; "
+            f"whole request incl. 429 retries {ms(result['request_latency_seconds'])}")
 
 
 def main(argv=None) -> int:
@@ -99,6 +124,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-tokens", type=int, default=4)
     parser.add_argument("--method", default="greedy")
     parser.add_argument("--max-queue", type=int, default=4, help="queue size of the in-process server")
+    parser.add_argument("--retry-delay", type=float, default=0.2, help="seconds a client waits after a 429")
     parser.add_argument("--json", help="write the result to this file as JSON")
     args = parser.parse_args(argv)
 
@@ -113,7 +139,8 @@ def main(argv=None) -> int:
         server = ServerThread(create_app(lm, ServerConfig(max_queue=args.max_queue))).start()
         url = server.url
     try:
-        result = run_load(url, args.requests, args.concurrency, args.max_tokens, args.method)
+        result = run_load(url, args.requests, args.concurrency, args.max_tokens, args.method,
+                          retry_delay=args.retry_delay)
     finally:
         if server is not None:
             server.stop()

@@ -41,18 +41,21 @@ class _CountRequests:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        status = {"code": 500}
+        path = scope["path"] if scope["path"] in _KNOWN_PATHS else "other"
+        counted = False
 
-        async def send_and_note(message):
-            if message["type"] == "http.response.start":
-                status["code"] = message["status"]
+        async def send_and_count(message):
+            nonlocal counted
+            if message["type"] == "http.response.start":       # count before the client can see the answer
+                counted = True
+                self.metrics.inc("multidraft:http_requests_total", path=path, status=str(message["status"]))
             await send(message)
 
         try:
-            await self.app(scope, receive, send_and_note)
+            await self.app(scope, receive, send_and_count)
         finally:
-            path = scope["path"] if scope["path"] in _KNOWN_PATHS else "other"
-            self.metrics.inc("multidraft:http_requests_total", path=path, status=str(status["code"]))
+            if not counted:                                     # the app failed before answering
+                self.metrics.inc("multidraft:http_requests_total", path=path, status="500")
 
 
 _KNOWN_PATHS = {"/", "/health", "/metrics", "/config", "/v1/models", "/v1/completions", "/v1/chat/completions"}
