@@ -308,3 +308,27 @@ def test_client_disconnect_cancels_generation(slow_server):
         assert time.monotonic() - started < 0.9            # the worker was free: the 200-token jobs stopped
         # Cancelled jobs stopped within a token of the hang-up: far fewer than 2 x 200 tokens were made.
         assert metric(client, "vllm:generation_tokens_total") - tokens_before < 100
+
+
+def test_serve_command_fails_fast_on_a_bad_method(capsys):
+    from multidraft.cli import build_parser, main
+    args = build_parser().parse_args(["serve", "--model", "smollm2-135m", "--draft", "x", "--port", "0"])
+    assert (args.host, args.max_queue, args.draft) == ("127.0.0.1", ServerConfig().max_queue, "x")
+    assert main(["serve", "--model", "no-such-model", "--method", "nope"]) == 2      # before any model loads
+    assert "unknown method 'nope'" in capsys.readouterr().err
+    assert main(["serve", "--model", "no-such-model", "--max-queue", "0"]) == 2
+    assert "max_queue" in capsys.readouterr().err
+
+
+def test_draft_model_from_the_command_line_feeds_speculative_methods(lm):
+    if "speculative" not in multidraft.available_methods():
+        pytest.skip("speculative not built")
+    draft = make_tiny_lm("qwen2", seed=9)                  # same tokenizer as the target
+    with ServerThread(create_app(lm, ServerConfig(), draft_lm=draft)) as running:
+        with httpx.Client(base_url=running.url, timeout=60) as client:
+            body = {"prompt": PROMPT, "max_tokens": 8, "method": "speculative", "num_draft_tokens": 3}
+            reply = client.post("/v1/completions", json=body).json()
+            assert reply["choices"][0]["text"] == multidraft.generate(lm, PROMPT, max_new_tokens=8).text
+            assert reply["stats"]["draft_tokens_proposed"] > 0
+            response = client.post("/v1/completions", json={**body, "draft_model": "other"})
+            assert response.status_code == 400 and "--draft" in response.json()["error"]["message"]
