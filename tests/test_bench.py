@@ -283,3 +283,18 @@ def test_superposed_sweep_latency_plot_and_draft_quality(tiny_folder, tiny_lm, t
     report = (tmp_path / REPORT_NAME).read_text()
     assert "`superposed[num_drafts=3]` ⚠ lossy" in report and "best of k" in report
     assert (tmp_path / SPD_PNG).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_draft_methods_and_hf_assisted_with_draft(tiny_folder, tiny_lm, tmp_path):
+    """--draft feeds draft_model= to registry methods and assistant_model= to HF; both stay equal to greedy."""
+    from multidraft.methods import available_methods
+    if "speculative" not in available_methods():
+        pytest.skip("speculative not registered yet")
+    config = make_config(tiny_folder, draft=tiny_folder, tasks=["code_edit"], methods=["speculative", "hf_assisted"],
+                         limit=1)
+    run_bench(config, tmp_path, prompts=make_prompts(), models=(tiny_lm, tiny_lm), progress=False)
+    _, rows = read_results(tmp_path)
+    assert [r["method"] for r in rows] == [BASELINE, "speculative", "hf_assisted"]
+    for row in rows:
+        assert row["error"] is None and row["equal_greedy"] is True, row["error"]
+    assert rows[1]["stats"]["draft_calls"] > 0

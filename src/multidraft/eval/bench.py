@@ -98,19 +98,22 @@ def _expand(name: str, spec, overrides: dict[str, Any]) -> list[BenchMethod]:
     return methods
 
 
+# generate() keyword arguments a peer accepts through -o (HF's defaults otherwise, i.e. what users get).
+PEER_OPTIONS = {"hf_greedy": (), "hf_prompt_lookup": ("prompt_lookup_num_tokens", "max_matching_ngram_size"),
+                "hf_assisted": ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")}
+
+
 def _peer(name: str, overrides: dict[str, Any], registry) -> BenchMethod:
-    needs_draft = PEERS[name][0]
     options: dict[str, Any] = {}
-    if name == "hf_prompt_lookup":
+    if name == "hf_prompt_lookup":      # HF has no default; use pld's draft length so the two compare like for like
         pld = registry.get("pld")
         options["prompt_lookup_num_tokens"] = pld.options.get("num_draft_tokens", 10) if pld else 10
-    elif name == "hf_assisted":
-        options["num_assistant_tokens"] = 5
-    unknown = sorted(set(overrides) - set(options))
+    unknown = sorted(set(overrides) - set(PEER_OPTIONS[name]))
     if unknown:
-        raise InvalidOptionError(f"{name} has no option {', '.join(unknown)}; its options are: {', '.join(options) or 'none'}")
+        raise InvalidOptionError(f"{name} has no option {', '.join(map(repr, unknown))}; its options are: "
+                                 f"{', '.join(PEER_OPTIONS[name]) or 'none'}")
     options.update(overrides)
-    return BenchMethod(name, name, True, True, options, None, None, needs_draft)
+    return BenchMethod(name, name, True, True, options, None, None, PEERS[name][0])
 
 
 def resolve_methods(requested: Iterable[str], has_draft: bool, overrides: Optional[dict[str, dict]] = None
@@ -259,14 +262,14 @@ class ResultsFile:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         with open(tmp, "w") as handle:
             for record in [header] + rows:
-                handle.write(json.dumps(record) + "\n")
+                handle.write(json.dumps(record, default=str) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, self.path)
         return rows
 
     def append(self, row: dict) -> None:
-        line = (json.dumps(row) + "\n").encode()
+        line = (json.dumps(row, default=str) + "\n").encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         try:
             os.write(fd, line)          # one write of a whole line; a crash leaves at most a partial last line
