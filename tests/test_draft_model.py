@@ -252,6 +252,7 @@ def test_vocabulary_mismatch_names_both_models(target):
 
 
 @pytest.mark.real_model
+@pytest.mark.slow
 def test_smollm_speculative_and_multi_draft_equal_greedy(smollm):
     draft = perturbed_copy(smollm, 0.02, seed=0, name="smollm-perturbed")
     prompt = "def fibonacci(n):"
