@@ -26,7 +26,7 @@ def replay_acceptance(seq: Sequence[int], prompt_length: int, choose: Callable[[
         if budget > 0 and n >= 2:
             source = choose(seq[:n])
             if source is not None:
-                draft = seq[source + 1: source + 1 + budget]
+                draft = seq[source + 1: min(source + 1 + budget, n)]   # only what the context holds
         accepted = 0
         while accepted < len(draft) and draft[accepted] == seq[n + accepted]:
             accepted += 1

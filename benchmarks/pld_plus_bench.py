@@ -1,0 +1,140 @@
+"""PLD+ benchmark: greedy vs PLD vs HF prompt lookup vs PLD+(hidden) vs PLD+(attention), side by side.
+
+    python benchmarks/pld_plus_bench.py --model qwen2.5-coder-0.5b --prompts 2 --max-new-tokens 96
+    python benchmarks/pld_plus_bench.py --k-sweep 8,16,32,70 --methods pld_plus_hidden --tasks code_edit
+
+One model, loaded once with eager attention (PLD+(a) needs it; every method then uses the same kernel, so
+outputs must be token-identical to greedy). Methods run round-robin on each prompt so load drift hits all alike.
+Chat prompts run both MT-Bench turns; turn 2 contains the method's own turn-1 answer (as Spec-Bench does).
+Speedup = mean per-prompt tok/s of the method / that of greedy (Spec-Bench); AAL = tokens / verification calls.
+`--sdpa-overhead` also times greedy on an sdpa copy of the model, to price eager attention.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+import multidraft
+from multidraft.eval.tasks import INPUT_GUIDED_TASKS, load_task
+
+METHODS = {
+    "greedy": ("greedy", {}),
+    "pld": ("pld", {}),
+    "pld_plus_hidden": ("pld_plus", {"rank_by": "hidden"}),
+    "pld_plus_attention": ("pld_plus", {"rank_by": "attention"}),
+    "pld_plus_first": ("pld_plus", {"rank_by": "first"}),
+}
+
+
+def hf_prompt_lookup(lm, ids, max_new_tokens, num_tokens=10):
+    """HF's own prompt lookup (`prompt_lookup_num_tokens`), timed like ours."""
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = lm.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                max_new_tokens=max_new_tokens, do_sample=False, prompt_lookup_num_tokens=num_tokens)
+    tokens = out[0, len(ids):].tolist()
+    for i, t in enumerate(tokens):
+        if t in lm.eos_token_ids:
+            tokens = tokens[: i + 1]
+            break
+    return tokens, time.perf_counter() - start
+
+
+def run_prompt(lm, item, name, max_new_tokens, k):
+    """(tokens per turn, seconds, verification calls) for one method on one task prompt, all turns."""
+    answers, token_lists, seconds, calls = [], [], 0.0, 0
+    for turn in range(item.num_turns):
+        prompt = item.turn_messages(turn, answers) if item.turns else item.input
+        if name == "hf_pld":
+            tokens, secs = hf_prompt_lookup(lm, lm.encode(prompt), max_new_tokens)
+            answers.append(lm.decode(tokens))
+            token_lists.append(tokens)
+            seconds += secs
+            calls += 0
+            continue
+        method, options = METHODS[name]
+        options = dict(options)
+        if method != "greedy" and k is not None:
+            options["num_draft_tokens"] = k
+        result = multidraft.generate(lm, prompt, method=method, max_new_tokens=max_new_tokens, **options)
+        answers.append(result.text)
+        token_lists.append(result.token_ids)
+        seconds += result.stats.total_time
+        calls += result.stats.verification_calls
+    return token_lists, seconds, calls
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b")
+    parser.add_argument("--dtype", default="fp32")
+    parser.add_argument("--tasks", default=",".join(INPUT_GUIDED_TASKS))
+    parser.add_argument("--prompts", type=int, default=2, help="prompts per task")
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--methods", default="greedy,pld,hf_pld,pld_plus_hidden,pld_plus_attention")
+    parser.add_argument("--k-sweep", default=None, help="comma-separated num_draft_tokens values for the drafting methods")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sdpa-overhead", action="store_true")
+    parser.add_argument("--out", default=None, help="write all rows as JSON here")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    lm = multidraft.load_model(args.model, dtype=args.dtype, attn_implementation="eager")
+    sdpa = multidraft.load_model(args.model, dtype=args.dtype) if args.sdpa_overhead else None
+    methods = args.methods.split(",")
+    ks = [int(k) for k in args.k_sweep.split(",")] if args.k_sweep else [None]
+    variants = [(m, None) for m in methods if m in ("greedy", "hf_pld")]
+    variants += [(m, k) for m in methods if m not in ("greedy", "hf_pld") for k in ks]
+    if not any(m == "greedy" for m, _ in variants):
+        variants.insert(0, ("greedy", None))
+    if sdpa is not None:
+        variants.append(("greedy_sdpa", None))
+    rows = []
+    started = time.time()
+    for task in args.tasks.split(","):
+        for item in load_task(task, limit=args.prompts):
+            reference = None
+            for name, k in variants:
+                model = sdpa if name == "greedy_sdpa" else lm
+                tokens, seconds, calls = run_prompt(model, item, "greedy" if name == "greedy_sdpa" else name,
+                                                    args.max_new_tokens, k)
+                if name == "greedy":
+                    reference = tokens
+                total = sum(len(t) for t in tokens)
+                rows.append({"task": task, "id": item.id, "method": name, "k": k, "tokens": total, "seconds": seconds,
+                             "tok_s": total / seconds, "aal": total / calls if calls else None,
+                             "equal": tokens == reference})
+                print(f"[{time.time() - started:6.0f}s] {item.id:22s} {name:20s} k={k!s:4s} {total:4d} tok "
+                      f"{seconds:6.1f}s {total / seconds:6.2f} tok/s aal={rows[-1]['aal'] or 0:.2f} "
+                      f"equal={rows[-1]['equal']}", flush=True)
+    print_table(rows, args)
+    if args.out:
+        with open(args.out, "w") as handle:
+            json.dump({"args": vars(args), "rows": rows}, handle, indent=1)
+
+
+def print_table(rows, args):
+    print(f"\nmodel {args.model} ({args.dtype}, {args.threads} threads), {args.max_new_tokens} new tokens, "
+          f"{args.prompts} prompts/task; speedup = mean tok/s / greedy's mean tok/s")
+    print(f"{'task':10s} {'method':20s} {'K':>4s} {'tok/s':>7s} {'speedup':>8s} {'AAL':>6s} {'equal':>6s}")
+    tasks = list(dict.fromkeys(r["task"] for r in rows)) + ["all"]
+    variants = list(dict.fromkeys((r["method"], r["k"]) for r in rows))
+    for task in tasks:
+        chosen = [r for r in rows if task == "all" or r["task"] == task]
+        base = statistics.mean(r["tok_s"] for r in chosen if r["method"] == "greedy")
+        for method, k in variants:
+            sel = [r for r in chosen if (r["method"], r["k"]) == (method, k)]
+            aals = [r["aal"] for r in sel if r["aal"]]
+            tps = statistics.mean(r["tok_s"] for r in sel)
+            aal = f"{sum(r['tokens'] for r in sel) / sum(r['tokens'] / r['aal'] for r in sel if r['aal']):.2f}" if aals else "-"
+            print(f"{task:10s} {method:20s} {k if k is not None else '-':>4} {tps:7.2f} {tps / base:7.2f}x {aal:>6s} "
+                  f"{all(r['equal'] for r in sel)!s:>6s}")
+
+
+if __name__ == "__main__":
+    main()

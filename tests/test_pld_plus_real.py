@@ -1,0 +1,58 @@
+"""PLD+ on the real SmolLM2-135M (eager attention, fp32): token-identical to greedy on every input-guided task."""
+
+import os
+
+import pytest
+import torch
+
+import multidraft
+from multidraft import data
+from multidraft.eval.tasks import INPUT_GUIDED_TASKS, load_task, required_data
+
+pytestmark = pytest.mark.real_model
+
+HAND_PROMPTS = [
+    [{"role": "user", "content": "Repeat this list exactly: apples, pears, plums, apples, pears, plums, cherries."}],
+    "The capital of France is Paris. The capital of Italy is Rome. The capital of France is",
+]
+
+
+@pytest.fixture(scope="module")
+def smollm_eager():
+    from multidraft.errors import ModelNotFoundError
+    from multidraft.models.load import load_model
+    try:
+        return load_model("smollm2-135m", dtype=torch.float32, attn_implementation="eager")
+    except ModelNotFoundError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"SmolLM2-135M not pulled: {exc}")
+
+
+def task_prompts():
+    prompts = list(HAND_PROMPTS)
+    for name in INPUT_GUIDED_TASKS:
+        if all(data.is_pulled(d) for d in required_data(name)):
+            prompts.append(load_task(name, limit=1)[0].input)
+    return prompts
+
+
+def test_both_rankers_equal_greedy_on_every_task(smollm_eager):
+    prompts = task_prompts()
+    accepted = 0
+    for prompt in prompts:
+        greedy = multidraft.generate(smollm_eager, prompt, max_new_tokens=20)
+        for rank_by in ("hidden", "attention"):
+            out = multidraft.generate(smollm_eager, prompt, method="pld_plus", rank_by=rank_by, max_new_tokens=20)
+            assert out.token_ids == greedy.token_ids, (rank_by, prompt)
+            accepted += out.stats.draft_tokens_accepted
+    assert accepted > 0
+
+
+def test_sampling_equals_plain_sampling(smollm_eager):
+    for rank_by in ("hidden", "attention"):
+        plain = multidraft.generate(smollm_eager, HAND_PROMPTS[0], method="sample", temperature=0.8, seed=3,
+                                    max_new_tokens=20)
+        ours = multidraft.generate(smollm_eager, HAND_PROMPTS[0], method="pld_plus", rank_by=rank_by,
+                                   temperature=0.8, seed=3, max_new_tokens=20)
+        assert ours.token_ids == plain.token_ids
