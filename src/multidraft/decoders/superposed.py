@@ -190,7 +190,7 @@ def superposed_decode(lm, prompt_ids: Sequence[int], max_new_tokens: int, config
             _record(trace, result, step, cand, lp_hat, s, parents, tokens, scores, gamma, reset_to=pick)
             committed += chosen
             cache.crop(segment_start)
-            out = lm.forward(cache, chosen)
+            out = lm.forward(cache, chosen, logits_rows=slice(-1, None))
             segment_start = cache.length
             if scorer:
                 states = states[[pick]]
