@@ -24,12 +24,17 @@ def report(results: dict) -> str:
              f"{' '.join(f'{x:.1f}' for x in results['load_average_start'])}, end "
              f"{' '.join(f'{x:.1f}' for x in results['load_average_end'])}"]
     if "latency" in results:
-        lines += ["", "| k | SPD s | of which n-gram s | k sequential nucleus s | speedup | batched nucleus s | speedup |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["", "seconds per prefix, wall (CPU of the process, all threads)", "",
+                  "| k | SPD | of which n-gram | k sequential nucleus | speedup wall (CPU) | batched nucleus | "
+                  "speedup wall (CPU) |", "|---|---|---|---|---|---|---|"]
         for r in results["latency"]:
-            lines.append(f"| {r['k']} | {r['spd_s']:.2f} | {r['spd_ngram_s']:.3f} | {r['sequential_nucleus_s']:.2f} | "
-                         f"{r['speedup_vs_sequential']:.2f}x | {r['batched_nucleus_s']:.2f} | "
-                         f"{r['speedup_vs_batched']:.2f}x |")
+            cpu = {key: r.get(f"{key}_cpu_s", float("nan")) for key in ("spd", "sequential_nucleus", "batched_nucleus")}
+            lines.append(
+                f"| {r['k']} | {r['spd_s']:.2f} ({cpu['spd']:.2f}) | {r['spd_ngram_s']:.3f} | "
+                f"{r['sequential_nucleus_s']:.2f} ({cpu['sequential_nucleus']:.2f}) | {r['speedup_vs_sequential']:.2f}x "
+                f"({r.get('cpu_speedup_vs_sequential', float('nan')):.2f}x) | {r['batched_nucleus_s']:.2f} "
+                f"({cpu['batched_nucleus']:.2f}) | {r['speedup_vs_batched']:.2f}x "
+                f"({r.get('cpu_speedup_vs_batched', float('nan')):.2f}x) |")
     if "quality" in results:
         s = results["quality"]["summary"]
         ranks = " / ".join(f"{p:.2f}" for p in s["spd_ppl_by_rank"])
