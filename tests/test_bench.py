@@ -298,3 +298,19 @@ def test_draft_methods_and_hf_assisted_with_draft(tiny_folder, tiny_lm, tmp_path
     for row in rows:
         assert row["error"] is None and row["equal_greedy"] is True, row["error"]
     assert rows[1]["stats"]["draft_calls"] > 0
+
+
+def test_attention_switch_for_attention_ranked_pld_plus(tiny_lm):
+    """pld_plus[rank_by=attention] runs the target with eager attention (same weights), restored afterwards."""
+    from multidraft.eval.bench import attention_implementation, resolve_methods
+    from multidraft.methods import available_methods
+    if "pld_plus" in available_methods():
+        methods, _ = resolve_methods(["pld_plus"], has_draft=False)
+        assert {m.label: m.attention for m in methods} == {
+            BASELINE: None, "pld_plus[rank_by=hidden]": None, "pld_plus[rank_by=attention]": "eager"}
+    before = tiny_lm.attn_implementation
+    with pytest.raises(RuntimeError):
+        with attention_implementation(tiny_lm, "eager"):
+            assert tiny_lm.attn_implementation == "eager"
+            raise RuntimeError("a failing method")
+    assert tiny_lm.attn_implementation == before

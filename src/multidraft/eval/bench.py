@@ -14,6 +14,7 @@ each appended and fsynced as a whole line, so an interrupted run resumes where i
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import math
@@ -41,10 +42,12 @@ class BenchConfigError(MultidraftError, ValueError):
 # ---------------------------------------------------------------- what to run
 
 # How to run registry methods in a benchmark. Keys: "variants" (list of option dicts, one row each),
-# "temperature", "tasks" (tuple: only these tasks), "sweep_k" (superposed: sweep k over SPD_K_VALUES).
+# "temperature", "tasks" (tuple: only these tasks), "sweep_k" (superposed: sweep k over SPD_K_VALUES),
+# "attention" (options -> the attention implementation the target needs, e.g. "eager" to return weights).
 PRESETS: dict[str, dict[str, Any]] = {
     "sample": {"temperature": 1.0},
-    "pld_plus": {"variants": [{"rank_by": "hidden"}, {"rank_by": "attention"}]},
+    "pld_plus": {"variants": [{"rank_by": "hidden"}, {"rank_by": "attention"}],
+                 "attention": lambda options: "eager" if options.get("rank_by") == "attention" else None},
     "superposed": {"tasks": ("autocomplete",), "sweep_k": True},
 }
 # HF generate() peers: name -> (needs a draft model, description).
@@ -67,6 +70,7 @@ class BenchMethod:
     temperature: Optional[float] = None
     tasks: Optional[tuple[str, ...]] = None   # None: every task
     needs_draft: bool = False
+    attention: Optional[str] = None           # attention implementation to switch the target to for this method
 
     def applies_to(self, task: str) -> bool:
         return self.tasks is None or task in self.tasks
@@ -93,8 +97,9 @@ def _expand(name: str, spec, overrides: dict[str, Any]) -> list[BenchMethod]:
     for variant in variants:
         options = spec.resolve_options({**variant, **overrides})   # InvalidOptionError on unknown options
         options = {k: v for k, v in options.items() if k != "draft_model"}
+        attention = preset["attention"](options) if "attention" in preset else None
         methods.append(BenchMethod(_label(name, variant), name, False, bool(spec.lossless), options,
-                                   preset.get("temperature"), preset.get("tasks"), needs_draft))
+                                   preset.get("temperature"), preset.get("tasks"), needs_draft, attention))
     return methods
 
 
@@ -335,8 +340,27 @@ def _hf_generate(lm, draft_lm, method: BenchMethod, prompt_ids: list[int], max_n
     return out[0, len(prompt_ids):].tolist()
 
 
+@contextlib.contextmanager
+def attention_implementation(lm, name: Optional[str]):
+    """Switch the target's attention kernel (same weights) for one method, e.g. to "eager" for attention weights."""
+    previous = lm.attn_implementation
+    if name is None or name == previous:
+        yield
+        return
+    lm.model.set_attn_implementation(name)
+    try:
+        yield
+    finally:
+        lm.model.set_attn_implementation(previous)
+
+
 def run_method(lm, draft_lm, item, method: BenchMethod, config: BenchConfig, quality: bool = False) -> dict:
     """Run one method on every turn of one prompt (later turns see this method's own earlier answers)."""
+    with attention_implementation(lm, method.attention):
+        return _run_turns(lm, draft_lm, item, method, config, quality)
+
+
+def _run_turns(lm, draft_lm, item, method: BenchMethod, config: BenchConfig, quality: bool) -> dict:
     import multidraft
     answers: list[str] = []
     turns: list[dict] = []
