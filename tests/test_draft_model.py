@@ -102,6 +102,17 @@ def test_draft_in_another_dtype_still_equals_greedy(target, close_draft):
         assert out.stats.draft_tokens_accepted > 0
 
 
+def test_draft_with_a_different_logit_width_is_sliced_or_padded(target):
+    # Same tokenizer, padded embedding matrices of different widths (as real model families have).
+    wide_draft = make_tiny_lm("llama", seed=8, vocab_size=72)
+    wide_target = make_tiny_lm("qwen2", seed=9, vocab_size=72)
+    narrow_draft = perturbed_copy(target, 0.2, seed=3)
+    for lm, draft in ((target, wide_draft), (wide_target, narrow_draft)):
+        for method in ("speculative", "multi_draft"):
+            out = multidraft.generate(lm, PROMPTS[0], method=method, max_new_tokens=15, draft_model=draft)
+            assert out.token_ids == greedy_ids(lm, PROMPTS[0], 15)
+
+
 # ----- sampling: seeds, K = 1 -----
 
 @pytest.mark.parametrize("temperature,top_p,top_k", [(1.0, 1.0, 0), (0.8, 0.9, 0), (1.2, 1.0, 6)])
