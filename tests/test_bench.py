@@ -314,3 +314,21 @@ def test_attention_switch_for_attention_ranked_pld_plus(tiny_lm):
             assert tiny_lm.attn_implementation == "eager"
             raise RuntimeError("a failing method")
     assert tiny_lm.attn_implementation == before
+
+
+def test_failed_rows_are_run_again_on_resume(tiny_folder, tiny_lm, full_run, tmp_path):
+    out = tmp_path / "failed"
+    out.mkdir()
+    lines = (full_run / "results.jsonl").read_text().splitlines()
+    broken = json.loads(lines[3])
+    broken.update(error="RuntimeError: boom", equal_greedy=None)
+    lines[3] = json.dumps(broken)
+    (out / "results.jsonl").write_text("\n".join(lines) + "\n")
+    rerun = []
+    run_bench(make_config(tiny_folder), out, prompts=make_prompts(), models=(tiny_lm, None), progress=False,
+              on_row=rerun.append)
+    assert [(r["task"], r["prompt_id"], r["method"]) for r in rerun] == [(broken["task"], broken["prompt_id"],
+                                                                         broken["method"])]
+    _, rows = read_results(out)
+    assert sorted(_keys(rows)) == sorted(_keys(read_results(full_run)[1]))
+    assert all(r["error"] is None for r in rows)

@@ -244,10 +244,11 @@ class ResultsFile:
     def __init__(self, path):
         self.path = Path(path)
 
-    def start(self, header: dict) -> list[dict]:
+    def start(self, header: dict, retry: Callable[[dict], bool] = lambda row: False) -> list[dict]:
         """Check an existing file is compatible, then rewrite it as the new header plus its complete rows.
 
-        The rewrite (temporary file + rename) also drops a line cut short by an interruption. Returns the rows.
+        The rewrite (temporary file + rename) also drops a line cut short by an interruption, and the rows for which
+        `retry(row)` is true (they will be run again). Returns the rows kept.
         """
         rows: list[dict] = []
         if self.path.exists() and self.path.stat().st_size:
@@ -262,6 +263,7 @@ class ResultsFile:
                       "runs": old.get("runs", []) + header["runs"],
                       "methods": _merge_by(old.get("methods", []), header["methods"], "label"),
                       "tasks": list(dict.fromkeys(old.get("tasks", []) + header["tasks"]))}
+            rows = [row for row in rows if not retry(row)]
         self.header = header
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
@@ -486,7 +488,10 @@ def run_bench(config: BenchConfig, out_dir, prompts: Optional[dict[str, list]] =
               "tasks": list(config.tasks), "methods": [asdict(m) for m in methods], "skipped": skipped,
               "created": _now(), "runs": [{"started": _now(), "mode": f"ray:{ray_address}" if ray_address else "local",
                                            "load_average": os.getloadavg()[0], "env": environment()}]}
-    rows = results.start(header)            # refuses a folder of another configuration before any work
+    labels = {m.label for m in methods}
+    # Failed rows of the methods asked for are run again (the failure may have been fixed since).
+    rows = results.start(header, retry=lambda row: bool(row.get("error")) and row["method"] in labels
+                         and row["task"] in config.tasks)    # refuses another configuration before any work
     if prompts is None:
         prompts = load_prompts(config.tasks, config.limit)
     else:
