@@ -11,7 +11,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-fast demo models-test browser clean
+.PHONY: install test test-fast demo models-data browser clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -24,14 +24,15 @@ $(STAMP): $(PY) pyproject.toml
 
 install: $(STAMP)
 
-models-test: $(STAMP)
+models-data: $(STAMP)
 	$(MD) models pull smollm2-135m
+	$(MD) data pull all --quiet
 
 # Headless Chromium for the web page's end-to-end test (Debian's package; Playwright drives it, no download).
 browser:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
-test: models-test browser
+test: models-data browser
 	$(PY) -m pytest -q -p no:cacheprovider
 
 test-fast: $(STAMP)
