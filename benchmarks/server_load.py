@@ -3,9 +3,10 @@
     python benchmarks/server_load.py --model smollm2-135m --requests 200 --concurrency 8 --max-tokens 4
     python benchmarks/server_load.py --url http://127.0.0.1:8000 --requests 200 --concurrency 8
 
-With --model the server runs in this process on a free loopback port (with --max-queue, so that a
-queue smaller than the number of clients shows the deliberate 429s). A client that gets a 429 waits
---retry-delay seconds and sends the same request again, as a well-behaved client does. Prints latency
+With --model the benchmark starts `multidraft serve` as a separate process on a free loopback port (with
+--max-queue, so that a queue smaller than the number of clients shows the deliberate 429s) and stops it
+at the end. A client that gets a 429 waits the server's Retry-After (or --retry-delay, if given) and
+sends the same request again, as a well-behaved client does. Prints latency
 percentiles of the successful attempts (server time) and of whole requests (retries included), counts
 of every status and throughput; --json writes the same as one JSON object.
 """
@@ -37,7 +38,7 @@ def _summary(values: list[float]) -> dict:
 
 def run_load(base_url: str, requests: int = 200, concurrency: int = 8, max_tokens: int = 4,
              method: str = "greedy", prompt: str = "def fibonacci(n):", timeout: float = 120.0,
-             retry_delay: float = 0.2, max_attempts: int = 100) -> dict:
+             retry_delay: float | None = None, max_attempts: int = 100) -> dict:
     """Send `requests` completions from `concurrency` threads, retrying 429s; returns statuses and latencies.
 
     `statuses` counts every response (429s included); `final_statuses` counts each request's last answer."""
@@ -64,7 +65,7 @@ def run_load(base_url: str, requests: int = 200, concurrency: int = 8, max_token
             with lock:
                 statuses[response.status_code] += 1
             if response.status_code == 429:
-                time.sleep(retry_delay)
+                time.sleep(retry_delay if retry_delay is not None else float(response.headers.get("retry-after", 1)))
                 continue
             if response.status_code == 200:
                 with lock:
@@ -114,6 +115,34 @@ def format_report(result: dict) -> str:
             f"whole request incl. 429 retries {ms(result['request_latency_seconds'])}")
 
 
+def start_server(model: str, max_queue: int, timeout: float = 600.0):
+    """`multidraft serve` in a child process on a free loopback port; returns (process, url) once healthy."""
+    import socket
+    import subprocess
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "multidraft.cli", "serve", "--model", model, "--port", str(port),
+                                "--dtype", "float32", "--max-queue", str(max_queue), "--log-level", "warning"])
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise SystemExit(f"the server exited with status {process.returncode}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            process.terminate()
+            raise SystemExit("the server did not become healthy in time")
+        time.sleep(0.5)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     where = parser.add_mutually_exclusive_group(required=True)
@@ -124,26 +153,22 @@ def main(argv=None) -> int:
     parser.add_argument("--max-tokens", type=int, default=4)
     parser.add_argument("--method", default="greedy")
     parser.add_argument("--max-queue", type=int, default=4, help="queue size of the in-process server")
-    parser.add_argument("--retry-delay", type=float, default=0.2, help="seconds a client waits after a 429")
+    parser.add_argument("--retry-delay", type=float, default=None,
+                        help="seconds a client waits after a 429 (default: the server's Retry-After)")
     parser.add_argument("--json", help="write the result to this file as JSON")
     args = parser.parse_args(argv)
 
     server = None
     url = args.url
     if args.model:
-        import torch
-
-        import multidraft
-        from multidraft.server import ServerConfig, ServerThread, create_app
-        lm = multidraft.load_model(args.model, dtype=torch.float32)
-        server = ServerThread(create_app(lm, ServerConfig(max_queue=args.max_queue))).start()
-        url = server.url
+        server, url = start_server(args.model, args.max_queue)
     try:
         result = run_load(url, args.requests, args.concurrency, args.max_tokens, args.method,
                           retry_delay=args.retry_delay)
     finally:
         if server is not None:
-            server.stop()
+            server.terminate()
+            server.wait(30)
     print(format_report(result))
     for error in result["errors"][:5]:
         print("  error:", error, file=sys.stderr)

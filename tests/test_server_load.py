@@ -33,7 +33,7 @@ def test_200_requests_from_8_clients(capsys):
     assert bench.percentile([1, 2, 3, 4], 50) == 2 and bench.percentile([1, 2, 3, 4], 99) == 4
     app = create_app(make_tiny_lm("qwen2", seed=4), ServerConfig(max_queue=4))
     with ServerThread(app) as server:
-        result = bench.run_load(server.url, requests=200, concurrency=8, max_tokens=4, retry_delay=0.5)
+        result = bench.run_load(server.url, requests=200, concurrency=8, max_tokens=4)
         with capsys.disabled():
             print("\n" + bench.format_report(result))
         statuses = result["statuses"]

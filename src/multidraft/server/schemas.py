@@ -7,7 +7,7 @@ vLLM takes extra parameters; the method itself rejects names it does not know.
 from __future__ import annotations
 
 import json
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
