@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import threading
 import time
@@ -158,6 +159,8 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="write the result to this file as JSON")
     args = parser.parse_args(argv)
 
+    # SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so the child server is stopped below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     server = None
     url = args.url
     if args.model:

@@ -70,6 +70,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
     metrics.set_gauge_source("vllm:num_requests_running", lambda: worker.running)
     metrics.set_gauge_source("vllm:num_requests_waiting", lambda: worker.waiting)
     started = int(time.time())
+    suggest = suggestion_defaults(config, lm)       # once: it may fingerprint the tokenizer the worker uses
 
     @asynccontextmanager
     async def lifespan(_app):
@@ -114,7 +115,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
         methods = {name: {"lossless": m.lossless, "description": m.description,
                           "options": {k: v for k, v in m.options.items() if _jsonable(v)}}
                    for name, m in sorted(available_methods().items())}
-        return {"model": model_name, "suggest": suggestion_defaults(config, lm), "methods": methods,
+        return {"model": model_name, "suggest": suggest, "methods": methods,
                 "limits": {"max_n": config.max_n, "max_tokens": config.max_tokens}}
 
     @app.get("/", response_class=HTMLResponse)
