@@ -178,11 +178,11 @@ def test_compatible_folder_adds_only_new_methods(tiny_folder, tiny_lm, full_run,
     out = tmp_path / "grow"
     shutil.copytree(full_run, out)
     new_rows = []
-    run_bench(make_config(tiny_folder, methods=METHODS + ["beam"]), out, prompts=make_prompts(),
+    run_bench(make_config(tiny_folder, methods=METHODS + ["beam"], limit=1), out, prompts=make_prompts(),
               models=(tiny_lm, None), progress=False, on_row=new_rows.append)
-    assert [r["method"] for r in new_rows] == ["beam"] * 4
+    assert [(r["prompt_id"], r["method"]) for r in new_rows] == [("c0", "beam"), ("m0", "beam")]
     header, rows = read_results(out)
-    assert len(rows) == 4 * 6 and len(header["runs"]) == 2
+    assert len(rows) == 4 * 5 + 2 and len(header["runs"]) == 2
     assert "`beam` ⚠ lossy" in (out / REPORT_NAME).read_text()
 
 

@@ -417,7 +417,8 @@ def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config: BenchConf
     for method in methods:
         row = {"kind": "row", "task": item.task, "prompt_id": item.id, "method": method.label, "name": method.name,
                "peer": method.peer, "lossless": method.lossless, "temperature": method.temperature or 0.0,
-               "options": method.options, "error": None, "load_average": os.getloadavg()[0]}
+               "options": method.options, "error": None, "load_average": os.getloadavg()[0],
+               "dtype": str(lm.dtype).removeprefix("torch."), "device": str(lm.device)}
         try:
             row.update(run_method(lm, draft_lm, item, method, config, quality=_needs_quality(method)))
         except (KeyboardInterrupt, SystemExit):

@@ -138,9 +138,10 @@ def render_report(header: dict, rows: list[dict], plots: list[str]) -> str:
     config, identity = header["config"], header["identity"]
     loads = [r["load_average"] for r in rows if r.get("load_average") is not None]
     runs = header.get("runs", [])
+    loaded = sorted({f"{r['dtype']} on {r['device']}" for r in rows if r.get("dtype")})
     lines = ["# multidraft bench", "",
              f"- model `{config['model']}`" + (f", draft `{config['draft']}`" if config.get("draft") else "")
-             + f", dtype {identity['dtype']}, max_new_tokens {identity['max_new_tokens']}, seed {identity['seed']}",
+             + f", dtype {identity['dtype']}" + (f" ({', '.join(loaded)})" if loaded else "") + f", max_new_tokens {identity['max_new_tokens']}, seed {identity['seed']}",
              f"- tasks: {', '.join(header['tasks'])}; started {header.get('created', '?')}; "
              f"{len(runs)} run(s): {', '.join(r['mode'] for r in runs)}",
              f"- load average (1 min) over rows: {min(loads):.1f} to {max(loads):.1f}" if loads else "- load average: —",
@@ -162,7 +163,13 @@ def render_report(header: dict, rows: list[dict], plots: list[str]) -> str:
         lines += [f"- {r['task']} `{r['prompt_id']}` `{r['method']}`" for r in analysis["mismatches"]] + [""]
     if analysis["errors"]:
         lines += ["## Failed runs", ""]
-        lines += [f"- {r['task']} `{r['prompt_id']}` `{r['method']}`: {r['error']}" for r in analysis["errors"]] + [""]
+        grouped: dict[tuple[str, str], list[dict]] = {}
+        for r in analysis["errors"]:          # one line per method and message, not per prompt
+            grouped.setdefault((r["method"], r["error"]), []).append(r)
+        for (method, error), failed in grouped.items():
+            where = ", ".join(f"{r['task']} `{r['prompt_id']}`" for r in failed)
+            lines.append(f"- `{method}` on {len(failed)} prompt(s) ({where}): {error}")
+        lines.append("")
     env = header.get("env") or (runs[-1].get("env") if runs else None)
     if env:
         lines += ["## Environment", "", "- " + ", ".join(f"{k}: {v}" for k, v in env.items()), ""]
