@@ -53,7 +53,8 @@ def rank_hidden(hidden: torch.Tensor, positions: np.ndarray, theta: Optional[flo
     last = hidden.shape[0] - 1
     query = _window_means(hidden, torch.tensor([last]), window)[0]
     keys = _window_means(hidden, torch.as_tensor(positions - 1), window)
-    scores = torch.nn.functional.cosine_similarity(keys, query[None], dim=-1, eps=1e-12)
+    # Clamped: float error can put a parallel pair at 1.0000001, and theta >= 1 must remove every candidate.
+    scores = torch.nn.functional.cosine_similarity(keys, query[None], dim=-1, eps=1e-12).clamp(-1.0, 1.0)
     if theta is not None:
         keep = scores > theta
         if not bool(keep.any()):
