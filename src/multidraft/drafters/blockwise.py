@@ -236,6 +236,10 @@ def make_drafter(lm, sampler, options: dict) -> BlockwiseDrafter:
 
     if not sampler.params.greedy:
         raise InvalidOptionError("method='blockwise' verifies by greedy matching; use temperature=0")
+    # `generate(top_k=...)` is also the sampling parameter, so it lands in the sampler; blockwise is greedy-only,
+    # where sampling top-k means nothing, so read the lattice width from there (0 = not given: the default).
+    if getattr(sampler.params, "top_k", 0):
+        options = {**options, "top_k": sampler.params.top_k}
     num_heads = options["num_heads"]
     if num_heads is not None and (not isinstance(num_heads, int) or num_heads < 1):
         raise InvalidOptionError(f"num_heads must be an integer >= 1, got {num_heads!r}")
