@@ -43,3 +43,14 @@ def test_generate_user_errors_exit_2(tiny_folder, capsys):
     assert "temperature" in capsys.readouterr().err
     assert main(["generate", "--model", tiny_folder, "--chat", "the cat"]) == 2
     assert "chat template" in capsys.readouterr().err
+
+
+def test_generate_prints_every_draft_of_a_multi_draft_method(tiny_folder, capsys):
+    assert main(["generate", "--model", tiny_folder, "--method", "beam", "-o", "num_beams=3",
+                 "--max-new-tokens", "4", "the cat sat"]) == 0
+    out = capsys.readouterr().out
+    assert "--- draft 1" in out and "--- draft 2" in out
+    assert main(["generate", "--model", tiny_folder, "--method", "beam", "-o", "num_beams=3", "--json",
+                 "--max-new-tokens", "4", "the cat sat"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["drafts"]) >= 2 and data["drafts"][0]["token_ids"] == data["token_ids"]

@@ -75,10 +75,16 @@ def run_generate(args) -> int:
                                  temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
                                  stop=args.stop, chat=args.chat or None, on_token=stream if args.stream else None,
                                  **options)
+    drafts = result.drafts or []
     if args.json:
-        print(json.dumps({"text": result.text, "token_ids": result.token_ids, "stats": result.stats.to_dict()}))
+        print(json.dumps({"text": result.text, "token_ids": result.token_ids, "stats": result.stats.to_dict(),
+                          "drafts": [{"text": d.text, "token_ids": d.token_ids, "score": d.score} for d in drafts]}))
     elif args.stream:
         print()
+    elif len(drafts) > 1:
+        for rank, draft in enumerate(drafts, 1):
+            score = "" if draft.score is None else f" (score {draft.score:.3f})"
+            print(f"--- draft {rank}{score} ---\n{draft.text}")
     else:
         print(result.text)
     if args.stats:
