@@ -77,7 +77,7 @@ def main(argv=None):
     parser.add_argument("--prompts", type=int, default=2, help="prompts per task")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--methods", default="greedy,pld,hf_pld,pld_plus_hidden,pld_plus_attention")
-    parser.add_argument("--k-sweep", default=None, help="comma-separated num_draft_tokens values for the drafting methods")
+    parser.add_argument("--k-sweep", default=None, help="comma-separated num_draft_tokens values for the PLD+ methods")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sdpa-overhead", action="store_true")
     parser.add_argument("--out", default=None, help="write all rows as JSON here")
@@ -88,8 +88,9 @@ def main(argv=None):
     sdpa = multidraft.load_model(args.model, dtype=args.dtype) if args.sdpa_overhead else None
     methods = args.methods.split(",")
     ks = [int(k) for k in args.k_sweep.split(",")] if args.k_sweep else [None]
-    variants = [(m, None) for m in methods if m in ("greedy", "hf_pld")]
-    variants += [(m, k) for m in methods if m not in ("greedy", "hf_pld") for k in ks]
+    # The K sweep applies to PLD+ only; PLD keeps its own default (10, as Spec-Bench) and HF its 10.
+    variants = [(m, None) for m in methods if not m.startswith("pld_plus")]
+    variants += [(m, k) for m in methods if m.startswith("pld_plus") for k in ks]
     if not any(m == "greedy" for m, _ in variants):
         variants.insert(0, ("greedy", None))
     if sdpa is not None:
