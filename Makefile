@@ -38,9 +38,12 @@ test: models-data browser
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m "not real_model and not slow"
 
+# A short `multidraft bench` on the default model: greedy, prompt lookup and HF's prompt lookup on real code edits.
 demo: $(STAMP)
 	$(MD) models pull qwen2.5-coder-1.5b
-	$(PY) -m multidraft.demo
+	$(MD) data pull cpython-stdlib --quiet
+	$(MD) bench --model qwen2.5-coder-1.5b --tasks code_edit --methods greedy,pld,hf_prompt_lookup \
+		--limit 2 --max-new-tokens 64 --out bench-out/demo --overwrite --no-progress
 
 clean:
 	rm -rf $(VENV) build *.egg-info
