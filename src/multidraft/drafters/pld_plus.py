@@ -22,9 +22,10 @@ from multidraft.types import Draft
 
 RANKERS = ("hidden", "attention", "first")
 AGGREGATES = ("max", "sum")
-# K: the paper uses 70 on a memory-bound GPU. In fp32 on this CPU a verification forward grows with its length
-# (qwen2.5-coder-0.5b, 600-token cache: 1 token ~0.2 s, 16 ~0.5 s, 64 ~1.4 s), so long drafts cost more than they
-# save when rejected; 16 measured best on the input-guided tasks (benchmarks/pld_plus_bench.py).
+# K: the paper uses 70 on a memory-bound GPU. In fp32 on this AVX2 CPU a verification forward grows with its
+# length, so a long rejected draft costs real time. Measured side by side (benchmarks/pld_plus_bench.py,
+# qwen2.5-coder-0.5b, loaded machine): K=70 won on code editing (1.17 vs 0.96 tok/s, AAL 17.4 vs 9.7), K=16 on
+# summarisation (0.86 vs 0.73 tok/s, AAL 4.1 vs 4.5). 16 is the safer default; pass 70 for long verbatim copies.
 DEFAULT_NUM_DRAFT_TOKENS = 16
 
 
