@@ -55,8 +55,7 @@ def run_prompt(lm, item, name, max_new_tokens, k):
             answers.append(lm.decode(tokens))
             token_lists.append(tokens)
             seconds += secs
-            calls += 0
-            continue
+            continue              # HF's generate reports no call count: AAL shown as nan / "-"
         method, options = METHODS[name]
         options = dict(options)
         if method != "greedy" and k is not None:
@@ -111,7 +110,7 @@ def main(argv=None):
                              "tok_s": total / seconds, "aal": total / calls if calls else None,
                              "equal": tokens == reference})
                 print(f"[{time.time() - started:6.0f}s] {item.id:22s} {name:20s} k={k!s:4s} {total:4d} tok "
-                      f"{seconds:6.1f}s {total / seconds:6.2f} tok/s aal={rows[-1]['aal'] or 0:.2f} "
+                      f"{seconds:6.1f}s {total / seconds:6.2f} tok/s aal={rows[-1]['aal'] or float('nan'):.2f} "
                       f"equal={rows[-1]['equal']}", flush=True)
     print_table(rows, args)
     if args.out:
