@@ -37,3 +37,12 @@ def smollm():
         if os.environ.get("CI"):
             raise
         pytest.skip(f"SmolLM2-135M not pulled: {exc}")
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Run a module's tiny-model tests on one thread; restore the thread count afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

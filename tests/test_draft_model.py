@@ -14,6 +14,9 @@ from multidraft.types import DecodeStats
 from multidraft.verify.multi_draft import SELECTION_SCHEMES
 from tests.tiny_models import make_tiny_lm
 
+# Tiny models run fastest on one thread (and far faster than on two on a loaded machine).
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 PROMPTS = [
     "the cat sat on the mat and the cat sat on the",
     "def x ( y ) : return x + 1 def x ( y ) : return",
@@ -31,14 +34,6 @@ def perturbed_copy(lm, scale, seed=0, name=None):
                 param.add_(torch.randn(param.shape, generator=generator) * scale * param.std())
     return LM(model, lm.tokenizer, name=name or f"{lm.name}-perturbed")
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # Tiny models run fastest on one thread, and much faster than on two when the machine is loaded.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -22,16 +22,12 @@ from multidraft.verify.multi_draft import MultiDraftVerifier, chains_of
 from tests.test_sampling import chi_square_p_value, exact_sequence_law
 from tests.tiny_models import make_tiny_hf_model, make_tokenizer
 
+# Tiny models run fastest on one thread (and far faster than on two on a loaded machine).
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 PROMPT_IDS = [3, 4, 5, 3, 4, 5, 3, 4]
 LENGTH, TEMPERATURE = 3, 1.0
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

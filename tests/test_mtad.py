@@ -18,16 +18,11 @@ from multidraft.verify.mtad import accept_length
 from tests.test_draft_model import perturbed_copy
 from tests.tiny_models import make_tiny_hf_model, make_tiny_lm, make_tokenizer
 
+# Tiny models run fastest on one thread (and far faster than on two on a loaded machine).
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 PROMPT = "the cat sat on the mat and the cat sat on the"
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # Tiny models run fastest on one thread, and much faster than on two when the machine is loaded.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
