@@ -4,19 +4,11 @@ import re
 
 import pytest
 
-from multidraft import cli
 from multidraft.errors import ModelNotFoundError
 from multidraft.models import registry
+from tests.test_models_loader import models_cli
 
 
-def models_cli(argv) -> int:
-    """`multidraft ARGV` with only the models command group registered (other groups may be mid-edit)."""
-    saved = cli.COMMAND_MODULES
-    cli.COMMAND_MODULES = ["multidraft.models.cli"]
-    try:
-        return cli.main(argv)
-    finally:
-        cli.COMMAND_MODULES = saved
 
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
