@@ -104,3 +104,18 @@ def test_out_of_vocabulary_tokens_match_nothing(model):
     assert np.allclose(model.interpolated([0, 1, VOCAB + 3, 0, 1], weights, candidates=cands), clean)
     assert model.interpolated([0, 1, VOCAB + 3], weights, candidates=cands).sum() == 0
     assert np.all(model.interpolated([0, 1], weights, candidates=np.array([VOCAB, -1])) == 0)
+
+
+def test_every_seen_context_at_every_order_is_normalised(model):
+    """Exhaustive over the corpus' contexts: the first n-gram stored at the top level once collided with
+    the 'missing' sentinel id and was dropped, so one context's distribution summed to 0.66."""
+    import itertools
+    for order in (2, 3, 4, 5):
+        for ctx in itertools.product(range(VOCAB), repeat=order - 1):
+            ids, probs = model.next_token_distribution(list(ctx), order)
+            if not ids.size:
+                continue
+            dense = model.smoothed_probs_batch([list(ctx)], np.arange(VOCAB), order=order)[0]
+            assert dense.sum() == pytest.approx(1.0, abs=1e-9), (ctx, order)
+            ml, seen = model.prob_batch([list(ctx)], ids[None], order)
+            np.testing.assert_allclose(ml[0], probs)

@@ -1,5 +1,6 @@
 """Tiny random causal LMs with a real (word-level) tokenizer, built in memory for fast offline tests."""
 
+import copy
 import functools
 
 import torch
@@ -12,8 +13,13 @@ WORDS = ("the a cat dog sat ran on mat and then . , def return if else for in x 
          "print value list of to is was it").split()
 
 
-@functools.lru_cache(maxsize=None)
 def make_tokenizer() -> PreTrainedTokenizerFast:
+    """A fresh copy each call, so a test that sets e.g. a chat template cannot leak it into other tests."""
+    return copy.deepcopy(_shared_tokenizer())
+
+
+@functools.lru_cache(maxsize=None)
+def _shared_tokenizer() -> PreTrainedTokenizerFast:
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
     for word in WORDS:
         vocab.setdefault(word, len(vocab))

@@ -53,8 +53,9 @@ class NGramModel:
         levels = header["levels"]
         self._offset = np.array([0] + [lv["offset"] for lv in levels] + [self._keys.shape[0]], dtype=np.int64)
         self._nkeys = int(self._keys.shape[0])
-        # Ids of levels < max_order are < missing_id; a key built from missing_id exists nowhere.
-        self.missing_id = int(self._cont_total.shape[0]) - 1
+        # Past every key position, so it is never a real (top-order) child id and no key is built
+        # from it; clipped into cont_total it reads the trailing 0 ("never followed by anything").
+        self.missing_id = self._nkeys
         self._V = np.uint64(self.vocab_size)
         self.discounts = {}
         for lv in levels:
@@ -110,6 +111,10 @@ class NGramModel:
         q = parent_ids.view(np.uint64) * self._V + tokens_plus_v  # ids >= 0: the uint64 view is exact
         pos = np.searchsorted(self._keys, q)
         return np.where(np.take(self._keys, pos, mode="clip") == q, pos, self.missing_id)
+
+    def _context_totals(self, ctx_ids: np.ndarray) -> np.ndarray:
+        """How often each context was followed by a token; 0 for missing_id (clipped onto the trailing 0)."""
+        return np.take(self._cont_total, ctx_ids, mode="clip")
 
     def _child_range(self, ids: np.ndarray):
         """[lo, hi) positions of the children of the entries `ids` (int64 array)."""
@@ -198,9 +203,8 @@ class NGramModel:
         candv, valid = self._tokens_plus_v(cand)
         parents = ctx[:, :, None] if valid is None else np.where(valid[:, None, :], ctx[:, :, None], self.missing_id)
         children = self._children(parents, candv[:, None, :])  # [k, O, K]
-        total = self._cont_total[ctx]  # the missing id's total is the trailing 0
+        total = self._context_totals(ctx)
         seen = total > 0
-        # counts[missing_id] belongs to some top-order n-gram: zero it where nothing was found
         counts = np.where(children != self.missing_id, np.take(self._counts, children, mode="clip"), 0)
         probs = counts / np.maximum(total, 1)[:, :, None]
         return (probs, seen, children) if return_children else (probs, seen)
@@ -238,7 +242,7 @@ class NGramModel:
         return self._distribution(int(state[order - 2]))
 
     def _distribution(self, ctx_id: int):
-        total = float(self._cont_total[ctx_id])
+        total = float(self._context_totals(np.array([ctx_id]))[0])
         if total == 0:
             return np.zeros(0, np.int64), np.zeros(0)
         lo, hi = self._child_range(np.array([ctx_id]))
@@ -320,7 +324,7 @@ class NGramModel:
             p = np.full(cand.shape, 1.0 / self.vocab_size)
         for n in range(2, order + 1):
             ctx = states[:, n - 2]
-            total = self._cont_total[ctx].astype(np.float64)
+            total = self._context_totals(ctx).astype(np.float64)
             rows = np.flatnonzero(total > 0)
             if rows.size == 0:
                 continue
