@@ -70,9 +70,9 @@ def main(argv=None) -> int:
     lm = multidraft.load_model(args.model, dtype=torch.float32)
     heads = load_heads(lm, args.heads)
     ngram = resolve_ngram(lm, args.ngram_path)
-    strats = strategies(ngram, args.ngram_order, args.alpha, args.top_k, args.num_paths)
+    strats = strategies(ngram, args.ngram_order, args.alpha, args.lattice_k, args.num_paths)
     alphas = [float(a) for a in args.alphas.split(",") if a]
-    sweep = {a: BlockwiseStrategy("ngram", args.top_k, 1, a, ngram, args.ngram_order) for a in alphas}
+    sweep = {a: BlockwiseStrategy("ngram", args.lattice_k, 1, a, ngram, args.ngram_order) for a in alphas}
     oracle_ks = (1, 2, 4, 8, 16)
     results = {"config": vars(args), "heads": {k: v for k, v in heads.meta.items() if k != "path"},
                "ngram": str(ngram.path), "tasks": {}}
@@ -93,7 +93,7 @@ def main(argv=None) -> int:
                 r = run.run(strategy)
                 pooled[f"alpha={a}"][0] += r.tokens
                 pooled[f"alpha={a}"][1] += r.calls
-            info = analyse(run, strats[f"ngram 1-best (k={args.top_k}, {args.ngram_order}-gram)"], oracle_ks)
+            info = analyse(run, strats[f"ngram 1-best (k={args.lattice_k}, {args.ngram_order}-gram)"], oracle_ks)
             for k in oracle_ks:
                 r = run.run_oracle(k)
                 pooled[f"oracle k={k}"][0] += r.tokens
@@ -113,11 +113,11 @@ def main(argv=None) -> int:
         # Wall clock: the real loop vs greedy on the first prompts.
         timing = {}
         modes = {"greedy": dict(method="greedy"),
-                 "blockwise none k=1": dict(method="blockwise", rescoring="none", top_k=1, num_paths=1),
-                 f"blockwise ngram k={args.top_k} p=1": dict(method="blockwise", rescoring="ngram", top_k=args.top_k,
+                 "blockwise none k=1": dict(method="blockwise", rescoring="none", lattice_k=1, num_paths=1),
+                 f"blockwise ngram k={args.lattice_k} p=1": dict(method="blockwise", rescoring="ngram", lattice_k=args.lattice_k,
                                                               num_paths=1, ngram_order=args.ngram_order, alpha=args.alpha),
-                 f"blockwise ngram k={args.top_k} p={args.num_paths}": dict(
-                     method="blockwise", rescoring="ngram", top_k=args.top_k, num_paths=args.num_paths,
+                 f"blockwise ngram k={args.lattice_k} p={args.num_paths}": dict(
+                     method="blockwise", rescoring="ngram", lattice_k=args.lattice_k, num_paths=args.num_paths,
                      ngram_order=args.ngram_order, alpha=args.alpha)}
         for pid, ids, run in runs[:args.timing_prompts]:
             for name, opts in modes.items():

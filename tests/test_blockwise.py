@@ -38,9 +38,9 @@ def tiny_ngram(tmp_path_factory):
     return NGramModel.load(path, tokenizer=lm.tokenizer)
 
 
-MODES = [dict(rescoring="none", top_k=1, num_paths=1), dict(rescoring="none", top_k=4, num_paths=3),
-         dict(rescoring="ngram", top_k=4, num_paths=1), dict(rescoring="ngram", top_k=3, num_paths=4, ngram_order=2),
-         dict(rescoring="neural", top_k=4, num_paths=1), dict(rescoring="neural", top_k=4, num_paths=2)]
+MODES = [dict(rescoring="none", lattice_k=1, num_paths=1), dict(rescoring="none", lattice_k=4, num_paths=3),
+         dict(rescoring="ngram", lattice_k=4, num_paths=1), dict(rescoring="ngram", lattice_k=3, num_paths=4, ngram_order=2),
+         dict(rescoring="neural", lattice_k=4, num_paths=1), dict(rescoring="neural", lattice_k=4, num_paths=2)]
 
 
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: "-".join(str(v) for v in m.values()))
@@ -55,7 +55,7 @@ def test_greedy_equality_every_mode(tiny_lm, tiny_ngram, mode):
         assert got.stats.lossless and got.stats.verification_calls <= len(want)
     # neural without a rescoring LM falls back to the n-gram model
     got = multidraft.generate(tiny_lm, PROMPTS[0], method="blockwise", max_new_tokens=20, heads=heads,
-                              ngram=tiny_ngram, rescoring="neural", top_k=3)
+                              ngram=tiny_ngram, rescoring="neural", lattice_k=3)
     assert got.token_ids == multidraft.generate(tiny_lm, PROMPTS[0], max_new_tokens=20).token_ids
 
 
@@ -76,8 +76,8 @@ def test_offline_evaluator_matches_online_loop(tiny_llama, tiny_ngram):
     lm = make_tiny_lm("llama", seed=2)
     lm.model.double()
     heads = random_heads(lm, 4, seed=1, scale=0.05).double().bind(lm)    # close to head 1: some drafts accepted
-    for mode in (dict(rescoring="none", top_k=1, num_paths=1), dict(rescoring="ngram", top_k=4, num_paths=3)):
-        strategy = BlockwiseStrategy(mode["rescoring"], mode["top_k"], mode["num_paths"], 1.0, tiny_ngram, 3)
+    for mode in (dict(rescoring="none", lattice_k=1, num_paths=1), dict(rescoring="ngram", lattice_k=4, num_paths=3)):
+        strategy = BlockwiseStrategy(mode["rescoring"], mode["lattice_k"], mode["num_paths"], 1.0, tiny_ngram, 3)
         for prompt in PROMPTS:
             online = multidraft.generate(lm, prompt, method="blockwise", max_new_tokens=40, heads=heads,
                                          ngram=tiny_ngram, **mode)
@@ -107,10 +107,10 @@ def test_bad_options(tiny_llama, tiny_ngram):
     heads = random_heads(tiny_llama, 3)
     generate = lambda **kw: multidraft.generate(tiny_llama, "the cat", method="blockwise", max_new_tokens=5,
                                                 heads=heads, ngram=tiny_ngram, **kw)
-    with pytest.raises(InvalidOptionError, match="top_k"):
-        BlockwiseStrategy("none", 0, 1)          # generate(top_k=0) means "not given" (the sampling default)
-    for bad in (dict(top_k=-1), dict(num_paths=0), dict(top_k=1.5), dict(rescoring="bogus"), dict(num_heads=4),
-                dict(ngram_order=9), dict(alpha=-1.0)):
+    with pytest.raises(InvalidOptionError, match="lattice_k"):
+        BlockwiseStrategy("none", 0, 1)
+    for bad in (dict(lattice_k=0), dict(lattice_k=-1), dict(num_paths=0), dict(lattice_k=1.5), dict(rescoring="bogus"),
+                dict(num_heads=4), dict(ngram_order=9), dict(alpha=-1.0)):
         with pytest.raises(InvalidOptionError):
             generate(**bad)
     other_tokenizer = copy.deepcopy(make_tokenizer())
@@ -144,11 +144,11 @@ def test_smollm_trained_heads_greedy_equality(smollm):
         pytest.skip(f"no trained heads for SmolLM2: {exc}")
     prompt = "def fibonacci(n):\n"
     want = multidraft.generate(smollm, prompt, max_new_tokens=16).token_ids
-    modes = [dict(rescoring="none", top_k=1, num_paths=1), dict(rescoring="none", top_k=4, num_paths=2)]
+    modes = [dict(rescoring="none", lattice_k=1, num_paths=1), dict(rescoring="none", lattice_k=4, num_paths=2)]
     try:
         from multidraft.drafters.blockwise import resolve_ngram
         resolve_ngram(smollm)
-        modes += [dict(rescoring="ngram", top_k=4, num_paths=2), dict(rescoring="neural", top_k=4, num_paths=1)]
+        modes += [dict(rescoring="ngram", lattice_k=4, num_paths=2), dict(rescoring="neural", lattice_k=4, num_paths=1)]
     except MultidraftError:
         pass
     for mode in modes:

@@ -100,11 +100,11 @@ def ngram_logprob_fn(model, order: int):
 class BlockwiseStrategy:
     """How drafts are picked from a lattice; shared by the online drafter and the offline evaluator."""
 
-    def __init__(self, rescoring: str = "none", top_k: int = 1, num_paths: int = 1, alpha: float = 1.0,
+    def __init__(self, rescoring: str = "none", lattice_k: int = 1, num_paths: int = 1, alpha: float = 1.0,
                  ngram=None, ngram_order: int = 3, scorer: Optional[LocalScorer] = None):
         if rescoring not in RESCORINGS:
             raise InvalidOptionError(f"rescoring must be one of {', '.join(RESCORINGS)}, got {rescoring!r}")
-        check_width(top_k, num_paths)
+        check_width(lattice_k, num_paths)
         if not isinstance(alpha, (int, float)) or alpha < 0:
             raise InvalidOptionError(f"alpha must be a number >= 0, got {alpha!r}")
         if rescoring == "ngram" and ngram is None:
@@ -113,12 +113,12 @@ class BlockwiseStrategy:
             raise InvalidOptionError("rescoring='neural' needs a rescoring LM or an n-gram model")
         if ngram is not None and not 1 <= ngram_order <= ngram.max_order:
             raise InvalidOptionError(f"ngram_order must be in 1..{ngram.max_order} for {ngram.path}, got {ngram_order!r}")
-        self.rescoring, self.top_k, self.num_paths, self.alpha = rescoring, top_k, num_paths, float(alpha)
+        self.rescoring, self.lattice_k, self.num_paths, self.alpha = rescoring, lattice_k, num_paths, float(alpha)
         self.ngram, self.ngram_order, self.scorer = ngram, ngram_order, scorer
         self._logprob = ngram_logprob_fn(ngram, ngram_order) if ngram is not None else None
 
     def lattice(self, first_token: int, head_logits: torch.Tensor, token_ids=None) -> Lattice:
-        return build_lattice(first_token, head_logits, self.top_k, token_ids)
+        return build_lattice(first_token, head_logits, self.lattice_k, token_ids)
 
     def drafts(self, lattice: Lattice, context: Sequence[int]) -> list[list[int]]:
         """Up to num_paths distinct drafts, best first (context ends with the certain token)."""
@@ -219,7 +219,7 @@ def make_strategy(lm, options: dict) -> BlockwiseStrategy:
     rescoring = options["rescoring"]
     if rescoring not in RESCORINGS:
         raise InvalidOptionError(f"rescoring must be one of {', '.join(RESCORINGS)}, got {rescoring!r}")
-    check_width(options["top_k"], options["num_paths"])
+    check_width(options["lattice_k"], options["num_paths"])
     ngram, scorer, order = None, None, options["ngram_order"]
     if rescoring == "ngram" or (rescoring == "neural" and options["rescorer"] is None):
         ngram = options.get("ngram") or resolve_ngram(lm, options["ngram_path"])
@@ -228,7 +228,7 @@ def make_strategy(lm, options: dict) -> BlockwiseStrategy:
         scorer = NGramScorer(ngram, order) if rescoring == "neural" else None
     if rescoring == "neural" and options["rescorer"] is not None:
         scorer = NeuralScorer(resolve_rescorer(lm, options["rescorer"]))
-    return BlockwiseStrategy(rescoring, options["top_k"], options["num_paths"], options["alpha"], ngram, order, scorer)
+    return BlockwiseStrategy(rescoring, options["lattice_k"], options["num_paths"], options["alpha"], ngram, order, scorer)
 
 
 def make_drafter(lm, sampler, options: dict) -> BlockwiseDrafter:
@@ -236,10 +236,6 @@ def make_drafter(lm, sampler, options: dict) -> BlockwiseDrafter:
 
     if not sampler.params.greedy:
         raise InvalidOptionError("method='blockwise' verifies by greedy matching; use temperature=0")
-    # `generate(top_k=...)` is also the sampling parameter, so it lands in the sampler; blockwise is greedy-only,
-    # where sampling top-k means nothing, so read the lattice width from there (0 = not given: the default).
-    if getattr(sampler.params, "top_k", 0):
-        options = {**options, "top_k": sampler.params.top_k}
     num_heads = options["num_heads"]
     if num_heads is not None and (not isinstance(num_heads, int) or num_heads < 1):
         raise InvalidOptionError(f"num_heads must be an integer >= 1, got {num_heads!r}")
@@ -254,8 +250,8 @@ def make_drafter(lm, sampler, options: dict) -> BlockwiseDrafter:
 
 register(Method(
     "blockwise", lossless=True,
-    description="blockwise parallel decoding: trained heads draft a block, top-k lattice rescored "
+    description="blockwise parallel decoding: trained heads draft a block, lattice of each head's top lattice_k tokens rescored "
                 "(none / ngram p-best DP / neural local), p drafts verified as one tree (greedy only)",
-    options={"heads": None, "num_heads": None, "rescoring": "ngram", "top_k": 8, "num_paths": 2, "alpha": 1.0,
+    options={"heads": None, "num_heads": None, "rescoring": "ngram", "lattice_k": 8, "num_paths": 2, "alpha": 1.0,
              "ngram_order": 3, "ngram_path": None, "ngram": None, "rescorer": None},
     make_drafter=make_drafter))

@@ -59,9 +59,9 @@ class Path:
     ranks: tuple[int, ...]
 
 
-def check_width(top_k, num_paths) -> None:
-    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
-        raise InvalidOptionError(f"top_k must be an integer >= 1, got {top_k!r}")
+def check_width(lattice_k, num_paths) -> None:
+    if not isinstance(lattice_k, int) or isinstance(lattice_k, bool) or lattice_k < 1:
+        raise InvalidOptionError(f"lattice_k must be an integer >= 1, got {lattice_k!r}")
     if not isinstance(num_paths, int) or isinstance(num_paths, bool) or num_paths < 1:
         raise InvalidOptionError(f"num_paths must be an integer >= 1, got {num_paths!r}")
 

@@ -68,7 +68,7 @@ class OfflineRun:
         """Block efficiency of a `BlockwiseStrategy` (or any object with lattice/drafts) on its own trajectory."""
         return self._walk(lambda lat, decided: max(
             (matched_length(d, self.future(decided)) for d in strategy.drafts(lat, self.context(decided))), default=0),
-            strategy.top_k)
+            strategy.lattice_k)
 
     def run_oracle(self, k: int) -> OfflineResult:
         """Oracle top-k: the best path through the lattice at every step (per-step greedy, A10)."""
@@ -159,7 +159,7 @@ def analyse(run: OfflineRun, rescored=None, ks: Sequence[int] = (1, 2, 4, 8, 16)
         vanilla = [lat_1.first_token] + lat_1.vanilla()
         vanilla_drafts.append(vanilla)
         if rescored is not None:
-            lat = run.lattice(decided, rescored.top_k)
+            lat = run.lattice(decided, rescored.lattice_k)
             best = rescored.drafts(lat, run.context(decided))[0]
             rescored_drafts.append([lat.first_token] + best)
             future = run.future(decided)
