@@ -1,6 +1,6 @@
 """Micro-benchmark: microseconds per `multidraft.selection.select` call at vocabulary scale.
 
-    .venv/bin/python benchmarks/selection_bench.py [--vocab 151936] [--calls 50] [--threads 1]
+    .venv/bin/python benchmarks/selection_bench.py [--vocab 151936] [--calls 20] [--threads 1]
 
 Laws are LM-like: target = softmax(logits / 1.0), drafts = softmax((logits + noise) / T) with T = 1.2
 (the paper's draft temperature), as float32 like a model's output. Every call builds the scheme's
@@ -11,6 +11,7 @@ plan from scratch (nothing is cached between calls), and candidates are drawn fr
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
@@ -33,25 +34,30 @@ def make_laws(vocab_size: int, num_drafts: int, identical: bool, seed: int):
     return torch.stack(rows), target
 
 
-def time_scheme(scheme, draft, target, calls, seed):
+def time_scheme(scheme, draft, target, calls, seed, repeats=5):
+    """Median over `repeats` rounds of the mean time per call (rounds absorb timer and cache noise)."""
     generator = torch.Generator().manual_seed(seed)
     candidate_sets = [torch.multinomial(draft, 1, generator=generator).reshape(-1) for _ in range(calls)]
-    select(scheme, candidate_sets[0], draft, target, generator=generator)  # warm-up (imports, allocator)
-    start = time.perf_counter()
-    for candidates in candidate_sets:
+    for candidates in candidate_sets[:3]:  # warm-up (imports, allocator, CPU clocks)
         select(scheme, candidates, draft, target, generator=generator)
-    return (time.perf_counter() - start) / calls * 1e6
+    rounds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for candidates in candidate_sets:
+            select(scheme, candidates, draft, target, generator=generator)
+        rounds.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(rounds)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", type=int, default=151_936)
-    parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--calls", type=int, default=20, help="calls per round; 5 rounds per cell, median shown")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     schemes = ["speculative", "specinfer", "spectr", "is", "is_lp", "is_lp_truncated"]
-    print(f"V = {args.vocab}, {args.calls} calls per cell, {args.threads} thread(s); microseconds per select() call")
+    print(f"V = {args.vocab}, 5 rounds of {args.calls} calls per cell (median), {args.threads} thread(s); microseconds per select() call")
     for identical in (True, False):
         print(f"\n{'identical' if identical else 'non-identical'} drafts")
         print(f"{'scheme':<17}" + "".join(f"{'K=' + str(k):>10}" for k in (1, 2, 3, 4)))

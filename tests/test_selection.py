@@ -109,3 +109,14 @@ def test_relabelling_tokens_keeps_every_acceptance():
         original = acceptance_probability(scheme, draft, target)
         relabelled = acceptance_probability(scheme, draft[:, permutation], target[permutation])
         assert relabelled == pytest.approx(original, abs=1e-9), scheme
+
+
+@pytest.mark.parametrize("identical", [True, False])
+def test_classical_is_auto_alphabet_stays_exact_when_it_truncates(identical):
+    """At K = 5 the "auto" alphabet of classical IS keeps 12 tokens, so a 14-token vocabulary is truncated."""
+    from multidraft.selection.schemes import classical_is_alphabet_size
+
+    assert classical_is_alphabet_size(5) == 12 and classical_is_alphabet_size(3) == 40
+    draft, target = random_laws(7, 14, 5, identical, zeros=True)
+    np.testing.assert_allclose(output_distribution("is", draft, target), target, atol=TOLERANCE)
+    assert 0.0 < acceptance_probability("is", draft, target) <= 1.0

@@ -12,13 +12,15 @@ enumeration):
 | "speculative" | single-draft speculative sampling (§2) | K = 1 | |
 | "specinfer" | SpecInfer recursive rejection with residuals (§3.9) | any | |
 | "spectr" | SpecTr K-SEQ with rho* (§3.10) | identical only | |
-| "is" | classical importance sampling, weights q/p, then speculative sampling (§3.2) | any | alphabet_size=40 |
+| "is" | classical importance sampling, weights q/p, then speculative sampling (§3.2) | any | alphabet_size="auto" |
 | "is_lp" | two-step IS, full pairwise-LP weights, K > 2 by chaining (§3.4, 3.6, 3.8) | any | alphabet_size=40 |
 | "is_lp_truncated" | two-step IS, truncated LP with `s` free tokens (§3.5) | any | s=5, alphabet_size=40 |
 | "optimal_lp" | IS weights from the full LP over tuples: reaches P* (test oracle, V <= 8) | any | |
 
 `alphabet_size=M` keeps the M most likely target tokens and merges the rest into one symbol
-(§3.7, A4), which keeps the law exact; `None` disables it (then LPs grow with V).
+(§3.7, A4), which keeps the law exact; `None` disables it (then LPs grow with V). Classical IS's
+exact law costs K (M+1)^K terms, so its "auto" default is M = 40 up to K = 3, then 25, 12, 7 at
+K = 4, 5, 6 (a smaller alphabet only moves target mass to the exact fallback draw of §3.7).
 
 Letters: inside this package p is the draft law and q the target law, as in the paper.
 """

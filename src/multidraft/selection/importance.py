@@ -69,16 +69,35 @@ class PairChain:
         return law
 
 
-def _sum_distribution(value_rows, prob_rows):
-    """Law of the sum of independent discrete variables, as (values, probs) with equal values merged."""
+def _sum_distribution(value_rows, prob_rows, merge_last: bool):
+    """Law of the sum of independent discrete variables, as (values, probs) with zero-probability points
+    dropped. Equal values are merged after every step but the last unless `merge_last`: merging costs a
+    sort, which only pays when many sums coincide (identical drafts)."""
     values, probs = np.zeros(1), np.ones(1)
-    for row_values, row_probs in zip(value_rows, prob_rows):
+    last = len(value_rows) - 1
+    for step, (row_values, row_probs) in enumerate(zip(value_rows, prob_rows)):
         support = row_probs > 0
         values = (values[:, None] + row_values[support][None, :]).ravel()
         probs = (probs[:, None] * row_probs[support][None, :]).ravel()
-        values, inverse = np.unique(values, return_inverse=True)
-        probs = np.bincount(inverse.ravel(), weights=probs, minlength=len(values))
+        if step < last or merge_last:
+            values, inverse = np.unique(values, return_inverse=True)
+            probs = np.bincount(inverse.ravel(), weights=probs, minlength=len(values))
     return values, probs
+
+
+def _expected_share(own, values, probs, num_drafts):
+    """E[g(c, S)] for each c in `own`, S ~ (values, probs), g(c, s) = c / (c + s), or 1/K when c + s = 0.
+
+    The O(len(own) * len(values)) core of the classical-IS law: one in-place outer sum and division."""
+    share = np.empty(len(own))
+    positive = own > 0
+    if positive.any():
+        c = own[positive]
+        table = np.add.outer(c, values)
+        np.divide(c[:, None], table, out=table)
+        share[positive] = table @ probs
+    share[~positive] = probs[values == 0].sum() / num_drafts  # c = 0: only the all-zero-weights case picks it
+    return share
 
 
 class ClassicalIS:
@@ -89,22 +108,16 @@ class ClassicalIS:
         self.weights = np.zeros_like(draft)
         np.divide(target[None, :], draft, out=self.weights, where=draft > 0)
         self.num_uniforms = 1
-        # p_I(y) = sum_j p_j(y) E[ g(w_j(y), S_{-j}) ], S_{-j} = sum of the other drafts' weights,
-        # g(c, s) = c / (c + s), or 1/K when c + s = 0 (the uniform fallback).
+        # p_I(y) = sum_j p_j(y) E[ g(w_j(y), S_{-j}) ], S_{-j} = sum of the other drafts' weights.
+        # Identical drafts share one S law and one expectation, so the sum is K times one term.
         law = np.zeros(num_symbols)
-        shared = None
-        for j in range(self.num_drafts):
-            if identical and shared is not None:
-                values, probs = shared
-            else:
-                others = [k for k in range(self.num_drafts) if k != j]
-                values, probs = _sum_distribution(self.weights[others], draft[others])
-                shared = (values, probs)
-            own = self.weights[j][:, None]
-            denominator = own + values[None, :]
-            share = np.full(denominator.shape, 1.0 / self.num_drafts)
-            np.divide(np.broadcast_to(own, denominator.shape), denominator, out=share, where=denominator > 0)
-            law += draft[j] * (share @ probs)
+        for j in range(1 if identical else self.num_drafts):
+            others = [k for k in range(self.num_drafts) if k != j]
+            values, probs = _sum_distribution(self.weights[others], draft[others], merge_last=identical)
+            drawn = draft[j] > 0  # symbols draft j never proposes add nothing
+            law[drawn] += draft[j][drawn] * _expected_share(self.weights[j][drawn], values, probs, self.num_drafts)
+        if identical:
+            law *= self.num_drafts
         self.law = np.clip(law, 0.0, None) / law.sum()
 
     def _candidate_shares(self, symbol_tuples):

@@ -37,12 +37,10 @@ class PairStage:
 def _solve_free_weights(free, pair_mass, fixed_inflow, target):
     """LP over the free pairs: maximise sum_i min(target_i, inflow_i) for i in `free`.
 
-    Returns the weight matrix entries for pairs (free[a], free[b]), a < b, or None on failure.
+    Returns shares[a, b] (a < b): the fraction of pair {free[a], free[b]} sent to free[a]; None on failure.
     """
     count = len(free)
     pairs = [(a, b) for a in range(count) for b in range(a + 1, count)]
-    if not pairs:
-        return {}
     num_pairs = len(pairs)
     constraint = np.zeros((count, num_pairs + count))
     bound = fixed_inflow.copy()
@@ -58,8 +56,10 @@ def _solve_free_weights(free, pair_mass, fixed_inflow, target):
     result = linprog(objective, A_ub=constraint, b_ub=bound, bounds=bounds, method="highs")
     if result.status != 0:
         return None
-    weights = np.clip(result.x[:num_pairs], 0.0, 1.0)
-    return {(free[a], free[b]): float(w) for (a, b), w in zip(pairs, weights)}
+    shares = np.zeros((count, count))
+    rows, cols = np.array(pairs).T
+    shares[rows, cols] = np.clip(result.x[:num_pairs], 0.0, 1.0)
+    return shares
 
 
 def _flow_free_weights(free, pair_mass, fixed_inflow, target, pick):
@@ -77,6 +77,8 @@ def _flow_free_weights(free, pair_mass, fixed_inflow, target, pick):
     inflow = fixed_inflow + assigned.sum(axis=1)
     tolerance = 1e-15
     count = len(free)
+    _direct_moves(assigned, inflow - caps, tolerance)
+    inflow = fixed_inflow + assigned.sum(axis=1)
     for _ in range(50 * count * count):
         excess = inflow - caps
         sources, sinks = excess > tolerance, excess < -tolerance
@@ -109,13 +111,24 @@ def _flow_free_weights(free, pair_mass, fixed_inflow, target, pick):
             assigned[b, a] += amount
         inflow[path[0]] -= amount
         inflow[found] += amount
-    weights = {}
-    for a in range(count):
-        for b in range(a + 1, count):
-            total = mass[a, b]
-            share = assigned[a, b] / total if total > 0 else pick[free[a], free[b]]
-            weights[(free[a], free[b])] = float(min(max(share, 0.0), 1.0))
-    return weights
+    shares = pick[np.ix_(index, index)].copy()  # massless pairs keep the rank rule
+    np.divide(assigned, mass, out=shares, where=mass > 0)
+    return np.clip(shares, 0.0, 1.0)
+
+
+def _direct_moves(assigned, excess, tolerance):
+    """Augmenting paths of length one, in bulk: each token above its cap hands mass held on pairs
+    with tokens below their caps straight to them (most of the augmentations, in one pass per
+    source). `assigned` and `excess` are updated in place; the path search finishes the job."""
+    for source in np.nonzero(excess > tolerance)[0]:
+        deficit = np.clip(-excess, 0.0, None)
+        moves = np.minimum(assigned[source], deficit)
+        moves[source] = 0.0
+        moves = np.diff(np.minimum(np.cumsum(moves), excess[source]), prepend=0.0)  # no more than the excess
+        assigned[source] -= moves
+        assigned[:, source] += moves
+        excess += moves
+        excess[source] -= moves.sum()
 
 
 def build_pair_stage(first: np.ndarray, second: np.ndarray, target: np.ndarray,
@@ -151,9 +164,11 @@ def build_pair_stage(first: np.ndarray, second: np.ndarray, target: np.ndarray,
         else:
             weights = _solve_free_weights(free, pair_mass, fixed_inflow, target)
         if weights is not None:  # on solver failure the rank rule stays: still exact (spec A7)
-            for (i, j), w in weights.items():
-                pick[i, j] = w
-                pick[j, i] = 1.0 - w
+            upper = np.triu(np.ones((len(free), len(free)), dtype=bool), 1)
+            a, b = np.nonzero(upper)
+            index = np.asarray(free)
+            pick[index[a], index[b]] = weights[a, b]
+            pick[index[b], index[a]] = 1.0 - weights[a, b]
 
     law = np.clip(base + (pair_mass * pick).sum(axis=1), 0.0, None)
     law = law / law.sum()

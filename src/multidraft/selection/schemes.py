@@ -21,6 +21,9 @@ from multidraft.selection.validation import (
 
 DEFAULT_ALPHABET_SIZE = 40
 DEFAULT_FREE_TOKENS = 5
+# Classical IS's exact law sums over (M+1)^(K-1) weight sums for each of K(M+1) draws: about 2 ms per
+# million terms here. "auto" keeps M = 40 while K (M+1)^K stays under this budget and shrinks M beyond.
+CLASSICAL_IS_TERM_BUDGET = 2_000_000
 MAX_ENUMERATED_ENTRIES = 20_000_000  # V^K tuples times V outputs held by output_distribution
 
 # scheme name -> allowed options with defaults
@@ -28,7 +31,7 @@ SCHEME_OPTIONS = {
     "speculative": {},
     "specinfer": {},
     "spectr": {},
-    "is": {"alphabet_size": DEFAULT_ALPHABET_SIZE},
+    "is": {"alphabet_size": "auto"},
     "is_lp": {"alphabet_size": DEFAULT_ALPHABET_SIZE, "lp_solver": "flow"},
     "is_lp_truncated": {"s": DEFAULT_FREE_TOKENS, "alphabet_size": DEFAULT_ALPHABET_SIZE, "lp_solver": "flow"},
     "optimal_lp": {},
@@ -47,8 +50,19 @@ def _check_integer_option(name, value, minimum, allow_none=False):
     return int(value)
 
 
+def classical_is_alphabet_size(num_drafts: int) -> int:
+    """The "auto" alphabet of classical IS: 40 (spec) up to K = 3; 25 at K = 4, 12 at K = 5, 7 at K = 6."""
+    size = DEFAULT_ALPHABET_SIZE
+    while size > 1 and num_drafts * (size + 1) ** num_drafts > CLASSICAL_IS_TERM_BUDGET:
+        size -= 1
+    return size
+
+
 def _build_importance_plan(scheme, draft, target, settings):
-    alphabet_size = _check_integer_option("alphabet_size", settings["alphabet_size"], 1, allow_none=True)
+    alphabet_size = settings["alphabet_size"]
+    if alphabet_size == "auto" and scheme == "is":
+        alphabet_size = classical_is_alphabet_size(draft.shape[0])
+    alphabet_size = _check_integer_option("alphabet_size", alphabet_size, 1, allow_none=True)
     alphabet = ReducedAlphabet(draft, target, alphabet_size)
     num_drafts = draft.shape[0]
     if num_drafts == 1:
