@@ -12,7 +12,9 @@ method's output is compared with greedy's. The machine's load average is printed
 
 Method names: greedy, hf_assisted (HF generate(assistant_model=...), its default schedule), speculative,
 speculative_adaptive, multi_draftK (K drafts: draft 1 greedy, the others sampled at T=1, SpecInfer selection),
-multi_draftK_iid (K drafts all sampled at T=1), mtad.
+multi_draftK_iid (K drafts all sampled at T=1), mtad; a ":SCHEME" suffix picks the selection scheme of a
+multi_draft row (e.g. multi_draft4_iid:is_lp_truncated; spectr needs _iid). At T > 0 the table's acceptance
+length is the block efficiency of each scheme.
 """
 
 from __future__ import annotations
@@ -53,12 +55,12 @@ def method_options(name, draft, num_draft_tokens):
     if name in ("speculative", "speculative_adaptive"):
         return "speculative", common | {"adaptive": name.endswith("adaptive")}
     if name.startswith("multi_draft"):
-        rest = name.removeprefix("multi_draft")
+        rest, _, selection = name.removeprefix("multi_draft").partition(":")
         iid = rest.endswith("_iid")
         num_drafts = int(rest.removesuffix("_iid"))
         temperatures = [1.0] * num_drafts if iid else [0.0] + [1.0] * (num_drafts - 1)
         return "multi_draft", common | {"num_drafts": num_drafts, "draft_temperatures": temperatures,
-                                        "selection": "specinfer"}
+                                        "selection": selection or "specinfer"}
     if name == "mtad":
         return "mtad", common | {"num_beams": 4}
     if name == "greedy":

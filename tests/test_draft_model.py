@@ -61,10 +61,11 @@ def greedy_ids(lm, prompt, max_new_tokens):
 def test_speculative_equals_greedy(target, close_draft, unrelated_draft, prompt):
     expected = greedy_ids(target, prompt, 30)
     for draft in (close_draft, unrelated_draft, target):
-        for num_draft_tokens, adaptive in ((1, False), (3, True), (6, False)):
+        for num_draft_tokens, adaptive, stop_below in ((1, False, 0.0), (3, True, 0.0), (6, False, 0.0),
+                                                       (8, False, 0.5)):
             out = multidraft.generate(target, prompt, method="speculative", max_new_tokens=30, draft_model=draft,
-                                      num_draft_tokens=num_draft_tokens, adaptive=adaptive)
-            assert out.token_ids == expected, (draft.name, num_draft_tokens, adaptive)
+                                      num_draft_tokens=num_draft_tokens, adaptive=adaptive, stop_below=stop_below)
+            assert out.token_ids == expected, (draft.name, num_draft_tokens, adaptive, stop_below)
 
 
 @pytest.mark.parametrize("selection", SELECTION_SCHEMES)
@@ -240,6 +241,9 @@ def test_bad_options_are_clear_errors(target, close_draft):
         run("speculative", num_draft_tokens=-2)
     with pytest.raises(InvalidOptionError, match="adaptive must be True or False"):
         run("speculative", adaptive="yes")
+    for bad in (-0.1, 1.5, "high", True):
+        with pytest.raises(InvalidOptionError, match="stop_below must be a probability"):
+            run("speculative", stop_below=bad)
     with pytest.raises(InvalidOptionError, match="no option 'num_drafts'"):
         run("speculative", num_drafts=2)
 
@@ -272,3 +276,15 @@ def test_smollm_speculative_and_multi_draft_equal_greedy(smollm):
         out = multidraft.generate(smollm, prompt, method="multi_draft", max_new_tokens=24, draft_model=draft,
                                   num_drafts=2, num_draft_tokens=3, selection=selection, seed=1)
         assert out.token_ids == expected, selection
+
+
+def test_stop_below_ends_drafts_at_unsure_tokens(target, close_draft):
+    """With stop_below = 1 every draft stops after its first token; 0 keeps the full length."""
+    prompt = PROMPTS[0]
+    full = multidraft.generate(target, prompt, method="speculative", max_new_tokens=20, draft_model=close_draft,
+                               num_draft_tokens=5)
+    short = multidraft.generate(target, prompt, method="speculative", max_new_tokens=20, draft_model=close_draft,
+                                num_draft_tokens=5, stop_below=1.0)
+    assert short.token_ids == full.token_ids
+    assert 0 < short.stats.draft_tokens_proposed <= short.stats.verification_calls  # one token per draft
+    assert full.stats.draft_tokens_proposed > full.stats.verification_calls

@@ -54,13 +54,13 @@ class NoResidualVerifier(MultiDraftVerifier):
         return Verdict(path, sampler.pick(target_logits[len(path)], first_position + len(path)))
 
 
-def sample_runs(models, runs, num_drafts, temperatures, verifier):
+def sample_runs(models, runs, num_drafts, temperatures, verifier, stop_below=0.0):
     target, draft, _ = models
     counts, accepted = collections.Counter(), 0
     for seed in range(runs):
         stats = DecodeStats()
         output = OutputCollector(target, LENGTH)
-        drafter = DraftModelDrafter(draft, num_drafts, 2, temperatures)
+        drafter = DraftModelDrafter(draft, num_drafts, 2, temperatures, stop_below=stop_below)
         draft_and_verify(target, PROMPT_IDS, drafter, verifier, PositionSampler(SamplingParams(TEMPERATURE, seed=seed)),
                          output, stats)
         counts[tuple(output.token_ids)] += 1
@@ -69,14 +69,15 @@ def sample_runs(models, runs, num_drafts, temperatures, verifier):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("num_drafts,temperatures,selection", [
-    (1, [1.0], "speculative"),
-    (2, [1.0, 1.6], "specinfer"),        # non-identical drafts
-    (3, [1.0, 1.0, 1.0], "is_lp_truncated"),
+@pytest.mark.parametrize("num_drafts,temperatures,selection,stop_below", [
+    (1, [1.0], "speculative", 0.0),
+    (1, [1.0], "speculative", 0.3),      # drafts of random length (stopped at unsure draft tokens)
+    (2, [1.0, 1.6], "specinfer", 0.0),   # non-identical drafts
+    (3, [1.0, 1.0, 1.0], "is_lp_truncated", 0.0),
 ])
-def test_loop_samples_the_target_law(models, num_drafts, temperatures, selection):
+def test_loop_samples_the_target_law(models, num_drafts, temperatures, selection, stop_below):
     runs = 1000
-    counts, accepted = sample_runs(models, runs, num_drafts, temperatures, MultiDraftVerifier(selection))
+    counts, accepted = sample_runs(models, runs, num_drafts, temperatures, MultiDraftVerifier(selection), stop_below)
     assert accepted > runs // 4, f"only {accepted} draft tokens accepted: too few for this test to mean anything"
     p_value = chi_square_p_value(models[2], counts, runs)
     assert p_value > 1e-3, f"{selection}: the loop deviates from the target law (chi-square p = {p_value:.2e})"

@@ -151,19 +151,22 @@ class DraftModelDrafter(Drafter):
     Draft k samples at `draft_temperatures[k]` (0 = its argmax) with the target's top-k / top-p. Draft tree node i
     is draft-cache node i, so the verifier's accepted path is kept in the draft cache as is. `adaptive` grows the
     length by 2 after a fully accepted draft and shrinks it by 1 otherwise (HF's heuristic), within
-    [1, max_draft_tokens].
+    [1, max_draft_tokens]. `stop_below` ends a draft early once every chain's latest token had draft probability
+    below it (HF's assistant_confidence_threshold): the stop depends only on the draft's own tokens, so the
+    verifiers stay exact, and long drafts cost little where a forward of many tokens costs about one of a few.
     """
 
     name = "draft_model"
 
     def __init__(self, draft_lm: LM, num_drafts: int, num_draft_tokens: int, draft_temperatures: Sequence[float],
                  top_k: int = 0, top_p: float = 1.0, adaptive: bool = False,
-                 max_draft_tokens: Optional[int] = None):
+                 max_draft_tokens: Optional[int] = None, stop_below: float = 0.0):
         self.draft_lm = draft_lm
         self.num_drafts = num_drafts
         self.length = num_draft_tokens
         self.max_length = max_draft_tokens or 3 * num_draft_tokens
         self.adaptive = adaptive
+        self.stop_below = stop_below
         self.draft_params = [SamplingParams(float(t), top_k, top_p) for t in draft_temperatures]
         self.session: Optional[DraftSession] = None
 
@@ -183,12 +186,14 @@ class DraftModelDrafter(Drafter):
         chain_nodes = [[] for _ in range(self.num_drafts)]
         chain_probs = [[] for _ in range(self.num_drafts)]
         for depth in range(length):
+            unsure = True                            # every chain's token at this depth is below stop_below
             level_probs: dict[SamplingParams, torch.Tensor] = {}
             created: dict[tuple[int, int], int] = {}
             for k, params in enumerate(self.draft_params):
                 if params not in level_probs:
                     level_probs[params] = logits_to_probs(level_logits, params)
-                law = level_probs[params][row_of_node[current[k]]]
+                chain_parent = current[k]
+                law = level_probs[params][row_of_node[chain_parent]]
                 if params.greedy:
                     token = int(law.argmax())
                 else:
@@ -202,6 +207,14 @@ class DraftModelDrafter(Drafter):
                 chain_nodes[k].append(node)
                 chain_probs[k].append(law)
                 current[k] = node
+                if unsure and self.stop_below > 0:     # an argmax draft's law is one-hot: judge its softmax
+                    row = row_of_node[chain_parent]
+                    confidence = torch.softmax(level_logits[row].float(), -1)[token] if params.greedy else law[token]
+                    unsure = float(confidence) < self.stop_below
+                else:
+                    unsure = False
+            if unsure:
+                break
             if depth + 1 < length:
                 level_nodes = list(created.values())
                 level_logits, session_nodes = self.session.extend([tokens[n] for n in level_nodes],
@@ -376,8 +389,12 @@ def _make_chain_drafter(lm, sampler, options, num_drafts, draft_temperatures, me
     params = sampler.params
     temperatures = draft_temperature_list(draft_temperatures, num_drafts, params.temperature)
     draft_lm = resolve_draft_model(options["draft_model"], lm, method)
+    stop_below = options["stop_below"]
+    if isinstance(stop_below, bool) or not isinstance(stop_below, (int, float)) or not 0 <= stop_below <= 1:
+        raise InvalidOptionError(f"stop_below must be a probability in [0, 1] (0 = never stop early), "
+                                 f"got {stop_below!r}")
     return DraftModelDrafter(draft_lm, num_drafts, num_draft_tokens, temperatures, params.top_k, params.top_p,
-                             options["adaptive"])
+                             options["adaptive"], stop_below=float(stop_below))
 
 
 def _make_speculative_drafter(lm, sampler, options):
@@ -429,7 +446,8 @@ register(Method(
     "speculative", lossless=True,
     description="speculative sampling with a draft model (one chain of num_draft_tokens, rejection with the "
                 "residual; greedy match at temperature 0); lossless",
-    options={"draft_model": None, "num_draft_tokens": 4, "adaptive": False, "draft_temperature": None},
+    options={"draft_model": None, "num_draft_tokens": 4, "adaptive": False, "draft_temperature": None,
+             "stop_below": 0.0},
     make_drafter=_make_speculative_drafter,
     make_verifier=lambda lm, sampler, options: MultiDraftVerifier("speculative")))
 
@@ -438,7 +456,7 @@ register(Method(
     description="num_drafts chains from a draft model verified as one tree in one target forward, token chosen "
                 f"by a selection scheme ({', '.join(SELECTION_SCHEMES)}); lossless",
     options={"draft_model": None, "num_drafts": 2, "num_draft_tokens": 4, "selection": "specinfer",
-             "draft_temperatures": None, "selection_options": None, "adaptive": False},
+             "draft_temperatures": None, "selection_options": None, "adaptive": False, "stop_below": 0.0},
     make_drafter=_make_multi_draft_drafter, make_verifier=_make_multi_draft_verifier))
 
 register(Method(
