@@ -10,8 +10,8 @@ Every method runs on the same prompts in the same process; tok/s = generated tok
 target verification calls (for HF: target forwards after the prefill, counted with a hook). At temperature 0 each
 method's output is compared with greedy's. The machine's load average is printed: it is shared.
 
-Method names: greedy, hf_assisted (HF generate(assistant_model=...), its default schedule), speculative,
-speculative_adaptive, multi_draftK (K drafts: draft 1 greedy, the others sampled at T=1, SpecInfer selection),
+Method names: greedy, hf_assisted (HF generate(assistant_model=...), its default schedule), speculative
+[_L<draft length>][_stop<stop_below>][_adaptive] (e.g. speculative_L12_stop0.4), multi_draftK (K drafts: draft 1 greedy, the others sampled at T=1, SpecInfer selection),
 multi_draftK_iid (K drafts all sampled at T=1), mtad; a ":SCHEME" suffix picks the selection scheme of a
 multi_draft row (e.g. multi_draft4_iid:is_lp_truncated; spectr needs _iid). At T > 0 the table's acceptance
 length is the block efficiency of each scheme.
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import time
 
 import torch
@@ -52,8 +53,11 @@ def hf_assisted(target, draft, prompt_ids, max_new_tokens):
 
 def method_options(name, draft, num_draft_tokens):
     common = {"draft_model": draft, "num_draft_tokens": num_draft_tokens}
-    if name in ("speculative", "speculative_adaptive"):
-        return "speculative", common | {"adaptive": name.endswith("adaptive")}
+    spec = re.fullmatch(r"speculative(?:_L(\d+))?(?:_stop([\d.]+))?(_adaptive)?", name)
+    if spec:
+        length, stop, adaptive = spec.groups()
+        return "speculative", common | {"num_draft_tokens": int(length or num_draft_tokens),
+                                        "stop_below": float(stop or 0.0), "adaptive": bool(adaptive)}
     if name.startswith("multi_draft"):
         rest, _, selection = name.removeprefix("multi_draft").partition(":")
         iid = rest.endswith("_iid")
