@@ -46,6 +46,9 @@ class BenchConfigError(MultidraftError, ValueError):
 # "attention" (options -> the attention implementation the target needs, e.g. "eager" to return weights).
 PRESETS: dict[str, dict[str, Any]] = {
     "sample": {"temperature": 1.0},
+    # MTAD's joint-ratio test is about sampling: at temperature 0 both laws are one-hot and it is greedy
+    # matching, so it runs sampled, beside `sample`, and its perplexity is the number to compare.
+    "mtad": {"temperature": 1.0},
     "pld_plus": {"variants": [{"rank_by": "hidden"}, {"rank_by": "attention"}],
                  "attention": lambda options: "eager" if options.get("rank_by") == "attention" else None},
     "superposed": {"tasks": ("autocomplete",), "sweep_k": True},

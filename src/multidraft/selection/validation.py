@@ -12,8 +12,10 @@ import torch
 from multidraft.errors import InvalidOptionError
 
 # How far a row sum may be from 1. Low-precision softmax outputs carry more rounding, so the
-# tolerance follows the input dtype (float64 gets the strict 1e-6 of the spec).
-_SUM_TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-4}
+# tolerance follows the input dtype (float64 gets the strict 1e-6 of the spec). A float32 softmax over
+# Qwen's 151,936 tokens was seen 1.07e-4 off 1 in a real decode, so float32 gets 1e-3: still far below
+# the mistakes this check is for (logits, unnormalised scores, a dropped top-p renormalisation).
+_SUM_TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-3}
 _LOW_PRECISION_SUM_TOLERANCE = 1e-2
 
 
