@@ -4,10 +4,16 @@ import os
 
 import pytest
 import torch
+from hypothesis import settings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 torch.set_num_threads(min(2, os.cpu_count() or 1))
+# The same hypothesis examples on every run, so CI is reproducible; explore new ones locally with
+# `HYPOTHESIS_PROFILE=explore pytest` (that is how two n-gram bugs were found).
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.register_profile("explore", print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 from tests.tiny_models import make_tiny_lm  # noqa: E402
 

@@ -109,3 +109,13 @@ def test_large_vocabulary_keys_are_exact(tmp_path):
     total = sum(c for g, c in counts.items() if len(g) == 6 and g[:5] == gram[:5])
     probs, seen = model.candidate_probs(model.context_states([list(gram[:5])]), np.array([[gram[5]]]), [6])
     assert seen[0, 0] and probs[0, 0, 0] == pytest.approx(counts[gram] / total)
+
+
+def test_corpus_of_empty_documents_builds_an_empty_model(tmp_path):
+    """Found by hypothesis in a full run: several empty chunks used to crash the merge of count runs."""
+    path = tmp_path / "empty.ngram"
+    build([np.array([], dtype=np.int64)] * 5, 8, path, max_order=2, chunk_tokens=3, merge_limit=5)
+    model = NGramModel.load(path)
+    assert model.num_tokens == 0
+    probs = model.smoothed_probs_batch([[1]], np.arange(8), order=2)[0]
+    assert probs.sum() == pytest.approx(1.0)

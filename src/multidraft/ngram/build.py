@@ -75,6 +75,8 @@ def _merge_runs(runs):
     counts = np.concatenate([r[1] for r in runs])
     order = np.argsort(keys, kind="stable")  # timsort: merges the sorted runs in O(n log runs)
     keys, counts = keys[order], counts[order]
+    if keys.size == 0:  # every run empty (e.g. a corpus of empty documents)
+        return keys, counts
     starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
     return keys[starts], np.add.reduceat(counts, starts)
 
