@@ -38,11 +38,14 @@ test: models-data browser
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m "not real_model and not slow"
 
-# A short `multidraft bench` on the default model: greedy, prompt lookup and HF's prompt lookup on real code edits.
+# A short `multidraft bench` on the default model: greedy, prompt lookup, PLD+ and HF's prompt lookup on real code
+# edits, and Superposed Decoding (k = 2, 3, 4, 8 drafts) on short prefixes of real text, with its default n-gram file.
 demo: $(STAMP)
 	$(MD) models pull qwen2.5-coder-1.5b
-	$(MD) data pull cpython-stdlib --quiet
-	$(MD) bench --model qwen2.5-coder-1.5b --tasks code_edit --methods greedy,pld,hf_prompt_lookup \
+	$(MD) data pull cpython-stdlib sharegpt linux-doc --quiet
+	$(PY) -m multidraft.ngram_defaults --model qwen2.5-coder-1.5b --quiet
+	$(MD) bench --model qwen2.5-coder-1.5b --tasks code_edit,autocomplete \
+		--methods greedy,pld,pld_plus,hf_prompt_lookup,superposed \
 		--limit 2 --max-new-tokens 64 --out bench-out/demo --overwrite --no-progress
 
 clean:

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 import multidraft
-from multidraft.drafters.blockwise import BlockwiseStrategy, NGramScorer, resolve_ngram
+from multidraft.drafters.blockwise import BlockwiseStrategy, NeuralScorer, NGramScorer, resolve_ngram
 from multidraft.eval.blockwise_eval import OfflineRun, analyse, h_max
 from multidraft.heads import load_heads
 
@@ -38,14 +38,16 @@ def prompts(task: str, limit: int):
         return [(str(q["question_id"]), [{"role": "user", "content": q["turns"][0]}]) for q in data.load_mt_bench()[:limit]]
 
 
-def strategies(ngram, order, alpha, k, p):
-    local = NGramScorer(ngram, order)
+def strategies(ngram, order, alpha, k, p, rescorer=None):
+    """The strategies compared offline; "neural-local" uses `rescorer` (a smaller LM) or, without one, the n-gram."""
+    local = NeuralScorer(rescorer) if rescorer is not None else NGramScorer(ngram, order)
+    neural = f"neural-local ({rescorer.name}, k={k})" if rescorer is not None else f"neural-local* (k={k})"
     return {
         "none (plain BPD, k=1)": BlockwiseStrategy("none", 1, 1),
         f"none p-best (k={k}, p={p})": BlockwiseStrategy("none", k, p),
         f"ngram 1-best (k={k}, {order}-gram)": BlockwiseStrategy("ngram", k, 1, alpha, ngram, order),
         f"ngram p-best (k={k}, p={p})": BlockwiseStrategy("ngram", k, p, alpha, ngram, order),
-        f"neural-local* (k={k})": BlockwiseStrategy("neural", k, 1, alpha, ngram, order, scorer=local),
+        neural: BlockwiseStrategy("neural", k, 1, alpha, ngram, order, scorer=local),
     }
 
 
@@ -53,11 +55,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--heads", help="heads file (default: newest for the model)")
+    ap.add_argument("--rescorer", help="smaller LM with the same tokenizer for neural local rescoring "
+                                       "(default: the n-gram model stands in)")
+    ap.add_argument("--dtype", default="auto", help="auto (bf16 where the CPU has it), bfloat16 or float32")
     ap.add_argument("--ngram-path", help="n-gram file (default: multidraft.ngram_defaults' file)")
     ap.add_argument("--ngram-order", type=int, default=3)
     ap.add_argument("--alpha", type=float, default=1.0)
     ap.add_argument("--alphas", default="0.25,0.5,1,2", help="alpha sweep for ngram 1-best (same prompts)")
-    ap.add_argument("--top-k", type=int, default=8)
+    ap.add_argument("--lattice-k", type=int, default=8, help="lattice width k (top-k tokens per head)")
     ap.add_argument("--num-paths", type=int, default=4)
     ap.add_argument("--limit", type=int, default=6)
     ap.add_argument("--max-new-tokens", type=int, default=64)
@@ -67,10 +72,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    lm = multidraft.load_model(args.model, dtype=torch.float32)
+    dtype = None if args.dtype == "auto" else args.dtype
+    lm = multidraft.load_model(args.model, dtype=dtype)
+    rescorer = multidraft.load_model(args.rescorer, dtype=dtype) if args.rescorer else None
     heads = load_heads(lm, args.heads)
     ngram = resolve_ngram(lm, args.ngram_path)
-    strats = strategies(ngram, args.ngram_order, args.alpha, args.lattice_k, args.num_paths)
+    strats = strategies(ngram, args.ngram_order, args.alpha, args.lattice_k, args.num_paths, rescorer)
     alphas = [float(a) for a in args.alphas.split(",") if a]
     sweep = {a: BlockwiseStrategy("ngram", args.lattice_k, 1, a, ngram, args.ngram_order) for a in alphas}
     oracle_ks = (1, 2, 4, 8, 16)
@@ -119,6 +126,10 @@ def main(argv=None) -> int:
                  f"blockwise ngram k={args.lattice_k} p={args.num_paths}": dict(
                      method="blockwise", rescoring="ngram", lattice_k=args.lattice_k, num_paths=args.num_paths,
                      ngram_order=args.ngram_order, alpha=args.alpha)}
+        if rescorer is not None:
+            modes[f"blockwise neural k={args.lattice_k}"] = dict(method="blockwise", rescoring="neural",
+                                                                  lattice_k=args.lattice_k, num_paths=1,
+                                                                  rescorer=rescorer)
         for pid, ids, run in runs[:args.timing_prompts]:
             for name, opts in modes.items():
                 extra = {"heads": heads, "ngram": ngram} if opts["method"] == "blockwise" else {}
@@ -140,7 +151,7 @@ def main(argv=None) -> int:
 
 
 def render(results, args) -> str:
-    lines = [f"## Measured ({args.model}, {args.limit} prompts per task, {args.max_new_tokens} new tokens, "
+    lines = [f"## Measured ({args.model}, {args.dtype}, {args.limit} prompts per task, {args.max_new_tokens} new tokens, "
              f"{args.threads} thread(s))", ""]
     names = list(next(iter(results["tasks"].values()))["block_efficiency"])
     lines += ["| strategy | " + " | ".join(results["tasks"]) + " |", "|---|" + "---|" * len(results["tasks"])]
