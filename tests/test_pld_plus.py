@@ -15,7 +15,7 @@ from multidraft.pldplus import heads as heads_mod
 from multidraft.pldplus.ranking import candidates, rank_attention, rank_hidden
 from multidraft.pldplus.sweep import replay_acceptance
 from multidraft.sampling import PositionSampler, SamplingParams
-from multidraft.types import DecodeStats
+from multidraft.types import DecodeStats, Verdict
 from multidraft.verify import GreedyVerifier
 from tests.tiny_models import make_tiny_lm
 
@@ -132,6 +132,26 @@ def test_store_equals_a_full_forward_after_accepts_and_rejects(eager_lm, rank_by
         torch.testing.assert_close(stored, expected, atol=1e-5, rtol=1e-4)
 
 
+def test_long_drafts_only_after_a_fully_accepted_one(eager_lm):
+    """Two draft lengths: short_draft_tokens after a rejection or a fresh start, num_draft_tokens while copying."""
+    seq = [5, 6, 7, 8, 9] * 6
+    state = LoopState(seq=seq, prompt_length=len(seq), lm=eager_lm, sampler=None, stats=None)
+    drafter = PLDPlusDrafter(eager_lm, rank_by="first", num_draft_tokens=12, short_draft_tokens=3)
+    drafter.begin(state, None)
+    first = drafter.propose(state, 100)
+    assert len(first) == 3
+    drafter.observe(state, first, Verdict(accepted_nodes=[0, 1, 2], next_token=5), None, [])
+    second = drafter.propose(state, 100)
+    assert len(second) == 12 and second.token_ids == seq[5:17]
+    drafter.observe(state, second, Verdict(accepted_nodes=[0, 1], next_token=5), None, [])
+    assert len(drafter.propose(state, 100)) == 3
+    drafter.begin(state, None)                # a new generation starts short
+    assert len(drafter.propose(state, 100)) == 3
+    fixed = PLDPlusDrafter(eager_lm, rank_by="first", num_draft_tokens=12, short_draft_tokens=None)
+    fixed.begin(state, None)
+    assert len(fixed.propose(state, 100)) == 12
+
+
 @pytest.mark.parametrize("rank_by", ["hidden", "attention", "first"])
 def test_drafts_are_contiguous_copies_from_the_context(eager_lm, rank_by):
     drafter = Checked(eager_lm, rank_by=rank_by, num_draft_tokens=6, **options(rank_by))
@@ -177,12 +197,13 @@ def test_worked_example(eager_lm):
     assert candidates(seq).tolist() == [0, 4]
     state = LoopState(seq=seq, prompt_length=len(seq), lm=eager_lm, sampler=None, stats=None)
 
-    hidden = PLDPlusDrafter(eager_lm, rank_by="hidden", layer=1, num_draft_tokens=70)
+    hidden = PLDPlusDrafter(eager_lm, rank_by="hidden", layer=1, num_draft_tokens=70, short_draft_tokens=None)
     hidden.hidden_store.append(torch.randn(8, eager_lm.hidden_size))
     draft = hidden.propose(state, 70)
     assert hidden.last_source == 4 and draft.token_ids == seq[5:9]        # "dog ran . The": p=0 has no H[-1]
 
-    attention = PLDPlusDrafter(eager_lm, rank_by="attention", heads=[(0, 0), (1, 3)], num_draft_tokens=70)
+    attention = PLDPlusDrafter(eager_lm, rank_by="attention", heads=[(0, 0), (1, 3)], num_draft_tokens=70,
+                               short_draft_tokens=None)
     row = torch.full((2, 8), 0.01)
     row[1, 0], row[0, 4] = 0.5, 0.3                   # head (1,3) peaks on p=0, above head (0,0)'s weight on p=4
     attention.attention_store.row = row
@@ -281,7 +302,8 @@ def test_calibrate_saves_and_pld_plus_uses_the_heads(eager_lm, tmp_path, monkeyp
 def test_replay_matches_the_real_loop(eager_lm):
     # The layer sweep replays greedy outputs; its step count must equal what the loop really does.
     for prompt in PROMPTS[:2]:
-        out = multidraft.generate(eager_lm, prompt, method="pld_plus", layer=1, num_draft_tokens=10, max_new_tokens=30)
+        out = multidraft.generate(eager_lm, prompt, method="pld_plus", layer=1, num_draft_tokens=10,
+                                  short_draft_tokens=None, max_new_tokens=30)
         ids = eager_lm.encode(prompt)
         seq = ids + out.token_ids
         hidden = eager_lm.forward(eager_lm.new_cache(), seq[:-1], hidden_layer=1).hidden
@@ -296,7 +318,7 @@ def test_replay_matches_the_real_loop(eager_lm):
 def test_bad_options(eager_lm):
     sdpa_lm = make_tiny_lm("llama", seed=3)
     bad = [dict(layer=0), dict(layer=eager_lm.num_layers + 1), dict(layer="9"), dict(rank_by="keys"),
-           dict(num_draft_tokens=0), dict(avg_window=0), dict(theta="high"), dict(scope="everywhere"),
+           dict(num_draft_tokens=0), dict(short_draft_tokens=0), dict(avg_window=0), dict(theta="high"), dict(scope="everywhere"),
            dict(rank_by="attention", heads=[(eager_lm.num_layers, 0)]), dict(rank_by="attention", heads=[(0, 99)]),
            dict(rank_by="attention", heads=[]), dict(rank_by="attention", heads=[(0,)]),
            dict(rank_by="attention", heads=HEADS, aggregate="mean"), dict(rank_by="attention", head_set="layer:9")]

@@ -22,12 +22,14 @@ from multidraft.types import Draft
 
 RANKERS = ("hidden", "attention", "first")
 AGGREGATES = ("max", "sum")
-# K: the paper uses 70 on a memory-bound GPU. In fp32 on this AVX2 CPU a verification forward grows with its
-# length, so a long rejected draft costs real time. Measured side by side (benchmarks/pld_plus_bench.py,
-# qwen2.5-coder-0.5b, 1 prompt per task, 96 tokens): K=70 wins on long verbatim copies (code edit 2.88x vs 2.84x
-# hidden, 3.21x vs 2.67x attention) but loses on summarise (1.14x vs 1.36x) and chat (0.84x vs 0.96x);
-# over all four tasks hidden ranking gives 2.11x at K=16 vs 1.99x at K=70. 16 is the default; pass 70 for editing.
+# K: the paper uses 70 on a memory-bound GPU. On a CPU a verification forward grows with its length past some
+# point (bf16 on an AVX512-BF16 EPYC: 2-9 tokens cost the same as one, 17 tokens 1.25x; fp32 on AVX2: 2-3.5x),
+# so a long rejected draft costs real time while a long accepted copy saves steps. Hence two lengths: a draft
+# after a fully accepted one (a copy in progress) takes up to num_draft_tokens = 16; any other draft takes up to
+# short_draft_tokens = 8, which verifies at the price of one token. Side by side on qwen2.5-coder-1.5b in bf16
+# (benchmarks/reports/pld_plus.md): a fixed K = 8 wins on short copies and loses on long ones, K = 16 the opposite.
 DEFAULT_NUM_DRAFT_TOKENS = 16
+DEFAULT_SHORT_DRAFT_TOKENS = 8
 
 
 class PLDPlusDrafter(Drafter):
@@ -36,6 +38,7 @@ class PLDPlusDrafter(Drafter):
     name = "pld_plus"
 
     def __init__(self, lm, rank_by: str = "hidden", num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS,
+                 short_draft_tokens: Optional[int] = DEFAULT_SHORT_DRAFT_TOKENS,
                  layer: Optional[int] = None, theta: Optional[float] = None, avg_window: int = 1,
                  heads: Optional[Sequence[Sequence[int]]] = None, num_heads: int = 50, head_set: str = "selected",
                  aggregate: str = "max", scope: str = "context"):
@@ -43,6 +46,9 @@ class PLDPlusDrafter(Drafter):
             raise InvalidOptionError(f"rank_by must be one of {', '.join(RANKERS)}, got {rank_by!r}")
         if not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
             raise InvalidOptionError(f"num_draft_tokens must be an integer >= 1, got {num_draft_tokens!r}")
+        if short_draft_tokens is not None and (not isinstance(short_draft_tokens, int) or short_draft_tokens < 1):
+            raise InvalidOptionError(f"short_draft_tokens must be an integer >= 1 or None (always num_draft_tokens), "
+                                     f"got {short_draft_tokens!r}")
         if not isinstance(avg_window, int) or avg_window < 1:
             raise InvalidOptionError(f"avg_window must be an integer >= 1, got {avg_window!r}")
         if theta is not None and not isinstance(theta, (int, float)):
@@ -53,6 +59,9 @@ class PLDPlusDrafter(Drafter):
             raise InvalidOptionError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
         self.rank_by = rank_by
         self.num_draft_tokens = num_draft_tokens
+        self.short_draft_tokens = num_draft_tokens if short_draft_tokens is None else min(short_draft_tokens,
+                                                                                           num_draft_tokens)
+        self.copying = False          # the last draft was accepted whole: the next one may be long
         self.theta = None if theta is None else float(theta)
         self.avg_window = avg_window
         self.aggregate = aggregate
@@ -76,6 +85,7 @@ class PLDPlusDrafter(Drafter):
 
     # ----- the loop's hooks -----
     def begin(self, state: LoopState, prefill_output) -> None:
+        self.copying = False
         for store in (self.hidden_store, self.attention_store):
             if store is not None:
                 store.reset()
@@ -84,6 +94,7 @@ class PLDPlusDrafter(Drafter):
 
     def observe(self, state: LoopState, draft: Draft, verdict, forward_output, kept_rows: list[int]) -> None:
         self._append(forward_output, kept_rows, past=len(state.seq) - 1 - len(kept_rows))
+        self.copying = len(draft) > 0 and len(verdict.accepted_nodes) == len(draft)
 
     def _append(self, forward_output, kept_rows: list[int], past: int) -> None:
         if self.hidden_store is not None:
@@ -96,7 +107,7 @@ class PLDPlusDrafter(Drafter):
     def propose(self, state: LoopState, max_tokens: int) -> Draft:
         self.last_source = None
         seq = state.seq
-        budget = min(self.num_draft_tokens, max_tokens)
+        budget = min(self.num_draft_tokens if self.copying else self.short_draft_tokens, max_tokens)
         if budget <= 0 or len(seq) < 2:
             return Draft()
         positions = candidates(seq, self.scope, state.prompt_length)
@@ -168,7 +179,8 @@ register(Method(
     "pld_plus", lossless=True,
     description="PLD+: prompt lookup ranked by the model's hidden states (rank_by='hidden') or induction-head "
                 "attention (rank_by='attention', needs attn_implementation='eager')",
-    options={"rank_by": "hidden", "num_draft_tokens": DEFAULT_NUM_DRAFT_TOKENS, "layer": None, "theta": None,
+    options={"rank_by": "hidden", "num_draft_tokens": DEFAULT_NUM_DRAFT_TOKENS,
+             "short_draft_tokens": DEFAULT_SHORT_DRAFT_TOKENS, "layer": None, "theta": None,
              "avg_window": 1, "heads": None, "num_heads": 50, "head_set": "selected", "aggregate": "max",
              "scope": "context"},
     make_drafter=_make_drafter))
