@@ -33,7 +33,7 @@ def prompts_of(count: int, target) -> list[tuple[str, list[int]]]:
     from multidraft.eval.tasks import load_task
 
     code = [("humaneval", target.encode(p["prompt"])) for p in load_humaneval()[:count]]
-    chat = [("chat", target.encode(p.turn_messages(0, []))) for p in load_task("chat", limit=count)]
+    chat = [("chat", target.encode(p.input)) for p in load_task("chat", limit=count)]
     return code + chat
 
 

@@ -142,15 +142,11 @@ def test_smollm_trained_heads_greedy_equality(smollm, tmp_path):
     import inspect
 
     from multidraft.heads import load_heads
+    from multidraft.heads.data import hidden_rows
     from multidraft.heads.train import TrainConfig, train_heads
 
     texts = [inspect.getsource(module) for module in (copy, inspect)]
-    sequences = [smollm.encode(text)[:192] for text in texts]
-    rows = [smollm.forward(smollm.new_cache(), seq, hidden_layer=smollm.num_layers) for seq in sequences]
-    data = {"hidden": np.concatenate([r.hidden.float().numpy() for r in rows]).astype(np.float16),
-            "tokens": np.concatenate([np.asarray(seq, dtype=np.int32) for seq in sequences]),
-            "argmax": np.concatenate([r.logits.argmax(-1).numpy().astype(np.int32) for r in rows]),
-            "seq_ids": np.concatenate([np.full(len(seq), i, dtype=np.int32) for i, seq in enumerate(sequences)])}
+    data = hidden_rows(smollm, [smollm.encode(text)[:192] for text in texts])
     config = TrainConfig(num_heads=4, ffn_size=64, shortlist_size=512, batch_size=64, minutes=0, max_steps=30,
                          val_fraction=0.5)
     train_heads(smollm, data, config, tmp_path / "heads.pt", corpus="test")

@@ -318,7 +318,8 @@ def test_replay_matches_the_real_loop(eager_lm):
 def test_bad_options(eager_lm):
     sdpa_lm = make_tiny_lm("llama", seed=3)
     bad = [dict(layer=0), dict(layer=eager_lm.num_layers + 1), dict(layer="9"), dict(rank_by="keys"),
-           dict(num_draft_tokens=0), dict(short_draft_tokens=0), dict(avg_window=0), dict(theta="high"), dict(scope="everywhere"),
+           dict(num_draft_tokens=0), dict(short_draft_tokens=0), dict(avg_window=0), dict(theta="high"),
+           dict(scope="everywhere"),
            dict(rank_by="attention", heads=[(eager_lm.num_layers, 0)]), dict(rank_by="attention", heads=[(0, 99)]),
            dict(rank_by="attention", heads=[]), dict(rank_by="attention", heads=[(0,)]),
            dict(rank_by="attention", heads=HEADS, aggregate="mean"), dict(rank_by="attention", head_set="layer:9")]

@@ -68,6 +68,20 @@ def cache_dir(lm, corpora: Sequence[str], num_tokens: int, seq_len: int) -> Path
     return paths.subdir("heads") / "data" / f"{'+'.join(corpora)}-{key}"
 
 
+def hidden_rows(lm, sequences: Sequence[Sequence[int]], first_seq_id: int = 0) -> dict[str, np.ndarray]:
+    """The training rows of `sequences`: the base's last hidden state (fp16), the token, the base's greedy
+    prediction and the sequence id of every position (what `train_heads` reads)."""
+    hidden, tokens, argmax, seq_ids = [], [], [], []
+    for offset, seq in enumerate(sequences):
+        out = lm.forward(lm.new_cache(), seq, hidden_layer=lm.num_layers)
+        hidden.append(out.hidden.to(torch.float16).cpu().numpy())
+        argmax.append(out.logits.argmax(-1).cpu().numpy().astype(np.int32))
+        tokens.append(np.asarray(seq, dtype=np.int32))
+        seq_ids.append(np.full(len(seq), first_seq_id + offset, dtype=np.int32))
+    return {"hidden": np.concatenate(hidden), "tokens": np.concatenate(tokens), "argmax": np.concatenate(argmax),
+            "seq_ids": np.concatenate(seq_ids)}
+
+
 def build_hidden_cache(lm, corpora: Sequence[str], num_tokens: int = 32768, seq_len: int = 256,
                        log=print) -> Path:
     """Run the base over the corpus once (resumable) and return the shard folder."""
@@ -80,17 +94,10 @@ def build_hidden_cache(lm, corpora: Sequence[str], num_tokens: int = 32768, seq_
         path = folder / f"shard-{index:05d}.npz"
         if path.exists():
             continue
-        hidden, tokens, argmax, seq_ids = [], [], [], []
-        for offset, seq in enumerate(shard):
-            out = lm.forward(lm.new_cache(), seq, hidden_layer=lm.num_layers)
-            hidden.append(out.hidden.to(torch.float16).cpu().numpy())
-            argmax.append(out.logits.argmax(-1).cpu().numpy().astype(np.int32))
-            tokens.append(np.asarray(seq, dtype=np.int32))
-            seq_ids.append(np.full(len(seq), index * SHARD_SEQUENCES + offset, dtype=np.int32))
+        rows = hidden_rows(lm, shard, first_seq_id=index * SHARD_SEQUENCES)
         with atomic_path(path) as tmp:
             with open(tmp, "wb") as handle:
-                np.savez(handle, hidden=np.concatenate(hidden), tokens=np.concatenate(tokens),
-                         argmax=np.concatenate(argmax), seq_ids=np.concatenate(seq_ids))
+                np.savez(handle, **rows)
         done_tokens += sum(map(len, shard))
         rate = done_tokens / (time.perf_counter() - started)
         log(f"hidden states: shard {index + 1}/{len(shards)} ({rate:.0f} tokens/s)")
