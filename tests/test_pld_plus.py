@@ -28,15 +28,23 @@ PROMPTS = [
 HEADS = [(0, 1), (1, 2), (1, 0)]
 
 
-# Same attention kernel for baseline and PLD+ (spec A17): eager, which also returns attention weights.
-@pytest.fixture(scope="module", params=["llama", "qwen2"])
+# Baseline and PLD+ share one model, so one attention kernel (spec A17): eager returns the weights, sdpa makes the
+# runner compute the heads' rows from their queries and keys (multidraft.models.attention_rows).
+@pytest.fixture(scope="module", params=[("llama", "eager"), ("qwen2", "eager"), ("llama", "sdpa"), ("qwen2", "sdpa")],
+                ids=lambda p: "-".join(p))
 def both_lms(request):
-    return make_tiny_lm(request.param, seed=2, attn_implementation="eager")
+    arch, kernel = request.param
+    return make_tiny_lm(arch, seed=2, attn_implementation=kernel)
 
 
 @pytest.fixture(scope="module")
 def eager_lm():
     return make_tiny_lm("llama", seed=2, attn_implementation="eager")
+
+
+@pytest.fixture(scope="module", params=["eager", "sdpa"])
+def llama_lm(request):
+    return make_tiny_lm("llama", seed=2, attn_implementation=request.param)
 
 
 def options(rank_by):
@@ -106,11 +114,16 @@ class Checked(PLDPlusDrafter):
 
 def full_forward_artifacts(lm, seq, layer=None, heads=None):
     out = lm.forward(lm.new_cache(), seq[:-1], hidden_layer=layer, attention_heads=heads)
-    return out.hidden, None if out.attention is None else out.attention[:, -1]
+    if out.attention is None:
+        return out.hidden, None
+    if isinstance(out.attention, torch.Tensor):
+        return out.hidden, out.attention[:, -1]
+    return out.hidden, out.attention.weights(len(seq) - 2, range(len(seq) - 1))
 
 
 @pytest.mark.parametrize("rank_by", ["hidden", "attention"])
-def test_store_equals_a_full_forward_after_accepts_and_rejects(eager_lm, rank_by):
+def test_store_equals_a_full_forward_after_accepts_and_rejects(llama_lm, rank_by):
+    eager_lm = llama_lm
     drafter = Checked(eager_lm, spoil=True, rank_by=rank_by, layer=1, **options(rank_by))
     snapshots = []
     original = drafter.observe
@@ -326,8 +339,11 @@ def test_bad_options(eager_lm):
     for opts in bad:
         with pytest.raises(InvalidOptionError):
             multidraft.generate(eager_lm, PROMPTS[0], method="pld_plus", max_new_tokens=3, **opts)
+    odd = make_tiny_lm("llama", seed=2)     # sdpa, with an attention class the query hooks do not know
+    for layer in odd._decoder_layers:
+        layer.self_attn.__class__ = type("UnknownAttention", (type(layer.self_attn),), {"__module__": __name__})
     with pytest.raises(InvalidOptionError, match="eager"):
-        multidraft.generate(sdpa_lm, PROMPTS[0], method="pld_plus", rank_by="attention", heads=HEADS, max_new_tokens=3)
+        multidraft.generate(odd, PROMPTS[0], method="pld_plus", rank_by="attention", heads=HEADS, max_new_tokens=3)
     with pytest.raises(InvalidOptionError, match="eager"):
         heads_mod.calibrate(sdpa_lm, PROMPTS[:1], gen_len=5)
     with pytest.raises(InvalidOptionError, match="calibrate"):

@@ -1,4 +1,4 @@
-"""PLD+ on the real SmolLM2-135M (eager attention, fp32): token-identical to greedy on every input-guided task."""
+"""PLD+ on the real SmolLM2-135M (fp32, eager and sdpa attention): token-identical to greedy on every input-guided task."""
 
 import os
 
@@ -56,3 +56,22 @@ def test_sampling_equals_plain_sampling(smollm_eager):
         ours = multidraft.generate(smollm_eager, HAND_PROMPTS[0], method="pld_plus", rank_by=rank_by,
                                    temperature=0.8, seed=3, max_new_tokens=16)
         assert ours.token_ids == plain.token_ids
+
+
+def test_attention_ranking_without_the_eager_kernel(smollm_eager):
+    """On sdpa the runner computes the induction heads' rows from queries and keys: equal to eager's weights, and
+    PLD+(attention) stays token-identical to greedy on that kernel."""
+    from multidraft.models.load import load_model
+    from multidraft.pldplus.heads import default_heads
+    sdpa = load_model("smollm2-135m", dtype=torch.float32)
+    assert sdpa.attn_implementation == "sdpa"
+    heads = default_heads(sdpa, 50)
+    ids = sdpa.encode(task_prompts()[-1])
+    eager_rows = smollm_eager.forward(smollm_eager.new_cache(), ids, attention_heads=heads).attention[:, -1]
+    computed = sdpa.forward(sdpa.new_cache(), ids, attention_heads=heads).attention.weights(len(ids) - 1,
+                                                                                            range(len(ids)))
+    torch.testing.assert_close(computed, eager_rows, atol=2e-5, rtol=1e-3)
+    for prompt in task_prompts()[:3]:
+        greedy = multidraft.generate(sdpa, prompt, max_new_tokens=16)
+        out = multidraft.generate(sdpa, prompt, method="pld_plus", rank_by="attention", max_new_tokens=16)
+        assert out.token_ids == greedy.token_ids, prompt

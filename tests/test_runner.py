@@ -72,18 +72,40 @@ def test_hidden_layer_capture_matches_hf(tiny_lm):
     torch.testing.assert_close(out.hidden, hf.hidden_states[1][0].float(), atol=1e-6, rtol=1e-5)
 
 
-def test_attention_capture_needs_eager_and_matches_hf():
+def test_attention_capture_matches_hf():
     from tests.tiny_models import make_tiny_lm
-    lm = make_tiny_lm("llama", seed=3)
-    with pytest.raises(InvalidOptionError, match="eager"):
-        lm.forward(lm.new_cache(), [5, 9, 11], attention_heads=[(0, 1)])
-    lm.model.set_attn_implementation("eager")
+    lm = make_tiny_lm("llama", seed=3, attn_implementation="eager")
     ids = [5, 9, 11, 4, 6]
     out = lm.forward(lm.new_cache(), ids, attention_heads=[(1, 2), (0, 1)], attention_rows=[-1])
     with torch.no_grad():
         hf = lm.model(torch.tensor([ids]), output_attentions=True)
     torch.testing.assert_close(out.attention[0, 0], hf.attentions[1][0, 2, -1], atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(out.attention[1, 0], hf.attentions[0][0, 1, -1], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_attention_rows_without_eager_equal_eager_weights_on_a_tree(arch):
+    """With sdpa the runner keeps queries and keys; their rows equal eager's weights, tree masks and GQA included."""
+    from tests.tiny_models import make_tiny_lm
+    heads = [(1, 2), (0, 1), (1, 3), (0, 0)]
+    ids, parents = [5, 9, 11, 4, 6, 7, 8, 3], [-1, 0, 0, 2]   # root + a tree: rows 1, 2 under 0; 3 under 2
+    rows = {}
+    for kernel in ("sdpa", "eager"):
+        lm = make_tiny_lm(arch, seed=3, attn_implementation=kernel)
+        with torch.no_grad():      # sharper attention than the random init, so rows differ from uniform
+            for layer in lm._decoder_layers:
+                layer.self_attn.q_proj.weight.mul_(20.0)
+                layer.self_attn.k_proj.weight.mul_(20.0)
+        cache = lm.new_cache()
+        lm.forward(cache, ids[:4])
+        rows[kernel] = lm.forward(cache, ids[4:], parents=parents, attention_heads=heads).attention
+    assert isinstance(rows["eager"], torch.Tensor) and not isinstance(rows["sdpa"], torch.Tensor)
+    for row, path in ((0, [0]), (2, [0, 2]), (3, [0, 2, 3])):
+        columns = list(range(4)) + [4 + r for r in path]
+        computed = rows["sdpa"].weights(row, columns)
+        torch.testing.assert_close(computed, rows["eager"][:, row, columns], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(computed.sum(-1), torch.ones(len(heads)))
+        assert computed.max() > 1.5 / len(columns)           # not a uniform row: the test can tell rows apart
 
 
 def test_bad_layer_and_head_are_clear_errors(tiny_llama):

@@ -2,8 +2,9 @@
 target model's own artifacts from previous forwards (specs/pldplus.md), then copies up to K tokens after the winner.
 
 - rank_by="hidden": cosine of layer-l hidden states, H[p-1] vs H[q] (optional threshold theta, window m).
-- rank_by="attention": the last query row of selected induction heads, max (or sum) over heads. Needs a model
-  loaded with attn_implementation="eager"; only the chosen heads' rows are kept.
+- rank_by="attention": the last query row of selected induction heads, max (or sum) over heads. Only the chosen
+  heads' rows are kept: from eager weights, or with any other kernel computed from the heads' queries and keys
+  (multidraft.models.attention_rows), which spares the slower eager kernel.
 - rank_by="first": the earliest occurrence (a control; equals HF prompt lookup with max n-gram 1).
 Lossless: verification is the ordinary greedy match / sample-and-match of the one loop.
 """
@@ -76,10 +77,6 @@ class PLDPlusDrafter(Drafter):
                                          "(HF hidden_states numbering; 0 would be the embeddings)")
             self.hidden_store = HiddenStore(lm.hidden_size)
         elif rank_by == "attention":
-            if lm.attn_implementation != "eager":
-                raise InvalidOptionError(
-                    f"rank_by='attention' needs attention weights, which {lm.attn_implementation!r} attention does not "
-                    "return; load the model with multidraft.load_model(..., attn_implementation='eager')")
             self.attention_heads = _resolve_heads(lm, heads, num_heads, head_set)
             self.attention_store = AttentionRowStore()
 
@@ -100,9 +97,9 @@ class PLDPlusDrafter(Drafter):
         if self.hidden_store is not None:
             self.hidden_store.append(forward_output.hidden[kept_rows])
         if self.attention_store is not None:
-            # Keys of the kept path are contiguous for a chain draft: the row of the last kept position sees
-            # past + len(kept_rows) keys (later columns are masked to zero anyway).
-            self.attention_store.set(forward_output.attention, kept_rows[-1], past + len(kept_rows))
+            # The last kept position saw the cached past and the kept rows (its path), in sequence order.
+            self.attention_store.set(forward_output.attention, kept_rows[-1],
+                                     list(range(past)) + [past + row for row in kept_rows])
 
     def propose(self, state: LoopState, max_tokens: int) -> Draft:
         self.last_source = None
@@ -178,7 +175,7 @@ def _make_drafter(lm, sampler, options):
 register(Method(
     "pld_plus", lossless=True,
     description="PLD+: prompt lookup ranked by the model's hidden states (rank_by='hidden') or induction-head "
-                "attention (rank_by='attention', needs attn_implementation='eager')",
+                "attention (rank_by='attention')",
     options={"rank_by": "hidden", "num_draft_tokens": DEFAULT_NUM_DRAFT_TOKENS,
              "short_draft_tokens": DEFAULT_SHORT_DRAFT_TOKENS, "layer": None, "theta": None,
              "avg_window": 1, "heads": None, "num_heads": 50, "head_set": "selected", "aggregate": "max",

@@ -49,8 +49,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # MTAD's joint-ratio test is about sampling: at temperature 0 both laws are one-hot and it is greedy
     # matching, so it runs sampled, beside `sample`, and its perplexity is the number to compare.
     "mtad": {"temperature": 1.0},
-    "pld_plus": {"variants": [{"rank_by": "hidden"}, {"rank_by": "attention"}],
-                 "attention": lambda options: "eager" if options.get("rank_by") == "attention" else None},
+    # PLD+(a) runs on the default kernel too: the runner computes the heads' rows from queries and keys.
+    "pld_plus": {"variants": [{"rank_by": "hidden"}, {"rank_by": "attention"}]},
     "superposed": {"tasks": ("autocomplete",), "sweep_k": True},
 }
 # HF generate() peers: name -> (needs a draft model, description).

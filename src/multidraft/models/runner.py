@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import torch
 from transformers import DynamicCache
 
 from multidraft.errors import InvalidOptionError, PromptError
+from multidraft.models.attention_rows import AttentionQueries, install_query_hooks
 from multidraft.sampling import check_finite
 
 
@@ -24,7 +25,8 @@ from multidraft.sampling import check_finite
 class ForwardOutput:
     logits: torch.Tensor                           # (T, V) float32, one row per new token
     hidden: Optional[torch.Tensor] = None          # (T, d) of the captured layer
-    attention: Optional[torch.Tensor] = None       # (num_heads_captured, T, kv_len) post-softmax
+    # eager: (num_heads_captured, T, kv_len) post-softmax weights; other kernels: AttentionQueries (rows on demand)
+    attention: Optional[Union[torch.Tensor, AttentionQueries]] = None
     seconds: float = 0.0
 
 
@@ -199,7 +201,8 @@ class LM:
         `logits_rows` limits which rows get logits (e.g. slice(-1, None) for a prefill).
         `hidden_layer` l captures the output of decoder block l (1-based; 0 = embeddings), as HF's
         hidden_states[l]. `attention_heads` [(layer, head), ...] (0-based) captures post-softmax attention
-        rows (needs attn_implementation="eager"); `attention_rows` picks which query rows to keep.
+        rows: the weights with eager attention, else the heads' queries and keys (`AttentionQueries`, rows on
+        demand; attention_rows.py); `attention_rows` picks which query rows to keep.
         """
         start = time.perf_counter()
         past = cache.length
@@ -242,12 +245,14 @@ class LM:
             result.hidden = captured["hidden"][0] if captured["hidden"] else None
         if attention_heads:
             rows = captured["attn"]
-            if any(r is None for r in rows):
-                raise InvalidOptionError(
-                    f"attention weights are not available with attn_implementation={self.attn_implementation!r}; "
-                    "load the model with attn_implementation='eager' to capture attention heads")
-            stacked = torch.stack(rows)  # (num_heads_captured, T, kv_len)
-            result.attention = stacked if attention_rows is None else stacked[:, list(attention_rows)]
+            if isinstance(rows, AttentionQueries):
+                result.attention = rows if attention_rows is None else rows.select_rows(attention_rows)
+            else:
+                if any(r is None for r in rows):
+                    raise InvalidOptionError(f"{self.name} returned no attention weights from its eager kernel; "
+                                             "pass heads=... of standard attention layers")
+                stacked = torch.stack(rows)  # (num_heads_captured, T, kv_len)
+                result.attention = stacked if attention_rows is None else stacked[:, list(attention_rows)]
         result.seconds = time.perf_counter() - start
         return result
 
@@ -274,7 +279,17 @@ class LM:
                                              f"{self.num_layers} layers x {self.num_heads} heads (0-based)")
                 by_layer.setdefault(layer, []).append(head)
                 order.append((layer, head))
-            per_layer: dict[int, torch.Tensor] = {}
+            per_layer: dict = {}
+            if self.attn_implementation != "eager":
+                # No weights from this kernel: keep the chosen heads' queries and keys instead (attention_rows.py).
+                hooks += install_query_hooks(self._decoder_layers, by_layer, per_layer)
+
+                class _QueryCollector:
+                    def remove(self_inner):
+                        triples = [per_layer[layer][by_layer[layer].index(head)] for layer, head in order]
+                        captured["attn"] = AttentionQueries(*map(list, zip(*triples)))
+                hooks.append(_QueryCollector())
+                return hooks
 
             def make_hook(layer):
                 def keep_attention(_module, _inputs, output):

@@ -52,6 +52,14 @@ class AttentionRowStore:
     def reset(self) -> None:
         self.row = None
 
-    def set(self, attention: torch.Tensor, row: int, num_keys: int) -> None:
-        """Keep query row `row` of a captured (heads, T, kv_len) block, restricted to its first `num_keys` keys."""
-        self.row = attention[:, row, :num_keys].detach().to(torch.float32).clone()
+    def set(self, attention, row: int, columns) -> None:
+        """Keep query row `row` of a captured block, over the key positions `columns` it saw (past + its path).
+
+        `attention` is eager weights (heads, T, kv_len) or `AttentionQueries` (other kernels: computed here).
+        """
+        columns = list(columns)
+        if isinstance(attention, torch.Tensor):
+            weights = attention[:, row, columns]
+        else:
+            weights = attention.weights(row, columns)
+        self.row = weights.detach().to(torch.float32).clone()
