@@ -77,8 +77,8 @@ def match_lengths(seq: np.ndarray, positions: np.ndarray, cap: int) -> np.ndarra
     return lengths
 
 
-def draft_pld_plus(record, n, budget, rank_by="hidden", layer=12, k=16, short=8, copying=False, min_match=1,
-                   prefer_match=0, theta=None, branches=1, branch_tokens=4, **_):
+def draft_pld_plus(record, n, budget, rank_by="hidden", layer=12, k=16, short=4, copying=False, min_match=1,
+                   prefer_match=0, theta=None, branches=1, branch_tokens=4, long_if_match=0, **_):
     """Branches (lists of tokens) of the draft: the best-ranked source, then up to `branches - 1` runners-up."""
     seq = record["seq"][:n]
     limit = min(k if copying else short, budget)
@@ -106,6 +106,9 @@ def draft_pld_plus(record, n, budget, rank_by="hidden", layer=12, k=16, short=8,
         if source is None:
             break
         positions = positions[positions != source]
+        if long_if_match and not result and not copying:
+            if match_lengths(np.asarray(seq), np.array([source]), long_if_match)[0] >= long_if_match:
+                limit = min(k, budget)
         branch = tuple(seq[source + 1: source + 1 + (limit if not result else min(limit, branch_tokens))])
         if branch and branch not in seen and not any(b[:len(branch)] == branch for b in seen):
             seen.add(branch)
@@ -153,12 +156,13 @@ def replay_one(record, drafter, options, costs) -> tuple[int, int, float]:
     return end - start, steps, cost
 
 
-VARIANTS = {
-    "pld (n=3,K=10)": (draft_pld, {}),
-    "hf (n=2,K=10)": (draft_pld, {"max_ngram": 2}),
-    "first 16/8": (draft_pld_plus, {"rank_by": "first"}),
-    "hidden l12 16/8": (draft_pld_plus, {}),
-    "attention 16/8": (draft_pld_plus, {"rank_by": "attention"}),
+VARIANTS = {      # label -> (drafter, options); PLD+ labels give num_draft_tokens / short_draft_tokens
+    "pld (n=3, K=10)": (draft_pld, {}),
+    "HF prompt lookup (n=2, K=10)": (draft_pld, {"max_ngram": 2}),
+    "pld (n=3, K=6)": (draft_pld, {"k": 6}),
+    "PLD+ first 16/4": (draft_pld_plus, {"rank_by": "first"}),
+    "PLD+ hidden 16/4": (draft_pld_plus, {}),
+    "PLD+ attention 16/4": (draft_pld_plus, {"rank_by": "attention"}),
 }
 
 
@@ -167,8 +171,8 @@ def replay(args) -> None:
     records = [torch.load(path) for path in sorted(Path(args.data).glob("*.pt"))]
     variants = dict(VARIANTS)
     for spec in args.extra or []:
-        label, options = spec.split("=", 1)
-        variants[label] = (draft_pld_plus, json.loads(options))
+        label, _, options = spec.partition("={")
+        variants[label] = (draft_pld_plus, json.loads("{" + options))
     tasks = sorted({r["task"] for r in records})
     print(f"{len(records)} recorded outputs; cost per forward: {costs}")
     header = "| variant | " + " | ".join(tasks) + " | all |"
@@ -200,8 +204,9 @@ def main(argv=None):
     c.add_argument("--out", required=True)
     r = sub.add_parser("replay")
     r.add_argument("--data", required=True)
-    r.add_argument("--cost", default="1:1.0,9:1.0,17:1.25,33:1.6",
-                   help="n:relative cost of an n-token forward (bf16 1.5B here: benchmarks/reports/forward_cost_bf16.log)")
+    r.add_argument("--cost", default="1:1.0,2:0.89,5:0.96,7:1.02,9:1.12,13:1.2,17:1.3,25:1.5",
+                   help="n:relative cost of an n-token forward (default: qwen2.5-coder-1.5b, bf16, AVX512-BF16 EPYC, "
+                        "median of 5 after 150- and 600-token contexts)")
     r.add_argument("--extra", action="append", help='LABEL={"option": value} extra PLD+ variants')
     args = parser.parse_args(argv)
     collect(args) if args.command == "collect" else replay(args)

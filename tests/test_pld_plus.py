@@ -194,7 +194,7 @@ def test_no_candidate_gives_a_one_token_step(eager_lm):
 def test_first_ranker_equals_hf_prompt_lookup_with_unigrams(eager_lm):
     for prompt in PROMPTS[:2]:
         ours = multidraft.generate(eager_lm, prompt, method="pld_plus", rank_by="first", num_draft_tokens=5,
-                                   max_new_tokens=30)
+                                   short_draft_tokens=None, max_new_tokens=30)
         pld = multidraft.generate(eager_lm, prompt, method="pld", variant="hf", max_ngram=1, num_draft_tokens=5,
                                   max_new_tokens=30)
         assert ours.token_ids == pld.token_ids

@@ -23,14 +23,15 @@ from multidraft.types import Draft
 
 RANKERS = ("hidden", "attention", "first")
 AGGREGATES = ("max", "sum")
-# K: the paper uses 70 on a memory-bound GPU. On a CPU a verification forward grows with its length past some
-# point (bf16 on an AVX512-BF16 EPYC: 2-9 tokens cost the same as one, 17 tokens 1.25x; fp32 on AVX2: 2-3.5x),
-# so a long rejected draft costs real time while a long accepted copy saves steps. Hence two lengths: a draft
-# after a fully accepted one (a copy in progress) takes up to num_draft_tokens = 16; any other draft takes up to
-# short_draft_tokens = 8, which verifies at the price of one token. Side by side on qwen2.5-coder-1.5b in bf16
-# (benchmarks/reports/pld_plus.md): a fixed K = 8 wins on short copies and loses on long ones, K = 16 the opposite.
+# K: the paper uses 70 on a memory-bound GPU. On a CPU a verification forward grows with its length past a few
+# tokens (qwen2.5-coder-1.5b in bf16 on an AVX512-BF16 EPYC, median of 5: 2-5 new tokens 0.9-1.0x one token, 9 tokens
+# 1.12x, 17 tokens 1.3x, 25 tokens 1.5x), so a long rejected draft costs real time while a long accepted copy saves
+# steps. Hence two lengths: a draft after a fully accepted one (a copy in progress) takes up to num_draft_tokens = 16;
+# any other draft up to short_draft_tokens = 4. Chosen by replaying 60 recorded greedy outputs of the four
+# input-guided tasks with those costs (benchmarks/pld_plus_replay.py, reports/pld_plus_replay_qwen15b_bf16.log):
+# overall 16/4 is 4-9% cheaper than a fixed K of 4, 8 or 16 and than 16/8, and within 2% of the best per task.
 DEFAULT_NUM_DRAFT_TOKENS = 16
-DEFAULT_SHORT_DRAFT_TOKENS = 8
+DEFAULT_SHORT_DRAFT_TOKENS = 4
 
 
 class PLDPlusDrafter(Drafter):
