@@ -257,6 +257,23 @@ def test_summary_numbers():
     assert s["speedup"] == (0.5, 2.0, 2.0)
     assert s["mal"] == 30 / 20 and s["per_position"] == [2 / 8, 1 / 2]
     assert s["equal"] == (2, 3) and s["tok_s"] == 30 / 2.5
+    assert s["matched_speedup"] is None
+
+
+def test_matched_prompts_leave_out_every_prompt_where_a_lossless_row_diverged():
+    """The matched-prompts median uses only prompts where all greedy lossless rows did the baseline's work."""
+    from multidraft.eval.report import analyse
+    header = {"tasks": ["t"], "methods": [{"label": BASELINE, "lossless": True}, {"label": "a", "lossless": True},
+                                          {"label": "b", "lossless": True}]}
+    speeds = {("p0", BASELINE): 10, ("p0", "a"): 30, ("p0", "b"): 20, ("p1", BASELINE): 10, ("p1", "a"): 15,
+              ("p1", "b"): 40, ("p2", BASELINE): 10, ("p2", "a"): 25, ("p2", "b"): 20}
+    rows = [{"task": "t", "prompt_id": p, "method": m, "tokens": 8, "seconds": 8 / v, "tokens_per_second": v,
+             "error": None, "lossless": True, "temperature": 0.0, "turns": [{}], "stats": None,
+             "equal_greedy": not (p == "p1" and m == "b")} for (p, m), v in speeds.items()]
+    summaries = analyse(header, rows)["tasks"]["t"]
+    assert summaries["a"]["matched_speedup"] == (2.75, 2)       # p0 and p2: b diverged on p1
+    assert summaries["b"]["matched_speedup"] == (2.0, 2)
+    assert summaries["b"]["speedup"][1] == 2.0 and summaries["b"]["speedup"][2] == 4.0
 
 
 def test_superposed_sweep_latency_plot_and_draft_quality(tiny_folder, tiny_lm, tmp_path):

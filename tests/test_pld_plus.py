@@ -361,3 +361,17 @@ def test_ablation_head_sets_are_lossless(eager_lm):
     for opts in (dict(theta=0.0, avg_window=3), dict(scope="prompt")):
         assert multidraft.generate(eager_lm, PROMPTS[0], method="pld_plus", max_new_tokens=15, **opts).token_ids \
             == greedy.token_ids
+
+
+def test_attention_store_refuses_rows_shorter_than_the_context():
+    """Sliding-window layers keep fewer keys than the context has positions: a clear error, not a wrong index."""
+    from multidraft.models.attention_rows import AttentionQueries
+    from multidraft.pldplus.store import AttentionRowStore
+    store = AttentionRowStore()
+    store.set(torch.rand(2, 1, 6), 0, range(6))
+    assert store.length == 6
+    with pytest.raises(InvalidOptionError, match="sliding-window"):
+        store.set(torch.rand(2, 1, 4), 0, range(6))
+    short = AttentionQueries([torch.rand(1, 8)], [torch.rand(4, 8)], [1.0])
+    with pytest.raises(InvalidOptionError, match="sliding-window"):
+        store.set(short, 0, range(6))

@@ -33,8 +33,10 @@ def _finite_mean(values) -> Optional[float]:
     return statistics.mean(values) if values else None
 
 
-def summarize(rows: list[dict], method: dict, baseline: dict[str, dict]) -> dict[str, Any]:
-    """Numbers of one method on one task. `baseline` maps prompt_id -> baseline row."""
+def summarize(rows: list[dict], method: dict, baseline: dict[str, dict],
+              matched: Optional[set] = None) -> dict[str, Any]:
+    """Numbers of one method on one task. `baseline` maps prompt_id -> baseline row; `matched` holds the prompts
+    on which every greedy lossless row equals the baseline's text (all methods then did the same work)."""
     ok = [r for r in rows if r.get("error") is None]
     out: dict[str, Any] = {"prompts": len(rows), "failed": len(rows) - len(ok)}
     seconds = sum(r["seconds"] for r in ok)
@@ -43,6 +45,9 @@ def summarize(rows: list[dict], method: dict, baseline: dict[str, dict]) -> dict
                 if r["prompt_id"] in baseline and baseline[r["prompt_id"]]["tokens_per_second"]]
     out["speedups"] = speedups
     out["speedup"] = (min(speedups), statistics.median(speedups), max(speedups)) if speedups else None
+    same_work = [r["tokens_per_second"] / baseline[r["prompt_id"]]["tokens_per_second"] for r in ok
+                 if r["prompt_id"] in (matched or ()) and baseline[r["prompt_id"]]["tokens_per_second"]]
+    out["matched_speedup"] = (statistics.median(same_work), len(same_work)) if same_work else None
     stats = [r["stats"] for r in ok if r.get("stats")]
     calls = sum(s["verification_calls"] for s in stats)
     out["mal"] = sum(s["generated_tokens"] for s in stats) / calls if calls else None
@@ -92,11 +97,16 @@ def analyse(header: dict, rows: list[dict]) -> dict[str, Any]:
     for task in tasks:
         task_rows = [r for r in rows if r["task"] == task]
         baseline = {r["prompt_id"]: r for r in task_rows if r["method"] == BASELINE and r.get("error") is None}
+        # In bf16 a near-tied token can flip and send one method down a different text; on the prompts where no
+        # greedy lossless row diverged, every method did exactly the same work.
+        diverged = {r["prompt_id"] for r in task_rows if r.get("lossless") and not r.get("temperature")
+                    and r.get("equal_greedy") is False}
+        matched = set(baseline) - diverged
         result[task] = {}
         for label, method in methods.items():
             mine = [r for r in task_rows if r["method"] == label]
             if mine:
-                result[task][label] = summarize(mine, method, baseline)
+                result[task][label] = summarize(mine, method, baseline, matched)
     mismatches = [r for r in rows if r.get("lossless") and not r.get("temperature") and r.get("equal_greedy") is False]
     errors = [r for r in rows if r.get("error")]
     return {"tasks": result, "methods": methods, "mismatches": mismatches, "errors": errors}
@@ -121,15 +131,16 @@ def render_tables(header: dict, rows: list[dict], analysis: Optional[dict] = Non
     for task, summaries in tasks.items():
         count = max(s["prompts"] for s in summaries.values())
         lines += ["", f"## {task} ({count} prompts)", "",
-                  "| method | tok/s | speedup min / median / max | mean acceptance length | per-position acceptance "
-                  "| equal to greedy | perplexity | self-BLEU | failed |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "| method | tok/s | speedup min / median / max | median on matched prompts (n) "
+                  "| mean acceptance length | per-position acceptance | equal to greedy | perplexity | self-BLEU | failed |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for label, s in summaries.items():
             speed = " / ".join(f"{x:.2f}" for x in s["speedup"]) if s["speedup"] else "—"
             positions = " ".join(f"{p:.2f}" for p in s["per_position"][:MAX_POSITIONS]) or "—"
             ppl = _f(s["perplexity"]) + (f" (best of k {s['best_of_k']:.2f})" if s["best_of_k"] is not None else "")
-            lines.append(f"| {_method_cell(methods[label])} | {_f(s['tok_s'])} | {speed} | {_f(s['mal'])} | {positions} "
-                         f"| {_equal_cell(s)} | {ppl} | {_f(s['self_bleu'], 3)} | {s['failed'] or ''} |")
+            matched = f"{s['matched_speedup'][0]:.2f} ({s['matched_speedup'][1]})" if s["matched_speedup"] else "—"
+            lines.append(f"| {_method_cell(methods[label])} | {_f(s['tok_s'])} | {speed} | {matched} | {_f(s['mal'])} "
+                         f"| {positions} | {_equal_cell(s)} | {ppl} | {_f(s['self_bleu'], 3)} | {s['failed'] or ''} |")
     return "\n".join(lines) + "\n"
 
 
@@ -148,6 +159,8 @@ def render_report(header: dict, rows: list[dict], plots: list[str]) -> str:
              f"- baseline `{BASELINE}` = HF `generate()` greedy. Speedup = tok/s of a method / tok/s of the baseline "
              f"on the same prompt; min / median / max over prompts. Mean acceptance length = generated tokens / target "
              f"verification calls (pooled over prompts); HF peers do not report it.",
+             "- matched prompts: those on which every greedy lossless row equals the baseline's output, so every method "
+             "did the same work (in bf16 a near-tied token can flip and change the text, hence the work).",
              "- equal to greedy: token-identical to the baseline's output (every turn). Lossless methods must be; "
              "⚠ lossy methods are new decoders and need not be. Perplexity: of the output given the prompt, under "
              "the target model (lossy, sampled and baseline rows)."]

@@ -32,6 +32,10 @@ class AttentionQueries:
     keys: list[torch.Tensor]
     scaling: list[float]
 
+    @property
+    def num_keys(self) -> int:
+        return min(int(keys.shape[0]) for keys in self.keys)
+
     def weights(self, row: int, columns: Sequence[int]) -> torch.Tensor:
         """(num_heads, len(columns)): query `row`'s attention probabilities over key positions `columns`.
 

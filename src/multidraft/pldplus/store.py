@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from multidraft.errors import InvalidOptionError
+
 
 class HiddenStore:
     """Layer-l hidden states of positions 0..length-1, in a buffer that grows by doubling."""
@@ -58,6 +60,12 @@ class AttentionRowStore:
         `attention` is eager weights (heads, T, kv_len) or `AttentionQueries` (other kernels: computed here).
         """
         columns = list(columns)
+        available = attention.shape[-1] if isinstance(attention, torch.Tensor) else attention.num_keys
+        if columns and columns[-1] >= available:
+            raise InvalidOptionError(
+                f"the captured attention heads see only {available} keys, not the {columns[-1] + 1} positions of the "
+                "context (a sliding-window attention layer?); pass heads=[(layer, head), ...] from full-attention "
+                "layers or use rank_by='hidden'")
         if isinstance(attention, torch.Tensor):
             weights = attention[:, row, columns]
         else:
