@@ -42,11 +42,20 @@ class AttentionQueries:
         `columns` must be exactly the keys that row may see (its past and its ancestors), as the softmax is
         taken over them; for those keys this equals the eager kernel's row (the others get weight 0 there).
         """
-        index = torch.as_tensor(list(columns), dtype=torch.long)
-        rows = []
-        for query, keys, scale in zip(self.queries, self.keys, self.scaling):
-            scores = keys.index_select(0, index.to(keys.device)).float() @ query[row].float() * scale
-            rows.append(torch.softmax(scores, dim=-1))
+        columns = list(columns)
+        contiguous = columns == list(range(len(columns)))     # a chain draft: a view, no copy
+        index = None if contiguous else torch.as_tensor(columns, dtype=torch.long)
+        rows: list = [None] * len(self.queries)
+        by_keys: dict[int, list[int]] = {}                      # heads sharing a KV head share one product
+        for head, keys in enumerate(self.keys):
+            by_keys.setdefault(id(keys), []).append(head)
+        for heads in by_keys.values():
+            keys = self.keys[heads[0]]
+            seen = keys[: len(columns)] if contiguous else keys.index_select(0, index.to(keys.device))
+            queries = torch.stack([self.queries[h][row].float() * self.scaling[h] for h in heads])
+            probabilities = torch.softmax(queries @ seen.float().T, dim=-1)
+            for head, probs in zip(heads, probabilities):
+                rows[head] = probs
         return torch.stack(rows).cpu()
 
     def select_rows(self, rows: Sequence[int]) -> "AttentionQueries":
@@ -75,7 +84,8 @@ def install_query_hooks(decoder_layers, heads_by_layer: dict[int, list[int]], pe
             queries, _ = rope(queries, queries, cos, sin)
             keys = cache.layers[attn.layer_idx].keys[0]          # (kv_heads, S, d), post-RoPE
             groups = attn.config.num_attention_heads // keys.shape[0]
-            per_layer[layer] = [(queries[0, i], keys[head // groups], float(attn.scaling))
+            shared = {kv: keys[kv] for kv in {head // groups for head in heads}}   # one object per KV head
+            per_layer[layer] = [(queries[0, i], shared[head // groups], float(attn.scaling))
                                 for i, head in enumerate(heads)]
         hooks.append(module.register_forward_hook(keep_queries, with_kwargs=True))
     return hooks
