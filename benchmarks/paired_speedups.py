@@ -16,7 +16,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-BASELINE = "hf_greedy"
+from multidraft.eval.bench import BASELINE
 
 
 def main(argv=None) -> None:

@@ -94,12 +94,15 @@ def draft_pld_plus(record, n, budget, rank_by="hidden", layer=12, k=16, short=4,
         if prefer_match > 1:
             best = lengths.max()
             positions = positions[lengths == best]
+    if rank_by == "hidden":
+        hidden = record["hidden"][layer][: n - 1].float()
+    elif rank_by == "attention":
+        row = record["attention"][:, n - 2 - (record["prompt_length"] - 2), : n - 1].float()
     result, seen = [], set()
     while len(result) < branches and len(positions):
         if rank_by == "hidden":
-            source = rank_hidden(record["hidden"][layer][: n - 1].float(), positions, theta)
+            source = rank_hidden(hidden, positions, theta)
         elif rank_by == "attention":
-            row = record["attention"][:, n - 2 - (record["prompt_length"] - 2), : n - 1].float()
             source = rank_attention(row, positions)
         else:
             source = int(positions[0])

@@ -41,12 +41,12 @@ def summarize(rows: list[dict], method: dict, baseline: dict[str, dict],
     out: dict[str, Any] = {"prompts": len(rows), "failed": len(rows) - len(ok)}
     seconds = sum(r["seconds"] for r in ok)
     out["tok_s"] = sum(r["tokens"] for r in ok) / seconds if seconds else None
-    speedups = [r["tokens_per_second"] / baseline[r["prompt_id"]]["tokens_per_second"] for r in ok
-                if r["prompt_id"] in baseline and baseline[r["prompt_id"]]["tokens_per_second"]]
+    ratios = [(r["prompt_id"], r["tokens_per_second"] / baseline[r["prompt_id"]]["tokens_per_second"]) for r in ok
+              if r["prompt_id"] in baseline and baseline[r["prompt_id"]]["tokens_per_second"]]
+    speedups = [ratio for _, ratio in ratios]
     out["speedups"] = speedups
     out["speedup"] = (min(speedups), statistics.median(speedups), max(speedups)) if speedups else None
-    same_work = [r["tokens_per_second"] / baseline[r["prompt_id"]]["tokens_per_second"] for r in ok
-                 if r["prompt_id"] in (matched or ()) and baseline[r["prompt_id"]]["tokens_per_second"]]
+    same_work = [ratio for prompt, ratio in ratios if prompt in (matched or ())]
     out["matched_speedup"] = (statistics.median(same_work), len(same_work)) if same_work else None
     stats = [r["stats"] for r in ok if r.get("stats")]
     calls = sum(s["verification_calls"] for s in stats)
@@ -89,6 +89,11 @@ def _equal_cell(s: dict) -> str:
     return f"**{text} ✗**" if s["lossless"] and s["equal"][0] != s["equal"][1] else text
 
 
+def _differs_from_greedy(row: dict) -> bool:
+    """A greedy row of a lossless method whose output is not the baseline's."""
+    return bool(row.get("lossless")) and not row.get("temperature") and row.get("equal_greedy") is False
+
+
 def analyse(header: dict, rows: list[dict]) -> dict[str, Any]:
     """{task: {label: summary}}, in the header's task and method order, plus mismatches and errors."""
     methods = {m["label"]: m for m in header["methods"]}
@@ -99,15 +104,13 @@ def analyse(header: dict, rows: list[dict]) -> dict[str, Any]:
         baseline = {r["prompt_id"]: r for r in task_rows if r["method"] == BASELINE and r.get("error") is None}
         # In bf16 a near-tied token can flip and send one method down a different text; on the prompts where no
         # greedy lossless row diverged, every method did exactly the same work.
-        diverged = {r["prompt_id"] for r in task_rows if r.get("lossless") and not r.get("temperature")
-                    and r.get("equal_greedy") is False}
-        matched = set(baseline) - diverged
+        matched = set(baseline) - {r["prompt_id"] for r in task_rows if _differs_from_greedy(r)}
         result[task] = {}
         for label, method in methods.items():
             mine = [r for r in task_rows if r["method"] == label]
             if mine:
                 result[task][label] = summarize(mine, method, baseline, matched)
-    mismatches = [r for r in rows if r.get("lossless") and not r.get("temperature") and r.get("equal_greedy") is False]
+    mismatches = [r for r in rows if _differs_from_greedy(r)]
     errors = [r for r in rows if r.get("error")]
     return {"tasks": result, "methods": methods, "mismatches": mismatches, "errors": errors}
 

@@ -70,4 +70,4 @@ class AttentionRowStore:
             weights = attention[:, row, columns]
         else:
             weights = attention.weights(row, columns)
-        self.row = weights.detach().to(torch.float32).clone()
+        self.row = weights.detach().to(torch.float32)    # a new tensor: list indexing and weights() both copy
