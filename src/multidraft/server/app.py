@@ -25,6 +25,7 @@ from multidraft.server.config import ServerConfig
 from multidraft.server.metrics import Metrics
 from multidraft.server.plan import Outcome, build_plan, run_plan, suggestion_defaults
 from multidraft.server.schemas import ApiError, ChatRequest, CompletionRequest, parse_body
+from multidraft.server.security import SecurityMiddleware
 from multidraft.server.streaming import sse
 from multidraft.server.worker import Job, JobCancelled, JobTimedOut, ModelWorker, QueueFullError
 
@@ -46,6 +47,11 @@ class _CountRequests:
 
         async def send_and_count(message):
             nonlocal counted
+            if scope.get(CLIENT_GONE):
+                # The client hung up before its answer: nothing is sent, and it is counted once, in
+                # multidraft:requests_cancelled_total, not as an HTTP status nobody received.
+                counted = True
+                return
             if message["type"] == "http.response.start":       # count before the client can see the answer
                 counted = True
                 self.metrics.inc("multidraft:http_requests_total", path=path, status=str(message["status"]))
@@ -58,15 +64,22 @@ class _CountRequests:
                 self.metrics.inc("multidraft:http_requests_total", path=path, status="500")
 
 
+CLIENT_GONE = "multidraft.client_gone"       # scope flag: the client disconnected, send nothing
 _KNOWN_PATHS = {"/", "/health", "/metrics", "/config", "/v1/models", "/v1/completions", "/v1/chat/completions"}
 
 
 def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI:
     """An app serving `lm` (a loaded `multidraft.LM`); `draft_lm` feeds methods that take a draft model."""
     config = (config or ServerConfig()).validate()
+    if draft_lm is not None:                 # the --draft model is the default one, and may be named
+        config.artifacts = {**config.artifacts, "draft_model": {draft_lm.name: draft_lm,
+                                                                **config.artifacts.get("draft_model", {})}}
     model_name = config.model_name or lm.name
     metrics = Metrics(model_name)
     worker = ModelWorker(config.max_queue)
+    # Every model the worker may run is checked for the job's deadline/cancellation inside each forward.
+    loaded_models = [lm, *[v for named in config.artifacts.values() for v in named.values() if hasattr(v, "model")]]
+    hooks = worker.watch_models(*{id(m): m for m in loaded_models}.values())
     metrics.set_gauge_source("vllm:num_requests_running", lambda: worker.running)
     metrics.set_gauge_source("vllm:num_requests_waiting", lambda: worker.waiting)
     started = int(time.time())
@@ -76,10 +89,13 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
     async def lifespan(_app):
         yield
         worker.stop()
+        for handle in hooks:
+            handle.remove()
 
     app = FastAPI(title="multidraft", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.worker, app.state.metrics, app.state.config, app.state.lm = worker, metrics, config, lm
-    app.add_middleware(_CountRequests, metrics=metrics)
+    app.add_middleware(SecurityMiddleware, config=config)
+    app.add_middleware(_CountRequests, metrics=metrics)     # outermost: refusals are counted too
     static = resources.files("multidraft.server") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
 
@@ -116,7 +132,9 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
                           "options": {k: v for k, v in m.options.items() if _jsonable(v)}}
                    for name, m in sorted(available_methods().items())}
         return {"model": model_name, "suggest": suggest, "methods": methods,
-                "limits": {"max_n": config.max_n, "max_tokens": config.max_tokens}}
+                "limits": {"max_n": config.max_n, "max_tokens": config.max_tokens},
+                "auth": config.api_key is not None,
+                "artifacts": {kind: ["default", *named] for kind, named in config.artifacts.items()}}
 
     @app.get("/", response_class=HTMLResponse)
     async def page():
@@ -164,6 +182,9 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
                     return JSONResponse(reply.full(payload[0]))
                 if kind == "error":
                     done = True
+                    if isinstance(payload[0], JobCancelled):
+                        request.scope[CLIENT_GONE] = True
+                        return JSONResponse({}, status_code=499)      # swallowed by _CountRequests
                     raise _translate(payload[0])
         finally:
             watcher.cancel()

@@ -18,13 +18,16 @@ import multidraft
 from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.methods import Method, available_methods, get_method
 from multidraft.server.config import ServerConfig
+from multidraft.server.options import BIG, MIN_TEMPERATURE, MIN_TOP_P, default_artifact, request_options
 from multidraft.server.schemas import ApiError, ChatRequest
 from multidraft.server.streaming import TextStreamer
+from multidraft.server.worker import JobCancelled, JobTimedOut
 from multidraft.types import DecodeStats
 
 MULTI_OUTPUT_OPTIONS = ("num_drafts", "k")          # option names meaning "how many drafts to return"
 DRAFT_MODEL_OPTIONS = ("draft_model", "draft", "draft_lm")  # option names that take the --draft model
 MAX_STOP_STRINGS = 4
+MAX_STOP_LENGTH = 256
 
 
 SAMPLE_PARAMS = {"temperature": 0.8, "top_p": 0.95}
@@ -119,29 +122,39 @@ def build_plan(request, config: ServerConfig, draft_lm=None) -> Plan:
     stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
     if len(stop) > MAX_STOP_STRINGS:
         raise ApiError(400, f"'stop' holds {len(stop)} strings; at most {MAX_STOP_STRINGS} are allowed", param="stop")
-    if request.temperature is not None and not request.temperature >= 0:
-        raise ApiError(400, f"'temperature' must be >= 0, got {request.temperature}", param="temperature")
-    if not 0 < request.top_p <= 1:
-        raise ApiError(400, f"'top_p' must be in (0, 1], got {request.top_p}", param="top_p")
-    if request.top_k < 0:
-        raise ApiError(400, f"'top_k' must be >= 0 (0 turns it off), got {request.top_k}", param="top_k")
+    if request.temperature is not None and not 0 <= request.temperature <= 100:
+        raise ApiError(400, f"'temperature' must be between 0 and 100, got {request.temperature}", param="temperature")
+    if request.temperature is not None and 0 < request.temperature < MIN_TEMPERATURE:
+        raise ApiError(400, f"'temperature' must be 0 (greedy) or at least {MIN_TEMPERATURE:g} (smaller values "
+                            f"overflow the softmax), got {request.temperature!r}", param="temperature")
+    if not MIN_TOP_P <= request.top_p <= 1:
+        raise ApiError(400, f"'top_p' must be in [{MIN_TOP_P:g}, 1] (1 turns it off), got {request.top_p}",
+                       param="top_p")
+    if not 0 <= request.top_k <= BIG:
+        raise ApiError(400, f"'top_k' must be between 0 (off) and {BIG}, got {request.top_k}", param="top_k")
+    if request.seed is not None and not 0 <= request.seed < 2 ** 62:
+        raise ApiError(400, f"'seed' must be between 0 and 2**62 - 1, got {request.seed}", param="seed")
+    if any(len(s) > MAX_STOP_LENGTH for s in stop):
+        raise ApiError(400, f"a stop string is longer than {MAX_STOP_LENGTH} characters", param="stop")
 
     method = request.method or config.default_method
+    if method == "greedy" and request.temperature:
+        method = "sample"          # greedy at temperature > 0 samples: run and report it as what it is
     try:
         spec = get_method(method)
-        options = dict(request.model_extra or {})
-        for name in DRAFT_MODEL_OPTIONS:
-            if name in options:
-                raise InvalidOptionError(f"option {name!r} cannot be set per request; the draft model is chosen "
-                                         f"when the server starts (multidraft serve --draft ALIAS)")
-            if name in spec.options and draft_lm is not None:
-                options[name] = draft_lm
+        given = dict(request.model_extra or {})
         k_option = multi_output_option(spec)
-        if k_option and k_option in options:
+        if k_option and k_option in given:
             raise InvalidOptionError(f"set the number of drafts with 'n', not {k_option!r}")
-        spec.resolve_options(options)
+        spec.resolve_options(given)                  # unknown names: the library's message lists the options
     except InvalidOptionError as exc:
         raise ApiError(400, str(exc), param="method" if "method" in str(exc) else None) from None
+    options = request_options(method, given, config, request.n)
+    for name in DRAFT_MODEL_OPTIONS:                 # the operator's draft model unless the request named one
+        if name in spec.options and name not in options:
+            chosen = draft_lm if draft_lm is not None else default_artifact("draft_model", config)
+            if chosen is not None:
+                options[name] = chosen
     if method == "sample" and request.temperature == 0:
         raise ApiError(400, "method 'sample' needs temperature > 0; use method 'greedy' for temperature 0",
                        param="temperature")
@@ -198,7 +211,10 @@ def run_plan(lm, plan: Plan, job, config: ServerConfig, metrics) -> Outcome:
         for call_number, (seed, indices) in enumerate(calls):
             streamer = TextStreamer(lm.decode, plan.stop) if plan.stream and not k_option else None
 
-            def on_token(token_id, streamer=streamer, indices=indices):
+            produced = [0]
+
+            def on_token(token_id, streamer=streamer, indices=indices, produced=produced):
+                produced[0] += 1
                 job.check()
                 if streamer is not None:
                     delta = streamer.feed(token_id)
@@ -209,9 +225,18 @@ def run_plan(lm, plan: Plan, job, config: ServerConfig, metrics) -> Outcome:
             options = dict(plan.options)
             if k_option:
                 options[k_option] = plan.n
-            result = multidraft.generate(lm, ids, method=plan.method, max_new_tokens=plan.max_tokens,
-                                         temperature=plan.temperature, top_p=plan.top_p, top_k=plan.top_k, seed=seed,
-                                         stop=plan.stop, on_token=on_token, **options)
+            try:
+                result = multidraft.generate(lm, ids, method=plan.method, max_new_tokens=plan.max_tokens,
+                                             temperature=plan.temperature, top_p=plan.top_p, top_k=plan.top_k,
+                                             seed=seed, stop=plan.stop, on_token=on_token, **options)
+            except (JobCancelled, JobTimedOut):
+                # Like vLLM: the work done still counts (prompt and generated tokens), and every choice that
+                # did not finish is a request_success_total{finished_reason="abort"}.
+                metrics.inc("vllm:prompt_tokens_total", len(ids))
+                metrics.inc("vllm:generation_tokens_total", produced[0])
+                unfinished = len(plan.prompts) * plan.n - len(choices)
+                metrics.inc("vllm:request_success_total", unfinished, finished_reason="abort")
+                raise
             all_stats.append(result.stats)
             finish = _finish_reason(result.stats)
             metrics.record_generation(result.stats, finish)

@@ -34,11 +34,43 @@ class ApiError(Exception):
         self.message = message
         self.param = param
         self.code = code
-        self.error_type = error_type or {400: "invalid_request_error", 404: "not_found_error",
-                                         429: "rate_limit_error", 504: "timeout_error"}.get(status, "server_error")
+        self.error_type = error_type or _error_type(status)
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.error_type, "param": self.param, "code": self.code}}
+
+
+def _error_type(status: int) -> str:
+    """OpenAI's error types: the client's fault is an invalid request (401, 405, 413, 415 included)."""
+    if status == 404:
+        return "not_found_error"
+    if status == 429:
+        return "rate_limit_error"
+    if status == 504:
+        return "timeout_error"
+    return "invalid_request_error" if 400 <= status < 500 else "server_error"
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number (numbers must be finite)")
+
+
+def _encodable(value) -> bool:
+    """False when a string inside `value` holds a lone surrogate, which no tokenizer can encode."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
 
 
 class _Strict(BaseModel):
@@ -90,11 +122,16 @@ class ChatRequest(_Sampling):
 def parse_body(raw: bytes, model_cls: type[_Strict]) -> _Strict:
     """Bytes -> a validated request, or ApiError(400) saying what is wrong and where."""
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = json.loads(raw, parse_constant=_no_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError, ValueError, RecursionError) as exc:
         raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ApiError(400, f"the request body must be a JSON object, not {type(data).__name__}")
+    for key, value in data.items():
+        if not _encodable(key) or not _encodable(value):
+            raise ApiError(400, f"'{key[:40] if _encodable(key) else 'body'}' holds a lone surrogate (an unpaired "
+                                f"\\ud800-\\udfff escape), which is not text; send valid UTF-16 pairs",
+                           param=key if _encodable(key) else None)
     try:
         request = model_cls.model_validate(data)
     except ValidationError as exc:

@@ -3,7 +3,9 @@
 Every model forward (and every tokenizer call, which is not safe to share across threads) runs here, one
 job at a time, so concurrent requests never interleave inside a decode. Jobs report back to the asyncio
 event loop of the request that made them; the request cancels a job by setting `cancelled` (client gone)
-and the job's own deadline stops it (timeout). Both are checked between tokens via `Job.check()`.
+and the job's own deadline stops it (timeout). Both are checked between tokens via `Job.check()`, and
+inside every model forward: `watch_models` hooks each decoder layer, so a timeout or a hang-up stops even a
+long prefill or a wide beam step within one layer, and the model is free for the next request.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ import time
 from typing import Any, Callable, Optional
 
 
-class JobCancelled(Exception):
-    """The client went away; nothing is sent back."""
+class JobCancelled(BaseException):
+    """The client went away; nothing is sent back. (BaseException, like asyncio.CancelledError, so that no
+    `except Exception` in the decoding code can turn a stop into an error.)"""
 
 
-class JobTimedOut(Exception):
+class JobTimedOut(BaseException):
     """The job passed its deadline (queueing time included)."""
 
 
@@ -53,6 +56,13 @@ class Job:
             raise JobTimedOut()
 
 
+def _decoder_layers(model) -> list:
+    """The repeated blocks of a transformer (the longest ModuleList), whose count sets a forward's length."""
+    import torch
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
+    return list(max(lists, key=len)) if lists else []
+
+
 class ModelWorker:
     """A daemon thread running jobs in arrival order from a queue of at most `max_queue` waiting jobs."""
 
@@ -62,6 +72,7 @@ class ModelWorker:
         self._queue: queue.Queue = queue.Queue(maxsize=max_queue)
         self._lock = threading.Lock()
         self.running = 0
+        self.current: Optional[Job] = None      # the job on the model now (read by the forward hooks)
         self._thread = threading.Thread(target=self._loop, name="multidraft-model-worker", daemon=True)
         self._stopping = False
         self._thread.start()
@@ -93,11 +104,32 @@ class ModelWorker:
                 return
             with self._lock:
                 self.running = 1
+            self.current = job
             try:
                 self._run(job)
             finally:
+                self.current = None
                 with self._lock:
                     self.running = 0
+
+    def check_current(self) -> None:
+        """Stop the running job if it is cancelled or late; a no-op outside jobs (or on other threads)."""
+        job = self.current
+        if job is not None and threading.current_thread() is self._thread:
+            job.check()
+
+    def watch_models(self, *lms) -> list:
+        """Check the running job before every forward of these models and of each of their decoder layers.
+        Returns the hook handles (remove() them to undo)."""
+        handles = []
+        for lm in lms:
+            model = getattr(lm, "model", None)
+            if model is None or not hasattr(model, "register_forward_pre_hook"):
+                continue
+            modules = [model, *_decoder_layers(model)]
+            for module in modules:
+                handles.append(module.register_forward_pre_hook(lambda _module, _args: self.check_current()))
+        return handles
 
     @staticmethod
     def _run(job: Job) -> None:
