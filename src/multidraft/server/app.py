@@ -167,40 +167,46 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
         chat = model_cls is ChatRequest
         reply = _Reply(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", int(time.time()), model_name,
                        chat, plan.method)
-        if plan.stream:
-            return StreamingResponse(_stream(request, job, reply, plan.n * len(plan.prompts), arrived),
-                                     media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        done = False
         watcher = asyncio.create_task(_watch_disconnect(request, lambda: _cancel(job)))
+        handed_over = False              # the stream owns the job and the watcher from then on
+        ended = False                    # the worker is done with the job (its last event came)
         try:
+            # Wait for the first event even when streaming: an error found when the job starts (prompt too long
+            # for the context, bad option) is then a real 4xx status, not a 200 followed by an error event.
+            event = await _next_event(job)
             while True:
-                kind, *payload = await _next_event(job)
-                if kind == "done":
-                    done = True
-                    metrics.observe_latency(time.monotonic() - arrived)
-                    return JSONResponse(reply.full(payload[0]))
+                kind, *payload = event
+                ended = kind in ("done", "error")
                 if kind == "error":
-                    done = True
                     if isinstance(payload[0], JobCancelled):
                         request.scope[CLIENT_GONE] = True
-                        return JSONResponse({}, status_code=499)      # swallowed by _CountRequests
+                        return JSONResponse({}, status_code=499)      # never sent: see _CountRequests
                     raise _translate(payload[0])
+                if plan.stream:
+                    handed_over = True
+                    stream = _stream(job, reply, plan.n * len(plan.prompts), arrived, event, watcher)
+                    return StreamingResponse(stream, media_type="text/event-stream",
+                                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                if kind == "done":
+                    metrics.observe_latency(time.monotonic() - arrived)
+                    return JSONResponse(reply.full(payload[0]))
+                event = await _next_event(job)
         finally:
-            watcher.cancel()
-            if not done:
-                _cancel(job)
+            if not handed_over:
+                watcher.cancel()
+                if not ended:
+                    _cancel(job)
 
-    async def _stream(request: Request, job: Job, reply: "_Reply", num_choices: int, arrived: float):
+    async def _stream(job: Job, reply: "_Reply", num_choices: int, arrived: float, first, watcher):
         done = False
-        watcher = asyncio.create_task(_watch_disconnect(request, lambda: _cancel(job)))
         try:
             if reply.chat:
                 for index in range(num_choices):
                     yield sse(reply.chunk(index, {"role": "assistant", "content": ""}))
+            pending = [first]
             while True:
                 try:
-                    kind, *payload = await _next_event(job)
+                    kind, *payload = pending.pop() if pending else await _next_event(job)
                 except ApiError as exc:                     # the worker did not stop in time
                     done = True
                     yield sse(exc.body())

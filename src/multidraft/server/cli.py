@@ -2,7 +2,27 @@
 
 from __future__ import annotations
 
-from multidraft.server.config import ServerConfig
+import json
+import os
+import socket
+from dataclasses import fields
+from pathlib import Path
+
+from multidraft.errors import MultidraftError
+from multidraft.server.config import ARTIFACT_KINDS, LOCAL_HOSTS, ServerConfig
+
+API_KEY_ENV = "MULTIDRAFT_API_KEY"
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+# Flags that set a ServerConfig field of the same meaning: flag dest -> field.
+LIMIT_FLAGS = {"max_queue": "max_queue", "max_prompt_tokens": "max_prompt_tokens", "max_tokens": "max_tokens",
+               "max_n": "max_n", "timeout": "request_timeout", "method": "default_method",
+               "suggestions": "suggestions", "max_body_bytes": "max_body_bytes", "max_beams": "max_beams",
+               "max_draft_tokens": "max_draft_tokens", "max_drafts": "max_drafts",
+               "max_tree_tokens": "max_tree_tokens", "max_lattice_k": "max_lattice_k"}
+
+
+class ServeError(MultidraftError):
+    """`multidraft serve` cannot start (port in use, bad config file, missing artifact)."""
 
 
 def register(subparsers) -> None:
@@ -11,23 +31,134 @@ def register(subparsers) -> None:
         "serve", help="serve a model over an OpenAI-compatible HTTP API with an autocomplete page",
         description="Serve MODEL on /v1/completions and /v1/chat/completions (OpenAI-compatible; `method` and method "
                     "options go in the request body), /v1/models, /health, Prometheus /metrics, and an "
-                    "autocomplete page at /. One request runs at a time; others wait in a bounded queue.")
+                    "autocomplete page at /. One request runs at a time; others wait in a bounded queue. "
+                    "Files and models are chosen here, never by a request: requests name them (README: Security).")
     parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="registry alias, HF folder, GGUF file or cached HF id")
     parser.add_argument("--draft", default=None, help="draft model for methods that take one (same tokenizer as --model)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--method", default=defaults.default_method, help="method for requests that name none")
+    parser.add_argument("--config", default=None, metavar="FILE",
+                        help="JSON file with server settings (ServerConfig field names, e.g. max_beams, allowed_hosts, "
+                             "artifacts: {ngram: {NAME: PATH}, heads: {...}, rescorer: {...}}); flags override it")
+    parser.add_argument("--method", default=None, help=f"method for requests that name none (default {defaults.default_method})")
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
-    parser.add_argument("--max-queue", type=int, default=defaults.max_queue,
-                        help="requests that may wait for the model; more get 429 (default %(default)s)")
-    parser.add_argument("--max-prompt-tokens", type=int, default=defaults.max_prompt_tokens)
-    parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens, help="largest max_tokens a request may ask")
-    parser.add_argument("--max-n", type=int, default=defaults.max_n, help="largest n a request may ask")
-    parser.add_argument("--timeout", type=float, default=defaults.request_timeout,
-                        help="seconds a request may take, queueing included (default %(default)s)")
-    parser.add_argument("--suggestions", type=int, default=defaults.suggestions, help="k on the page")
+    parser.add_argument("--max-queue", type=int, default=None,
+                        help=f"requests that may wait for the model; more get 429 (default {defaults.max_queue})")
+    parser.add_argument("--max-prompt-tokens", type=int, default=None, help=f"default {defaults.max_prompt_tokens}")
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help=f"largest max_tokens a request may ask (default {defaults.max_tokens})")
+    parser.add_argument("--max-n", type=int, default=None, help=f"largest n a request may ask (default {defaults.max_n})")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help=f"seconds a request may take, queueing included (default {defaults.request_timeout:g})")
+    parser.add_argument("--suggestions", type=int, default=None, help=f"k on the page (default {defaults.suggestions})")
+    limits = parser.add_argument_group("per-request work limits")
+    limits.add_argument("--max-body-bytes", type=int, default=None, help=f"default {defaults.max_body_bytes}")
+    limits.add_argument("--max-beams", type=int, default=None, help=f"num_beams (default {defaults.max_beams})")
+    limits.add_argument("--max-draft-tokens", type=int, default=None,
+                        help=f"num_draft_tokens (default {defaults.max_draft_tokens})")
+    limits.add_argument("--max-drafts", type=int, default=None,
+                        help=f"n x num_drafts, num_paths (default {defaults.max_drafts})")
+    limits.add_argument("--max-tree-tokens", type=int, default=None,
+                        help=f"tokens in one draft tree or lattice (default {defaults.max_tree_tokens})")
+    limits.add_argument("--max-lattice-k", type=int, default=None, help=f"default {defaults.max_lattice_k}")
+    access = parser.add_argument_group("access")
+    access.add_argument("--api-key", default=None,
+                        help=f"require `Authorization: Bearer KEY` on /v1/* (default: ${API_KEY_ENV} if set)")
+    access.add_argument("--allowed-hosts", action="append", default=None, metavar="NAMES",
+                        help="comma-separated Host names to answer besides localhost, 127.0.0.1, [::1] and --host "
+                             "(* = any: only behind a proxy that checks Host)")
+    access.add_argument("--allowed-origins", action="append", default=None, metavar="ORIGINS",
+                        help="comma-separated origins (https://app.example) whose pages may call the API (CORS); "
+                             "default none: same-origin only")
+    artifacts = parser.add_argument_group("artifacts requests may name")
+    artifacts.add_argument("--ngram", action="append", default=[], metavar="NAME=PATH", help="an n-gram file")
+    artifacts.add_argument("--heads", action="append", default=[], metavar="NAME=PATH", help="trained blockwise heads")
+    artifacts.add_argument("--rescorer", action="append", default=[], metavar="NAME=MODEL",
+                           help="a rescoring model for blockwise rescoring='neural' (loaded at start)")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.set_defaults(func=run_serve)
+
+
+def build_config(args) -> ServerConfig:
+    """ServerConfig from the config file (if any), then the flags given, then the defaults."""
+    values: dict = _read_config_file(args.config) if args.config else {}
+    for flag, name in LIMIT_FLAGS.items():
+        if getattr(args, flag, None) is not None:
+            values[name] = getattr(args, flag)
+    api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or values.get("api_key")
+    values["api_key"] = api_key or None
+    hosts = list(values.get("allowed_hosts", LOCAL_HOSTS))
+    if args.host not in WILDCARD_HOSTS:
+        hosts.append(f"[{args.host}]" if ":" in args.host else args.host)
+    hosts += [h for item in args.allowed_hosts or [] for h in item.split(",")]
+    values["allowed_hosts"] = tuple(dict.fromkeys(h.strip().lower() for h in hosts if h.strip()))
+    origins = list(values.get("allowed_origins", ()))
+    origins += [o for item in args.allowed_origins or [] for o in item.split(",")]
+    values["allowed_origins"] = tuple(origins)
+    named = {kind: dict(v) for kind, v in (values.get("artifacts") or {}).items()}
+    for kind in ("ngram", "heads", "rescorer"):
+        for item in getattr(args, kind):
+            name, sep, value = item.partition("=")
+            if not sep or not name or not value:
+                raise ServeError(f"--{kind} takes NAME=VALUE, got {item!r}")
+            named.setdefault(kind, {})[name] = value
+    values["artifacts"] = named
+    try:
+        config = ServerConfig(**values)
+    except TypeError as exc:
+        raise ServeError(f"bad server setting: {exc}") from None
+    return config.validate()
+
+
+def _read_config_file(path: str) -> dict:
+    try:
+        data = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ServeError(f"cannot read the server config file {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ServeError(f"the server config file {path} must hold a JSON object")
+    known = {f.name for f in fields(ServerConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ServeError(f"the server config file {path} has unknown settings {unknown}; known: {sorted(known)}")
+    for name in ("allowed_hosts", "allowed_origins"):
+        if name in data:
+            if not isinstance(data[name], list) or not all(isinstance(x, str) for x in data[name]):
+                raise ServeError(f"{name} in {path} must be a list of strings")
+            data[name] = tuple(data[name])
+    artifacts = data.get("artifacts", {})
+    if not isinstance(artifacts, dict) or not all(
+            kind in ARTIFACT_KINDS and isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
+            for kind, v in artifacts.items()):
+        raise ServeError(f"artifacts in {path} must map a kind ({', '.join(ARTIFACT_KINDS)}) to {{NAME: PATH or MODEL}}")
+    return data
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind and listen now, before any model loads: a port in use is one clear line, not a late traceback."""
+    if not 0 <= port <= 65535:
+        raise ServeError(f"--port must be between 0 and 65535, got {port}")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc} (is another server running there? "
+                         f"choose another --port)") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _check_artifact_paths(config: ServerConfig) -> None:
+    for kind in ("ngram", "heads"):
+        for name, path in (config.artifacts.get(kind) or {}).items():
+            resolved = Path(path).expanduser()
+            if not resolved.is_file():
+                raise ServeError(f"--{kind} {name}={path}: no such file")
+            config.artifacts[kind][name] = str(resolved.resolve())
 
 
 def run_serve(args) -> int:
@@ -38,14 +169,24 @@ def run_serve(args) -> int:
     from multidraft.methods import get_method
     from multidraft.server.app import create_app
 
-    config = ServerConfig(max_queue=args.max_queue, max_prompt_tokens=args.max_prompt_tokens,
-                          max_tokens=args.max_tokens, max_n=args.max_n, request_timeout=args.timeout,
-                          default_method=args.method, suggestions=args.suggestions).validate()
-    get_method(args.method)                       # fail fast, before loading a model
-    dtype = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
-    lm = multidraft.load_model(args.model, dtype=dtype)
-    draft_lm = multidraft.load_model(args.draft, dtype=dtype) if args.draft else None
-    app = create_app(lm, config, draft_lm=draft_lm)
-    print(f"multidraft: serving {lm.name} on http://{args.host}:{args.port}/ (page at /, API at /v1)", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    config = build_config(args)
+    get_method(config.default_method)             # fail fast, before loading a model
+    _check_artifact_paths(config)
+    sock = bind_socket(args.host, args.port)
+    try:
+        dtype = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
+        lm = multidraft.load_model(args.model, dtype=dtype)
+        draft_lm = multidraft.load_model(args.draft, dtype=dtype) if args.draft else None
+        for name, model in list((config.artifacts.get("rescorer") or {}).items()):
+            config.artifacts["rescorer"][name] = multidraft.load_model(model, dtype=lm.dtype)
+        app = create_app(lm, config, draft_lm=draft_lm)
+        port = sock.getsockname()[1]
+        print(f"multidraft: serving {lm.name} on http://{args.host}:{port}/ (page at /, API at /v1)", flush=True)
+        if args.host not in ("127.0.0.1", "::1", "localhost") and config.api_key is None:
+            print("multidraft: warning: listening beyond loopback without --api-key; anyone who can reach this port "
+                  "can use the model (README: Security)", flush=True)
+        server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level))
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
     return 0

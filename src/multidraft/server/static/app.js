@@ -1,11 +1,14 @@
 // The autocomplete page: k suggestions for the text before the cursor, refreshed as the user types.
 // Requests are debounced; a newer keystroke aborts the request in flight (AbortController), and the
 // server cancels its generation when the connection closes.
+// With `serve --api-key`, the page asks for the key and keeps it in sessionStorage (this tab only, gone when
+// it closes); the server never writes the key into the page, so fetching the page does not reveal it.
 "use strict";
 
 const DEBOUNCE_MS = 250;
 const $ = (id) => document.getElementById(id);
 const state = { defaults: null, timer: null, controller: null, sequence: 0, suggestions: [] };
+const KEY_STORAGE = "multidraft-api-key";
 
 async function init() {
   const config = await (await fetch("/config")).json();
@@ -20,6 +23,12 @@ async function init() {
   $("k").value = config.suggest.n;
   $("k").max = config.limits.max_n;
   $("max-tokens").value = config.suggest.max_tokens;
+  if (config.auth) {
+    $("key-box").hidden = false;
+    $("api-key").value = sessionStorage.getItem(KEY_STORAGE) || "";
+    $("api-key").addEventListener("input", () => sessionStorage.setItem(KEY_STORAGE, $("api-key").value.trim()));
+    $("api-key").addEventListener("change", schedule);
+  }
   $("editor").addEventListener("input", schedule);
   $("editor").addEventListener("click", schedule);
   $("editor").addEventListener("keydown", onKey);
@@ -65,12 +74,16 @@ async function refresh() {
   setStatus("…");
   const started = performance.now();
   try {
+    const headers = { "Content-Type": "application/json" };
+    const key = sessionStorage.getItem(KEY_STORAGE);
+    if (key) headers.Authorization = `Bearer ${key}`;
     const response = await fetch("/v1/completions", {
-      method: "POST", headers: { "Content-Type": "application/json" },
+      method: "POST", headers,
       body: JSON.stringify(body), signal: controller.signal,
     });
     const data = await response.json();
     if (sequence !== state.sequence) return;        // the text changed meanwhile
+    if (response.status === 401) { setStatus("This server needs its API key: enter it above.", true); return; }
     if (!response.ok) { setStatus(data.error ? data.error.message : response.statusText, true); return; }
     render(data.choices.map((c) => c.text), data.stats);
     setStatus(`${data.choices.length} suggestions in ${Math.round(performance.now() - started)} ms`);
