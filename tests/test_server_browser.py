@@ -76,3 +76,25 @@ def test_typing_shows_k_suggestions_and_tab_accepts(server, browser_context):
     assert editor.input_value() == before + first
     assert page.evaluate("document.activeElement.id") == "editor"    # Tab did not move the focus
     page.close()
+
+
+def test_page_with_an_api_key_asks_for_it_and_keeps_it_in_the_tab(browser_context):
+    from tests.tiny_models import make_tiny_lm
+    key = "sk-page-test-key"
+    config = ServerConfig(suggestions=2, suggestion_tokens=3, api_key=key)
+    with ServerThread(create_app(make_tiny_lm("llama", seed=3), config)) as running:
+        page = browser_context.new_page()
+        page.set_default_timeout(90_000)
+        page.goto(running.url + "/")
+        page.wait_for_selector("body[data-ready='1']")
+        assert key not in page.content()                       # the server never writes the key into the page
+        assert page.is_visible("#api-key")
+        editor = page.locator("#editor")
+        editor.click()
+        editor.press_sequentially("the cat", delay=30)
+        page.wait_for_function("document.getElementById('status').textContent.includes('API key')")
+        page.fill("#api-key", key)
+        page.press("#api-key", "Enter")                        # change: store it and ask again
+        page.wait_for_function("document.querySelectorAll('#suggestions .suggestion').length === 2")
+        assert page.evaluate("sessionStorage.getItem('multidraft-api-key')") == key
+        page.close()
