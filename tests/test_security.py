@@ -131,7 +131,10 @@ def test_an_operator_named_ngram_file_is_used_by_name(client, lm, ngram_path):
     direct = multidraft.generate(lm, PROMPT, method="superposed", max_new_tokens=4, num_drafts=2,
                                  ngram=str(ngram_path), ngram_weights=NGRAM_WEIGHTS)
     assert [c["text"] for c in reply.json()["choices"]] == [d.text for d in direct.drafts]
-    assert client.get("/config").json()["artifacts"]["ngram"] == ["default", "tiny"]
+    config = client.get("/config").json()
+    assert config["artifacts"]["ngram"] == ["default", "tiny"]
+    assert "ngram" in config["methods"]["superposed"]["request_options"]
+    assert "ngram_path" not in config["methods"]["blockwise"]["request_options"]
 
 
 # ------------------------------------------------------------------ 2. limits on the work of one request
@@ -298,6 +301,7 @@ BAD_VALUES = [
     ('{"prompt": [1, 2, 3, 9223372036854775808]}', None, "outside the vocabulary"),
     ('{"prompt": [-1]}', None, "outside the vocabulary"),
     ('{"messages": [{"role": "user", "content": "\\ud800"}]}', "messages", "lone surrogate"),
+    ('{"messages": [{"role": "wizard", "content": "hi"}]}', "messages", "role must be one of"),
 ]
 
 

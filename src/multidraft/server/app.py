@@ -23,6 +23,7 @@ from multidraft.errors import CorruptCacheError, MultidraftError, NumericalError
 from multidraft.methods import available_methods
 from multidraft.server.config import ServerConfig
 from multidraft.server.metrics import Metrics
+from multidraft.server.options import REQUEST_OPTIONS
 from multidraft.server.plan import Outcome, build_plan, run_plan, suggestion_defaults
 from multidraft.server.schemas import ApiError, ChatRequest, CompletionRequest, parse_body
 from multidraft.server.security import SecurityMiddleware
@@ -111,7 +112,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
     @app.exception_handler(Exception)
     async def unexpected(_request, exc: Exception):
         log.exception("unexpected error")
-        return JSONResponse(ApiError(500, f"internal error: {type(exc).__name__}: {exc}").body(), status_code=500)
+        return JSONResponse(_internal_error(exc).body(), status_code=500)
 
     @app.get("/health")
     async def health():
@@ -129,7 +130,8 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
     @app.get("/config")
     async def page_config():
         methods = {name: {"lossless": m.lossless, "description": m.description,
-                          "options": {k: v for k, v in m.options.items() if _jsonable(v)}}
+                          "options": {k: v for k, v in m.options.items() if _jsonable(v)},
+                          "request_options": sorted(REQUEST_OPTIONS.get(name, {}))}
                    for name, m in sorted(available_methods().items())}
         return {"model": model_name, "suggest": suggest, "methods": methods,
                 "limits": {"max_n": config.max_n, "max_tokens": config.max_tokens},
@@ -263,9 +265,14 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
         if isinstance(exc, MultidraftError):        # bad options, prompt, missing n-gram data for the options...
             return ApiError(400, str(exc))
         log.error("generation failed", exc_info=exc)
-        return ApiError(500, f"internal error: {type(exc).__name__}: {exc}")
+        return _internal_error(exc)
 
     return app
+
+
+def _internal_error(exc: BaseException) -> ApiError:
+    # The details (paths, library internals) go to the server log, not to the client.
+    return ApiError(500, f"internal error ({type(exc).__name__}); the server log has the details")
 
 
 async def _watch_disconnect(request: Request, on_disconnect) -> None:

@@ -28,6 +28,7 @@ MULTI_OUTPUT_OPTIONS = ("num_drafts", "k")          # option names meaning "how 
 DRAFT_MODEL_OPTIONS = ("draft_model", "draft", "draft_lm")  # option names that take the --draft model
 MAX_STOP_STRINGS = 4
 MAX_STOP_LENGTH = 256
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 SAMPLE_PARAMS = {"temperature": 0.8, "top_p": 0.95}
@@ -105,6 +106,10 @@ def build_plan(request, config: ServerConfig, draft_lm=None) -> Plan:
     if chat:
         if not request.messages:
             raise ApiError(400, "'messages' must hold at least one message", param="messages")
+        for m in request.messages:
+            if m.role not in CHAT_ROLES:
+                raise ApiError(400, f"message role must be one of {', '.join(CHAT_ROLES)}, got {m.role[:40]!r}",
+                               param="messages")
         prompts = [[{"role": m.role, "content": m.text()} for m in request.messages]]
         max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
     else:
