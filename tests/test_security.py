@@ -171,7 +171,13 @@ def test_body_too_large_is_refused_before_it_is_read(server, client):
     with socket.create_connection((host, int(port)), timeout=30) as sock:
         sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 52428800\r\n\r\n{\"prompt\": \"")
-        answer = sock.recv(65536).decode("latin-1")
+        answer = b""
+        while b"body_too_large" not in answer:             # headers and body may come in separate segments
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+        answer = answer.decode("latin-1")
     assert answer.startswith("HTTP/1.1 413") and "body_too_large" in answer
     # A chunked body with no length: refused once it passes the limit.
     def chunks():
@@ -282,8 +288,8 @@ BAD_VALUES = [
     ('{"prompt": ["ok", "\\udfff"]}', "prompt", "lone surrogate"),
     ('{"prompt": "a", "stop": ["\\ud800"]}', "stop", "lone surrogate"),
     ('{"prompt": "a", "method": "pld", "variant": "\\ud800"}', "variant", "lone surrogate"),
-    ('{"prompt": "a", "temperature": 1e-300}', "temperature", "at least 1e-05"),
-    ('{"prompt": "a", "temperature": 1e-300, "stream": true}', "temperature", "at least 1e-05"),
+    ('{"prompt": "a", "temperature": 1e-300}', "temperature", "at least 0.01"),
+    ('{"prompt": "a", "temperature": 1e-300, "stream": true}', "temperature", "at least 0.01"),
     ('{"prompt": "a", "top_p": 1e-300, "temperature": 1}', "top_p", "'top_p'"),
     ('{"prompt": "a", "temperature": Infinity}', None, "not valid JSON"),
     ('{"prompt": "a", "temperature": NaN}', None, "not valid JSON"),
@@ -433,7 +439,9 @@ def test_cancelled_requests_are_counted_like_vllm():
 
 KEYS = ["prompt", "messages", "max_tokens", "n", "temperature", "top_p", "top_k", "stop", "stream", "seed", "method",
         "model", "num_beams", "length_penalty", "num_draft_tokens", "max_ngram", "ngram", "heads", "rescorer",
-        "draft_model", "num_drafts", "lattice_k", "tau", "alpha", "logprobs", "max_completion_tokens", "variant"]
+        "draft_model", "num_drafts", "lattice_k", "tau", "alpha", "logprobs", "max_completion_tokens", "variant",
+        "ngram_weights", "rescoring", "num_paths", "selection", "draft_temperatures", "n_token_sample",
+        "reset_every", "rank_by", "head_set", "layer", "theta"]
 METHODS = ["greedy", "sample", "beam", "pld", "pld_plus", "superposed", "blockwise", "speculative", "multi_draft",
            "mtad", "nope"]
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-2 ** 70, 2 ** 70), st.integers(-3, 40),
@@ -463,4 +471,5 @@ def test_a_stream_that_fails_at_the_start_gets_a_real_status(lm):
     with ServerThread(create_app(lm, ServerConfig(max_tokens=200))) as running:
         body = {"prompt": "the " * 80, "max_tokens": 200, "stream": True}      # 80 + 200 tokens > the context of 256
         response = httpx.post(running.url + "/v1/completions", json=body, timeout=60)
-        assert "exceeds the context" in error_of(response, 400)["message"]
+        error = error_of(response, 400)
+        assert "exceeds the context" in error["message"] and error["param"] == "prompt"     # a library error

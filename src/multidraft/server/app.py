@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -263,11 +264,25 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
         if isinstance(exc, (NumericalError, CorruptCacheError)):     # the server's model or files are at fault
             return ApiError(500, str(exc))
         if isinstance(exc, MultidraftError):        # bad options, prompt, missing n-gram data for the options...
-            return ApiError(400, str(exc))
+            return ApiError(400, str(exc), param=_param_of(exc))
         log.error("generation failed", exc_info=exc)
         return _internal_error(exc)
 
     return app
+
+
+_REQUEST_FIELDS = {"prompt", "messages", "max_tokens", "temperature", "top_p", "top_k", "n", "stop", "seed", "method",
+                   *(name for options in REQUEST_OPTIONS.values() for name in options)}
+
+
+def _param_of(exc: BaseException):
+    """The request field a library error is about: its `param` attribute, else the field its message starts
+    with ("temperature must be ...", "option 'x' ..."), when that is a field a request can set."""
+    param = getattr(exc, "param", None)
+    if isinstance(param, str):
+        return param
+    match = re.match(r"(?:option )?'?([a-z_]+)'?[ =]", str(exc))
+    return match.group(1) if match and match.group(1) in _REQUEST_FIELDS else None
 
 
 def _internal_error(exc: BaseException) -> ApiError:

@@ -17,9 +17,11 @@ from typing import Any, Optional
 from multidraft.server.config import ServerConfig
 from multidraft.server.schemas import ApiError
 
-# The smallest temperature (and top_p) that keeps softmax finite in float32 (logits / 1e-300 overflow); below
-# it a request means greedy and must say 0. vLLM treats temperatures under the same epsilon as greedy.
-MIN_TEMPERATURE = 1e-5
+# Below MIN_TEMPERATURE, logits / temperature overflows float32 (1e-300 gives inf/nan probabilities) and the
+# temperature is greedy in all but name: a request must say 0. The library (multidraft.validation, issue #16)
+# uses the same floor, so the server and the library say the same thing. A top_p under MIN_TOP_P rounds to 0 in
+# float32; top_k=1 is the way to ask for the top token only.
+MIN_TEMPERATURE = 1e-2
 MIN_TOP_P = 1e-5
 BIG = 1_000_000          # a bound for integers that have no natural cap (steps, layers): keeps them machine-sized
 

@@ -28,7 +28,7 @@ MULTI_OUTPUT_OPTIONS = ("num_drafts", "k")          # option names meaning "how 
 DRAFT_MODEL_OPTIONS = ("draft_model", "draft", "draft_lm")  # option names that take the --draft model
 MAX_STOP_STRINGS = 4
 MAX_STOP_LENGTH = 256
-CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
+CHAT_ROLES = ("system", "user", "assistant")     # as multidraft.validation (the chat templates know these)
 
 
 SAMPLE_PARAMS = {"temperature": 0.8, "top_p": 0.95}
