@@ -24,7 +24,6 @@ from multidraft.drafters.base import Drafter, LoopState
 from multidraft.drafters.lattice import (Lattice, LocalScorer, build_lattice, check_width, local_rescore,
                                          paths_to_tree, pbest_paths)
 from multidraft.errors import InvalidOptionError, ModelNotFoundError, TokenizerMismatchError
-from multidraft.methods import Method, register
 from multidraft.types import Draft
 
 RESCORINGS = ("none", "neural", "ngram")
@@ -246,12 +245,3 @@ def make_drafter(lm, sampler, options: dict) -> BlockwiseDrafter:
     elif num_heads is not None and num_heads > heads.num_heads:
         raise InvalidOptionError(f"num_heads={num_heads} but the heads hold only {heads.num_heads}")
     return BlockwiseDrafter(heads, make_strategy(lm, options), num_heads)
-
-
-register(Method(
-    "blockwise", lossless=True,
-    description="blockwise parallel decoding: trained heads draft a block, lattice of each head's top lattice_k tokens rescored "
-                "(none / ngram p-best DP / neural local), p drafts verified as one tree (greedy only)",
-    options={"heads": None, "num_heads": None, "rescoring": "ngram", "lattice_k": 8, "num_paths": 2, "alpha": 1.0,
-             "ngram_order": 3, "ngram_path": None, "ngram": None, "rescorer": None},
-    make_drafter=make_drafter))
