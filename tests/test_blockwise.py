@@ -59,6 +59,17 @@ def test_greedy_equality_every_mode(tiny_lm, tiny_ngram, mode):
     assert got.token_ids == multidraft.generate(tiny_lm, PROMPTS[0], max_new_tokens=20).token_ids
 
 
+def test_heads_without_a_recorded_layer_still_draft(tiny_llama):
+    """Heads whose file records no hidden_layer read the base's last layer from the first step on (the loop
+    asks the drafter what to capture before begin(), so a fallback set in begin() captured nothing)."""
+    heads = random_heads(tiny_llama, 4, scale=0.05)
+    del heads.meta["hidden_layer"]
+    got = multidraft.generate(tiny_llama, PROMPTS[0], method="blockwise", max_new_tokens=16, heads=heads,
+                              rescoring="none", lattice_k=1, num_paths=1)
+    assert got.token_ids == multidraft.generate(tiny_llama, PROMPTS[0], max_new_tokens=16).token_ids
+    assert got.stats.draft_tokens_proposed > 0 and got.stats.draft_calls > 0
+
+
 def test_k1_is_plain_bpd(tiny_llama, tiny_ngram):
     """k=1: every strategy proposes each head's argmax after the certain token."""
     heads = random_heads(tiny_llama, 5)

@@ -140,15 +140,19 @@ class BlockwiseDrafter(Drafter):
 
     name = "blockwise"
 
-    def __init__(self, heads, strategy: BlockwiseStrategy, num_heads: Optional[int] = None):
+    def __init__(self, heads, strategy: BlockwiseStrategy, num_heads: Optional[int] = None,
+                 num_layers: Optional[int] = None):
         self.heads = heads
         self.strategy = strategy
         self.num_heads = num_heads or heads.num_heads
-        self.hidden_layer = int(heads.meta.get("hidden_layer") or 0) or None
+        # The layer the heads read: the one they were trained on, else the base's last (`num_layers`). Resolved
+        # here, not in begin(): the loop reads capture_options() before begin(), so a later fallback never applies.
+        self.hidden_layer = int(heads.meta.get("hidden_layer") or 0) or num_layers
+        if not self.hidden_layer:
+            raise InvalidOptionError("the heads record no hidden_layer; pass num_layers (the base model's depth)")
         self._hidden: Optional[torch.Tensor] = None
 
     def begin(self, state: LoopState, prefill_output) -> None:
-        self.hidden_layer = self.hidden_layer or state.lm.num_layers
         hidden = getattr(prefill_output, "hidden", None)
         self._hidden = hidden[-1] if hidden is not None and len(hidden) else None
 
@@ -244,4 +248,4 @@ def make_drafter(lm, sampler, options: dict) -> BlockwiseDrafter:
         heads = _cached(key, lambda: load_heads(lm, heads, num_heads))
     elif num_heads is not None and num_heads > heads.num_heads:
         raise InvalidOptionError(f"num_heads={num_heads} but the heads hold only {heads.num_heads}")
-    return BlockwiseDrafter(heads, make_strategy(lm, options), num_heads)
+    return BlockwiseDrafter(heads, make_strategy(lm, options), num_heads, num_layers=lm.num_layers)
