@@ -42,10 +42,6 @@ class Draft:
             depth.append(1 if parent < 0 else depth[parent] + 1)
         return depth
 
-    def children(self, node: int) -> list[int]:
-        """Indices of the children of `node` (-1 for the root), in draft order."""
-        return [index for index, parent in enumerate(self.parents) if parent == node]
-
     def validate(self, vocab_size: int) -> None:
         if len(self.parents) != len(self.token_ids):
             raise ValueError("Draft.parents and Draft.token_ids differ in length")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from multidraft.types import Draft
@@ -17,7 +17,6 @@ class LoopState:
     lm: Any                      # the target LM
     sampler: Any                 # multidraft.sampling.PositionSampler
     stats: Any                   # multidraft.types.DecodeStats
-    extra: dict = field(default_factory=dict)
 
     @property
     def generated(self) -> list[int]:
@@ -56,11 +55,3 @@ class Drafter:
             options["attention_heads"] = list(self.attention_heads)
         return options
 
-
-class NoDrafter(Drafter):
-    """Proposes nothing: the loop degenerates to plain decoding (useful as a control)."""
-
-    name = "none"
-
-    def propose(self, state, max_tokens):
-        return Draft()
