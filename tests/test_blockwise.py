@@ -53,10 +53,13 @@ def test_greedy_equality_every_mode(tiny_lm, tiny_ngram, mode):
                                   ngram=tiny_ngram, rescorer=rescorer, **mode)
         assert got.token_ids == want
         assert got.stats.lossless and got.stats.verification_calls <= len(want)
-    # neural without a rescoring LM falls back to the n-gram model
-    got = multidraft.generate(tiny_lm, PROMPTS[0], method="blockwise", max_new_tokens=20, heads=heads,
-                              ngram=tiny_ngram, rescoring="neural", lattice_k=3)
-    assert got.token_ids == multidraft.generate(tiny_lm, PROMPTS[0], max_new_tokens=20).token_ids
+
+
+def test_neural_rescoring_without_a_rescorer_is_an_error(tiny_llama, tiny_ngram):
+    """No silent switch to n-gram rescoring: the user asked for a neural rescorer and gave none."""
+    with pytest.raises(InvalidOptionError, match="rescorer="):
+        multidraft.generate(tiny_llama, PROMPTS[0], method="blockwise", max_new_tokens=5,
+                            heads=random_heads(tiny_llama), ngram=tiny_ngram, rescoring="neural", lattice_k=3)
 
 
 def test_heads_without_a_recorded_layer_still_draft(tiny_llama):

@@ -113,7 +113,7 @@ _ROWS = (
            options=dict(SUPERPOSED_OPTIONS), run=run_superposed, artifacts=("ngram",)),
     Method("blockwise", lossless=True,
            description="blockwise parallel decoding: trained heads draft a block, lattice of each head's top "
-                       "lattice_k tokens rescored (none / ngram p-best DP / neural local), "
+                       "lattice_k tokens rescored (none / ngram p-best DP / neural local with rescorer=LM), "
                        "p drafts verified as one tree (greedy only)",
            options={"heads": None, "num_heads": None, "rescoring": "ngram", "lattice_k": 8, "num_paths": 2,
                     "alpha": 1.0, "ngram_order": 3, "ngram_path": None, "ngram": None, "rescorer": None},

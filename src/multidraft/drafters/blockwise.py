@@ -8,8 +8,9 @@ with greedy matching, so the output is exactly greedy decoding whatever the draf
 rescoring:
 - "none":   p-best by summed head logits ("0-gram"); with num_paths=1 this is plain BPD (every head's argmax).
 - "ngram":  exact p-best DP over the lattice with head logits + alpha * n-gram log-prob (bpd.md §3.5 A3.3).
-- "neural": greedy local rescoring with a smaller LM sharing the tokenizer (`rescorer=`), or with the n-gram
-            model when none is given (A3.2); with num_paths > 1 the other drafts are the 0-gram best paths.
+- "neural": greedy local rescoring with a smaller LM sharing the tokenizer (`rescorer=`, required: without one it
+            is an error, never a silent switch to n-grams) (A3.2); with num_paths > 1 the other drafts are the
+            0-gram best paths. `BlockwiseStrategy` itself takes any `LocalScorer` (benchmarks pass an n-gram one).
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ class BlockwiseStrategy:
         if rescoring == "ngram" and ngram is None:
             raise InvalidOptionError("rescoring='ngram' needs an n-gram model")
         if rescoring == "neural" and scorer is None:
-            raise InvalidOptionError("rescoring='neural' needs a rescoring LM or an n-gram model")
+            raise InvalidOptionError("rescoring='neural' needs a local scorer (a rescoring LM)")
         if ngram is not None and not 1 <= ngram_order <= ngram.max_order:
             raise InvalidOptionError(f"ngram_order must be in 1..{ngram.max_order} for {ngram.path}, got {ngram_order!r}")
         self.rescoring, self.lattice_k, self.num_paths, self.alpha = rescoring, lattice_k, num_paths, float(alpha)
@@ -224,12 +225,14 @@ def make_strategy(lm, options: dict) -> BlockwiseStrategy:
         raise InvalidOptionError(f"rescoring must be one of {', '.join(RESCORINGS)}, got {rescoring!r}")
     check_width(options["lattice_k"], options["num_paths"])
     ngram, scorer, order = None, None, options["ngram_order"]
-    if rescoring == "ngram" or (rescoring == "neural" and options["rescorer"] is None):
+    if rescoring == "ngram":
         ngram = options.get("ngram") or resolve_ngram(lm, options["ngram_path"])
         if not isinstance(order, int) or not 1 <= order <= ngram.max_order:
             raise InvalidOptionError(f"ngram_order must be an integer in 1..{ngram.max_order}, got {order!r}")
-        scorer = NGramScorer(ngram, order) if rescoring == "neural" else None
-    if rescoring == "neural" and options["rescorer"] is not None:
+    if rescoring == "neural":
+        if options["rescorer"] is None:
+            raise InvalidOptionError("rescoring='neural' needs rescorer=<a smaller model sharing the tokenizer: alias, "
+                                     "path or loaded LM>; use rescoring='ngram' to rescore with an n-gram model")
         scorer = NeuralScorer(resolve_rescorer(lm, options["rescorer"]))
     return BlockwiseStrategy(rescoring, options["lattice_k"], options["num_paths"], options["alpha"], ngram, order, scorer)
 
