@@ -73,6 +73,18 @@ def test_heads_without_a_recorded_layer_still_draft(tiny_llama):
     assert got.stats.draft_tokens_proposed > 0 and got.stats.draft_calls > 0
 
 
+def test_missing_ngram_files_name_the_build_command(tiny_llama, tmp_path, monkeypatch):
+    """Blockwise and Superposed share one n-gram resolver: same error class, same advice."""
+    from multidraft.errors import DataNotFoundError
+    monkeypatch.setenv("MULTIDRAFT_HOME", str(tmp_path))
+    heads = random_heads(tiny_llama)
+    with pytest.raises(DataNotFoundError, match="multidraft ngram build"):
+        multidraft.generate(tiny_llama, "the cat", method="blockwise", max_new_tokens=4, heads=heads,
+                            ngram_path=str(tmp_path / "missing.ngram"))
+    with pytest.raises(DataNotFoundError, match="multidraft.ngram_defaults --model"):
+        multidraft.generate(tiny_llama, "the cat", method="blockwise", max_new_tokens=4, heads=heads)
+
+
 def test_k1_is_plain_bpd(tiny_llama, tiny_ngram):
     """k=1: every strategy proposes each head's argmax after the certain token."""
     heads = random_heads(tiny_llama, 5)

@@ -24,7 +24,8 @@ import torch
 from multidraft.drafters.base import Drafter, LoopState
 from multidraft.drafters.lattice import (Lattice, LocalScorer, build_lattice, check_width, local_rescore,
                                          paths_to_tree, pbest_paths)
-from multidraft.errors import InvalidOptionError, ModelNotFoundError, TokenizerMismatchError
+from multidraft.errors import InvalidOptionError, TokenizerMismatchError
+from multidraft.ngram.resolve import resolve_ngram
 from multidraft.types import Draft
 
 RESCORINGS = ("none", "neural", "ngram")
@@ -181,30 +182,6 @@ def _cached(key, make):
     return _LOADED[key]
 
 
-def resolve_ngram(lm, ngram_path=None):
-    """The n-gram model for lm's tokenizer: `ngram_path`, else the default file of multidraft.ngram_defaults."""
-    from multidraft.ngram import NGramModel
-
-    path = Path(ngram_path) if ngram_path else None
-    if path is None:
-        try:
-            from multidraft import ngram_defaults
-        except ImportError:
-            ngram_defaults = None
-        if ngram_defaults is not None:
-            path = ngram_defaults.default_path(ngram_defaults.vocab_family_of(lm))
-            if not path.exists():
-                raise ModelNotFoundError(
-                    f"no n-gram model for {lm.name}'s tokenizer at {path}; build it with "
-                    f"`{ngram_defaults.build_command(lm.name)}` or pass ngram_path=FILE")
-        else:
-            raise ModelNotFoundError("rescoring with an n-gram model needs ngram_path=FILE "
-                                     "(build one with `multidraft ngram build`)")
-    if not path.exists():
-        raise ModelNotFoundError(f"n-gram file {path} does not exist; build it with `multidraft ngram build`")
-    return _cached(("ngram", str(path), id(lm)), lambda: NGramModel.load(path, tokenizer=lm.tokenizer, verify=False))
-
-
 def resolve_rescorer(lm, rescorer):
     """A neural rescoring LM (alias, path or LM) that must share lm's tokenizer."""
     if isinstance(rescorer, (str, Path)):
@@ -226,7 +203,7 @@ def make_strategy(lm, options: dict) -> BlockwiseStrategy:
     check_width(options["lattice_k"], options["num_paths"])
     ngram, scorer, order = None, None, options["ngram_order"]
     if rescoring == "ngram":
-        ngram = options.get("ngram") or resolve_ngram(lm, options["ngram_path"])
+        ngram = resolve_ngram(lm, options.get("ngram") or options["ngram_path"])
         if not isinstance(order, int) or not 1 <= order <= ngram.max_order:
             raise InvalidOptionError(f"ngram_order must be an integer in 1..{ngram.max_order}, got {order!r}")
     if rescoring == "neural":
