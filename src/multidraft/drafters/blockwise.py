@@ -26,6 +26,7 @@ from multidraft.drafters.lattice import (Lattice, LocalScorer, build_lattice, ch
                                          paths_to_tree, pbest_paths)
 from multidraft.errors import InvalidOptionError, TokenizerMismatchError
 from multidraft.ngram.resolve import resolve_ngram
+from multidraft.tokenizer_identity import model_vocab_fingerprint
 from multidraft.types import Draft
 
 RESCORINGS = ("none", "neural", "ngram")
@@ -188,9 +189,7 @@ def resolve_rescorer(lm, rescorer):
         from multidraft.models.load import load_model
 
         rescorer = _cached(("lm", str(rescorer)), lambda: load_model(str(rescorer), dtype=lm.dtype))
-    from multidraft.ngram.corpus import tokenizer_fingerprint
-
-    if tokenizer_fingerprint(rescorer.tokenizer) != tokenizer_fingerprint(lm.tokenizer):
+    if model_vocab_fingerprint(rescorer) != model_vocab_fingerprint(lm):
         raise TokenizerMismatchError(f"rescorer {rescorer.name} does not share the tokenizer of {lm.name}; "
                                      "neural rescoring needs a smaller LM of the same vocabulary family")
     return rescorer
