@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 import multidraft
-from multidraft.drafters.blockwise import BlockwiseStrategy, NeuralScorer, NGramScorer, resolve_ngram
+from multidraft.drafters.blockwise import BlockwiseStrategy, NeuralScorer, NGramScorer
+from multidraft.ngram.resolve import resolve_ngram
 from multidraft.eval.blockwise_eval import OfflineRun, analyse, h_max
 from multidraft.heads import load_heads
 

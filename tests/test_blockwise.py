@@ -53,10 +53,36 @@ def test_greedy_equality_every_mode(tiny_lm, tiny_ngram, mode):
                                   ngram=tiny_ngram, rescorer=rescorer, **mode)
         assert got.token_ids == want
         assert got.stats.lossless and got.stats.verification_calls <= len(want)
-    # neural without a rescoring LM falls back to the n-gram model
-    got = multidraft.generate(tiny_lm, PROMPTS[0], method="blockwise", max_new_tokens=20, heads=heads,
-                              ngram=tiny_ngram, rescoring="neural", lattice_k=3)
-    assert got.token_ids == multidraft.generate(tiny_lm, PROMPTS[0], max_new_tokens=20).token_ids
+
+
+def test_neural_rescoring_without_a_rescorer_is_an_error(tiny_llama, tiny_ngram):
+    """No silent switch to n-gram rescoring: the user asked for a neural rescorer and gave none."""
+    with pytest.raises(InvalidOptionError, match="rescorer="):
+        multidraft.generate(tiny_llama, PROMPTS[0], method="blockwise", max_new_tokens=5,
+                            heads=random_heads(tiny_llama), ngram=tiny_ngram, rescoring="neural", lattice_k=3)
+
+
+def test_heads_without_a_recorded_layer_still_draft(tiny_llama):
+    """Heads whose file records no hidden_layer read the base's last layer from the first step on (the loop
+    asks the drafter what to capture before begin(), so a fallback set in begin() captured nothing)."""
+    heads = random_heads(tiny_llama, 4, scale=0.05)
+    del heads.meta["hidden_layer"]
+    got = multidraft.generate(tiny_llama, PROMPTS[0], method="blockwise", max_new_tokens=16, heads=heads,
+                              rescoring="none", lattice_k=1, num_paths=1)
+    assert got.token_ids == multidraft.generate(tiny_llama, PROMPTS[0], max_new_tokens=16).token_ids
+    assert got.stats.draft_tokens_proposed > 0 and got.stats.draft_calls > 0
+
+
+def test_missing_ngram_files_name_the_build_command(tiny_llama, tmp_path, monkeypatch):
+    """Blockwise and Superposed share one n-gram resolver: same error class, same advice."""
+    from multidraft.errors import DataNotFoundError
+    monkeypatch.setenv("MULTIDRAFT_HOME", str(tmp_path))
+    heads = random_heads(tiny_llama)
+    with pytest.raises(DataNotFoundError, match="multidraft ngram build"):
+        multidraft.generate(tiny_llama, "the cat", method="blockwise", max_new_tokens=4, heads=heads,
+                            ngram_path=str(tmp_path / "missing.ngram"))
+    with pytest.raises(DataNotFoundError, match="multidraft.ngram_defaults --model"):
+        multidraft.generate(tiny_llama, "the cat", method="blockwise", max_new_tokens=4, heads=heads)
 
 
 def test_k1_is_plain_bpd(tiny_llama, tiny_ngram):

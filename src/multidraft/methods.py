@@ -1,7 +1,10 @@
-"""The decoding methods `generate` knows, with their options, defaults and whether they are lossless.
+"""Every decoding method `generate` knows: one row each, the only place methods are wired.
 
-A speculative method is a drafter factory plus a verifier choice; all of them run in the one loop of
-`multidraft.decoders.speculative`. Other issues add methods by calling `register`.
+A row names the method, whether it is lossless, its options with defaults, the artifacts it needs, and how it
+runs: a drafter factory (plus an optional verifier factory; greedy match / sample-and-match otherwise) for the one
+loop of `multidraft.decoders.speculative`, or `run` for a method with its own decoder. Drafter modules only define
+factories; nothing registers itself on import. To add a method: import its factory below and add one row to
+`_ROWS` (the parametrized tests in tests/test_methods.py then cover it).
 """
 
 from __future__ import annotations
@@ -9,20 +12,42 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+# Leaf modules only (never the package root `multidraft`, which imports api -> this module).
+from multidraft.decoders.builtin_methods import make_pld_drafter, run_autoregressive, run_beam
+from multidraft.decoders.superposed import OPTIONS as SUPERPOSED_OPTIONS
+from multidraft.decoders.superposed import _run_superposed as run_superposed
+from multidraft.drafters import blockwise, draft_model, pld_plus
 from multidraft.errors import InvalidOptionError, UnknownMethodError
+from multidraft.verify.mtad import MTADVerifier
+from multidraft.verify.multi_draft import SELECTION_SCHEMES, MultiDraftVerifier
+
+# The files or models a method needs besides the target model, and how a user gets them.
+ARTIFACTS = {
+    "draft_model": "a smaller LM sharing the target's tokenizer (option draft_model=, a registry alias or path)",
+    "ngram": "an n-gram file for the target's tokenizer (`multidraft ngram build`; option ngram= or ngram_path=)",
+    "heads": "blockwise prediction heads trained for the target (`multidraft heads train`; option heads=)",
+}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Method:
     name: str
     lossless: bool
     description: str
     options: dict[str, Any] = field(default_factory=dict)     # option name -> default
-    # For speculative methods: build the drafter (and optionally a verifier) from (lm, sampler, options).
+    # Speculative methods: drafter (and optionally verifier) from (lm, sampler, options); they run in the one loop.
     make_drafter: Optional[Callable] = None
     make_verifier: Optional[Callable] = None
-    # For methods with their own decoder: run(lm, prompt_ids, sampler, output, stats, options) -> drafts or None.
+    # Methods with their own decoder: run(lm, prompt_ids, sampler, output, stats, options) -> drafts or None.
     run: Optional[Callable] = None
+    artifacts: tuple[str, ...] = ()        # keys of ARTIFACTS needed with the default options
+
+    def __post_init__(self):
+        if (self.make_drafter is None) == (self.run is None):
+            raise ValueError(f"method {self.name!r} needs exactly one of make_drafter and run")
+        unknown = set(self.artifacts) - set(ARTIFACTS)
+        if unknown:
+            raise ValueError(f"method {self.name!r} names unknown artifacts {sorted(unknown)}")
 
     def resolve_options(self, given: dict[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(given) - set(self.options))
@@ -33,46 +58,78 @@ class Method:
         return {**self.options, **given}
 
 
-METHODS: dict[str, Method] = {}
+def _speculative_verifier(lm, sampler, options):
+    return MultiDraftVerifier("speculative")
 
 
-def register(method: Method) -> Method:
-    METHODS[method.name] = method
-    return method
+def _mtad_verifier(lm, sampler, options):
+    return MTADVerifier(options["accept_threshold"], options["threshold_semantics"])
+
+
+_ROWS = (
+    Method("greedy", lossless=True, description="plain greedy decoding (argmax at every step)",
+           run=run_autoregressive),
+    Method("sample", lossless=True, description="plain sampling with temperature, top-k and top-p",
+           run=run_autoregressive),
+    Method("beam", lossless=False, description="beam search over the target model (a different decoder, not greedy)",
+           options={"num_beams": 4, "length_penalty": 1.0}, run=run_beam),
+    Method("pld", lossless=True,
+           description="prompt lookup: drafts copied from the context after the trailing n-gram",
+           options={"max_ngram": 3, "num_draft_tokens": 10, "variant": "hf"},
+           make_drafter=make_pld_drafter),
+    Method("pld_plus", lossless=True,
+           description="PLD+: prompt lookup ranked by the model's hidden states (rank_by='hidden') or induction-head "
+                       "attention (rank_by='attention')",
+           options={"rank_by": "hidden", "num_draft_tokens": pld_plus.DEFAULT_NUM_DRAFT_TOKENS,
+                    "short_draft_tokens": pld_plus.DEFAULT_SHORT_DRAFT_TOKENS, "layer": None, "theta": None,
+                    "avg_window": 1, "heads": None, "num_heads": 50, "head_set": "selected", "aggregate": "max",
+                    "scope": "context"},
+           make_drafter=pld_plus.make_drafter),
+    Method("speculative", lossless=True,
+           description="speculative sampling with a draft model (one chain of num_draft_tokens, rejection with the "
+                       "residual; greedy match at temperature 0); lossless",
+           options={"draft_model": None, "num_draft_tokens": 4, "adaptive": False, "draft_temperature": None,
+                    "stop_below": 0.0},
+           make_drafter=draft_model._make_speculative_drafter, make_verifier=_speculative_verifier,
+           artifacts=("draft_model",)),
+    Method("multi_draft", lossless=True,
+           description="num_drafts chains from a draft model verified as one tree in one target forward, token "
+                       f"chosen by a selection scheme ({', '.join(SELECTION_SCHEMES)}); lossless",
+           options={"draft_model": None, "num_drafts": 2, "num_draft_tokens": 4, "selection": "specinfer",
+                    "draft_temperatures": None, "selection_options": None, "adaptive": False, "stop_below": 0.0},
+           make_drafter=draft_model._make_multi_draft_drafter, make_verifier=draft_model._make_multi_draft_verifier,
+           artifacts=("draft_model",)),
+    Method("mtad", lossless=False,
+           description="LOSSY multi-token assisted decoding: draft beam search, longest prefix whose target/draft "
+                       "joint likelihood ratio passes accept_threshold, then one target token (biased toward high "
+                       "likelihood, not the target's sampling law)",
+           options={"draft_model": None, "num_beams": 8, "num_draft_tokens": 4, "accept_threshold": 0.1,
+                    "threshold_semantics": "paper", "deterministic": False},
+           make_drafter=draft_model._make_mtad_drafter, make_verifier=_mtad_verifier,
+           artifacts=("draft_model",)),
+    Method("superposed", lossless=False,
+           description="Superposed Decoding: k drafts from one forward pass per token, with n-gram interpolation "
+                       "(a new decoder, lossy); drafts ranked in Generation.drafts",
+           options=dict(SUPERPOSED_OPTIONS), run=run_superposed, artifacts=("ngram",)),
+    Method("blockwise", lossless=True,
+           description="blockwise parallel decoding: trained heads draft a block, lattice of each head's top "
+                       "lattice_k tokens rescored (none / ngram p-best DP / neural local with rescorer=LM), "
+                       "p drafts verified as one tree (greedy only)",
+           options={"heads": None, "num_heads": None, "rescoring": "ngram", "lattice_k": 8, "num_paths": 2,
+                    "alpha": 1.0, "ngram_order": 3, "ngram_path": None, "ngram": None, "rescorer": None},
+           make_drafter=blockwise.make_drafter, artifacts=("heads", "ngram")),
+)
+
+METHODS: dict[str, Method] = {method.name: method for method in _ROWS}
+if len(METHODS) != len(_ROWS):
+    raise RuntimeError("two rows of multidraft.methods share a method name")
 
 
 def get_method(name: str) -> Method:
-    _load_builtin_methods()
     if name not in METHODS:
         raise UnknownMethodError(f"unknown method {name!r}; choose one of: {', '.join(sorted(METHODS))}")
     return METHODS[name]
 
 
 def available_methods() -> dict[str, Method]:
-    _load_builtin_methods()
     return dict(METHODS)
-
-
-# Modules that register methods when imported; a module not written yet is skipped.
-_METHOD_MODULES = [
-    "multidraft.decoders.builtin_methods",
-    "multidraft.drafters.pld_plus",
-    "multidraft.drafters.draft_model",
-    "multidraft.decoders.superposed",
-    "multidraft.drafters.blockwise",
-]
-_loaded = False
-
-
-def _load_builtin_methods() -> None:
-    global _loaded
-    if _loaded:
-        return
-    import importlib
-    for name in _METHOD_MODULES:
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-    _loaded = True

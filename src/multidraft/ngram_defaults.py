@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from multidraft.tokenizer_identity import vocab_family, vocab_fingerprint
+
 DEFAULT_CORPORA = ("sharegpt", "linux-doc")
 DEFAULT_ORDERS = (2, 3, 4, 5, 6)
 HOLDOUT = 100  # document i is held out (never counted) when i % HOLDOUT == 0
@@ -33,13 +35,7 @@ def default_path(vocab_family: str) -> Path:
 
 
 def vocab_family_of(lm) -> str:
-    info = getattr(lm, "info", None)
-    family = getattr(info, "vocab_family", None)
-    if family:
-        return str(family)
-    from multidraft.ngram.corpus import tokenizer_fingerprint
-
-    return tokenizer_fingerprint(lm.tokenizer)
+    return vocab_family(lm)
 
 
 def iter_corpus_documents(name: str, held_out: bool, roles=("human", "gpt"), first_message_only: bool = False
@@ -70,10 +66,10 @@ def build_default(model: str, corpora: Sequence[str] = DEFAULT_CORPORA, out=None
     """Build (unless present) the default SPD n-gram file for `model`'s tokenizer; returns its path."""
     from multidraft.models.loader import load_tokenizer
     from multidraft.ngram import build
-    from multidraft.ngram.corpus import tokenize_documents, tokenizer_fingerprint
+    from multidraft.ngram.corpus import tokenize_documents
 
     tokenizer = load_tokenizer(model)
-    family = _family_of_alias(model) or tokenizer_fingerprint(tokenizer)
+    family = _family_of_alias(model) or vocab_fingerprint(tokenizer)
     path = Path(out) if out else default_path(family)
     if path.exists() and not force:
         print(f"{path} exists (use --force to rebuild)")
@@ -85,7 +81,7 @@ def build_default(model: str, corpora: Sequence[str] = DEFAULT_CORPORA, out=None
 
     stats = build(tokenize_documents(texts(), tokenizer), len(tokenizer), path, max_order=max(DEFAULT_ORDERS),
                   orders=list(DEFAULT_ORDERS), tokenizer_name=model,
-                  tokenizer_fingerprint=tokenizer_fingerprint(tokenizer), corpora=list(corpora),
+                  tokenizer_fingerprint=vocab_fingerprint(tokenizer), corpora=list(corpora),
                   extra_header={"holdout": f"documents with index % {HOLDOUT} == 0 left out (SPD eval prefixes)"},
                   progress=progress)
     print(f"wrote {path}: {stats.num_tokens:,} tokens in {stats.num_documents:,} documents "

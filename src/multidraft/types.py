@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -41,10 +41,6 @@ class Draft:
         for parent in self.parents:
             depth.append(1 if parent < 0 else depth[parent] + 1)
         return depth
-
-    def children(self, node: int) -> list[int]:
-        """Indices of the children of `node` (-1 for the root), in draft order."""
-        return [index for index, parent in enumerate(self.parents) if parent == node]
 
     def validate(self, vocab_size: int) -> None:
         if len(self.parents) != len(self.token_ids):
@@ -127,6 +123,30 @@ class DecodeStats:
             self.proposed_per_position[depth - 1] += 1
         for depth in range(accepted_depth):
             self.accepted_per_position[depth] += 1
+
+    @classmethod
+    def merge(cls, parts: "Sequence[DecodeStats]") -> "DecodeStats":
+        """Pool several decodes (turns of a chat, choices of a request): counters, per-position counts and the
+        histogram are summed, so every derived rate is recomputed from the pooled counts. `stop_reason` lists the
+        distinct reasons, sorted and comma-joined; method and lossless come from the first part."""
+        parts = list(parts)
+        merged = cls(method=parts[0].method, lossless=parts[0].lossless) if parts else cls()
+        for part in parts:
+            for f in dataclasses.fields(cls):
+                if f.name in ("method", "lossless", "stop_reason"):
+                    continue
+                value, total = getattr(part, f.name), getattr(merged, f.name)
+                if isinstance(value, list):
+                    total.extend([0] * (len(value) - len(total)))
+                    for index, count in enumerate(value):
+                        total[index] += count
+                elif isinstance(value, dict):
+                    for key, count in value.items():
+                        total[key] = total.get(key, 0) + count
+                else:
+                    setattr(merged, f.name, total + value)
+        merged.stop_reason = ",".join(sorted({part.stop_reason for part in parts if part.stop_reason}))
+        return merged
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

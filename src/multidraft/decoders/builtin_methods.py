@@ -1,19 +1,18 @@
-"""Registers the baselines (greedy, sample, beam) and prompt lookup (pld)."""
+"""How the baselines (greedy, sample, beam) and prompt lookup (pld) run; their rows live in multidraft.methods."""
 
 from __future__ import annotations
 
 from multidraft.decoders.autoregressive import autoregressive, beam_search
 from multidraft.drafters.prompt_lookup import PromptLookupDrafter
 from multidraft.errors import InvalidOptionError
-from multidraft.methods import Method, register
 from multidraft.types import Generation
 
 
-def _run_autoregressive(lm, prompt_ids, sampler, output, stats, options):
+def run_autoregressive(lm, prompt_ids, sampler, output, stats, options):
     autoregressive(lm, prompt_ids, sampler, output, stats)
 
 
-def _run_beam(lm, prompt_ids, sampler, output, stats, options):
+def run_beam(lm, prompt_ids, sampler, output, stats, options):
     num_beams, length_penalty = options["num_beams"], options["length_penalty"]
     if not isinstance(num_beams, int) or num_beams < 1:
         raise InvalidOptionError(f"num_beams must be an integer >= 1, got {num_beams!r}")
@@ -23,13 +22,5 @@ def _run_beam(lm, prompt_ids, sampler, output, stats, options):
     return [Generation(lm.decode(ids), ids, stats, score=score) for ids, score in hypotheses]
 
 
-register(Method("greedy", lossless=True, description="plain greedy decoding (argmax at every step)",
-                run=_run_autoregressive))
-register(Method("sample", lossless=True, description="plain sampling with temperature, top-k and top-p",
-                run=_run_autoregressive))
-register(Method("beam", lossless=False, description="beam search over the target model (a different decoder, not greedy)",
-                options={"num_beams": 4, "length_penalty": 1.0}, run=_run_beam))
-register(Method("pld", lossless=True,
-                description="prompt lookup: drafts copied from the context after the trailing n-gram",
-                options={"max_ngram": 3, "num_draft_tokens": 10, "variant": "hf"},
-                make_drafter=lambda lm, sampler, options: PromptLookupDrafter(**options)))
+def make_pld_drafter(lm, sampler, options):
+    return PromptLookupDrafter(**options)

@@ -25,7 +25,6 @@ import torch
 
 from multidraft.decoders.superposed_ngram import PAPER_WEIGHTS, DraftNGram, interpolate, load_ngram
 from multidraft.errors import InvalidOptionError
-from multidraft.methods import Method, register
 from multidraft.types import Generation
 
 FIRST_STEPS = ("interpolated", "lm_only")
@@ -260,10 +259,3 @@ def _run_superposed(lm, prompt_ids, sampler, output, stats, options):
         stats.record_step(1, [], 0)
     output.add(result.drafts[0].token_ids if result.drafts else [])
     return [Generation(lm.decode(d.token_ids), list(d.token_ids), stats, score=d.norm_score) for d in result.drafts]
-
-
-register(Method(
-    "superposed", lossless=False,
-    description="Superposed Decoding: k drafts from one forward pass per token, with n-gram interpolation "
-                "(a new decoder, lossy); drafts ranked in Generation.drafts",
-    options=dict(OPTIONS), run=_run_superposed))

@@ -1,5 +1,5 @@
 """The n-gram side of Superposed Decoding: per-draft mixtures q_i(c) on the shared candidates, the
-geometric interpolation with the LM (spd.md Eq. 5-7), and where the n-gram file comes from.
+geometric interpolation with the LM (spd.md Eq. 5-7). The file itself comes from `multidraft.ngram.resolve`.
 
 Drafts are followed token by token through `NGramModel` trie states, so a step costs one batched
 lookup for the k x K candidates and one to extend the k survivors, whatever the context length.
@@ -8,18 +8,15 @@ lookup for the k x K candidates and one to extend the k survivors, whatever the 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
 import torch
 
-from multidraft.errors import DataNotFoundError, InvalidOptionError
+from multidraft.errors import InvalidOptionError
+from multidraft.ngram.resolve import resolve_ngram as load_ngram  # noqa: F401  (the one resolver; decoders.superposed)
 
 PAPER_WEIGHTS = (0.01, 0.04, 0.15, 0.18, 0.12)  # lambda for orders 2..6 (spd.md §5.1)
-
-_loaded: dict = {}    # path -> NGramModel (memory-mapped; the checksum is verified once per process)
-_checked: dict = {}  # (id(model), id(tokenizer)) -> both objects (kept alive so the ids stay theirs)
 
 
 class DraftNGram:
@@ -80,39 +77,3 @@ def interpolate(lp_hat: torch.Tensor, q: Optional[torch.Tensor], alpha: float, l
     if no_support.any():
         scores[no_support] = lm_term[None, :] - log_penalty
     return scores
-
-
-def load_ngram(lm, ngram):
-    """The NGramModel for `lm`: an instance, a file path, or None for the default file of its tokenizer.
-
-    Raises DataNotFoundError (saying which command builds it) when the default file is missing, and
-    TokenizerMismatchError when the file was built for another tokenizer."""
-    from multidraft.ngram import NGramModel
-
-    if ngram is None or (isinstance(ngram, str) and ngram in ("", "default", "auto")):
-        from multidraft.ngram_defaults import build_command, default_path, vocab_family_of
-
-        path = default_path(vocab_family_of(lm))
-        if not path.exists():
-            raise DataNotFoundError(
-                f"no n-gram file for {lm.name}'s tokenizer at {path}; build it with "
-                f"`{build_command(lm.name)}` (after `multidraft data pull sharegpt linux-doc`), pass "
-                "ngram=PATH to a file from `multidraft ngram build --tokenizer <model> ...`, or use alpha=0 "
-                "(no n-gram interpolation)")
-        ngram = path
-    if isinstance(ngram, (str, Path)):
-        path = Path(ngram).expanduser()
-        if not path.exists():
-            raise DataNotFoundError(f"n-gram file {path} does not exist; build one with "
-                                    "`multidraft ngram build --tokenizer <model> --corpus <name> --out FILE`")
-        key = str(path.resolve())
-        if key not in _loaded:
-            _loaded[key] = NGramModel.load(path)
-        ngram = _loaded[key]
-    if not hasattr(ngram, "candidate_probs"):
-        raise InvalidOptionError(f"ngram must be a path or an NGramModel, got {type(ngram).__name__}")
-    check = (id(ngram), id(lm.tokenizer))
-    if check not in _checked:
-        ngram.check_tokenizer(lm.tokenizer)
-        _checked[check] = (ngram, lm.tokenizer)
-    return ngram

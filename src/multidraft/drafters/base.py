@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from multidraft.types import Draft
@@ -17,7 +17,6 @@ class LoopState:
     lm: Any                      # the target LM
     sampler: Any                 # multidraft.sampling.PositionSampler
     stats: Any                   # multidraft.types.DecodeStats
-    extra: dict = field(default_factory=dict)
 
     @property
     def generated(self) -> list[int]:
@@ -28,7 +27,8 @@ class Drafter:
     """Proposes a `Draft` each step.
 
     Hooks, all optional except `propose`:
-    - `hidden_layer` / `attention_heads`: artifacts the loop should capture on every target forward.
+    - `hidden_layer` / `attention_heads`: artifacts the loop should capture on every target forward. The loop reads
+      them (`capture_options()`) once, before the prefill and `begin`: set them in the constructor.
     - `begin(state, prefill_output)`: after the prefill of seq[:-1] (prefill_output is None for a 1-token prompt).
     - `observe(state, draft, verdict, forward_output, kept_rows)`: after each verification; `kept_rows` are the
       rows of forward_output (root first) whose positions stayed in the cache, in sequence order.
@@ -55,11 +55,3 @@ class Drafter:
             options["attention_heads"] = list(self.attention_heads)
         return options
 
-
-class NoDrafter(Drafter):
-    """Proposes nothing: the loop degenerates to plain decoding (useful as a control)."""
-
-    name = "none"
-
-    def propose(self, state, max_tokens):
-        return Draft()

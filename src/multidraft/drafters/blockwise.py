@@ -8,8 +8,9 @@ with greedy matching, so the output is exactly greedy decoding whatever the draf
 rescoring:
 - "none":   p-best by summed head logits ("0-gram"); with num_paths=1 this is plain BPD (every head's argmax).
 - "ngram":  exact p-best DP over the lattice with head logits + alpha * n-gram log-prob (bpd.md §3.5 A3.3).
-- "neural": greedy local rescoring with a smaller LM sharing the tokenizer (`rescorer=`), or with the n-gram
-            model when none is given (A3.2); with num_paths > 1 the other drafts are the 0-gram best paths.
+- "neural": greedy local rescoring with a smaller LM sharing the tokenizer (`rescorer=`, required: without one it
+            is an error, never a silent switch to n-grams) (A3.2); with num_paths > 1 the other drafts are the
+            0-gram best paths. `BlockwiseStrategy` itself takes any `LocalScorer` (benchmarks pass an n-gram one).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import torch
 from multidraft.drafters.base import Drafter, LoopState
 from multidraft.drafters.lattice import (Lattice, LocalScorer, build_lattice, check_width, local_rescore,
                                          paths_to_tree, pbest_paths)
-from multidraft.errors import InvalidOptionError, ModelNotFoundError, TokenizerMismatchError
-from multidraft.methods import Method, register
+from multidraft.errors import InvalidOptionError, TokenizerMismatchError
+from multidraft.ngram.resolve import resolve_ngram
+from multidraft.tokenizer_identity import model_vocab_fingerprint
 from multidraft.types import Draft
 
 RESCORINGS = ("none", "neural", "ngram")
@@ -110,7 +112,7 @@ class BlockwiseStrategy:
         if rescoring == "ngram" and ngram is None:
             raise InvalidOptionError("rescoring='ngram' needs an n-gram model")
         if rescoring == "neural" and scorer is None:
-            raise InvalidOptionError("rescoring='neural' needs a rescoring LM or an n-gram model")
+            raise InvalidOptionError("rescoring='neural' needs a local scorer (a rescoring LM)")
         if ngram is not None and not 1 <= ngram_order <= ngram.max_order:
             raise InvalidOptionError(f"ngram_order must be in 1..{ngram.max_order} for {ngram.path}, got {ngram_order!r}")
         self.rescoring, self.lattice_k, self.num_paths, self.alpha = rescoring, lattice_k, num_paths, float(alpha)
@@ -141,15 +143,19 @@ class BlockwiseDrafter(Drafter):
 
     name = "blockwise"
 
-    def __init__(self, heads, strategy: BlockwiseStrategy, num_heads: Optional[int] = None):
+    def __init__(self, heads, strategy: BlockwiseStrategy, num_heads: Optional[int] = None,
+                 num_layers: Optional[int] = None):
         self.heads = heads
         self.strategy = strategy
         self.num_heads = num_heads or heads.num_heads
-        self.hidden_layer = int(heads.meta.get("hidden_layer") or 0) or None
+        # The layer the heads read: the one they were trained on, else the base's last (`num_layers`). Resolved
+        # here, not in begin(): the loop reads capture_options() before begin(), so a later fallback never applies.
+        self.hidden_layer = int(heads.meta.get("hidden_layer") or 0) or num_layers
+        if not self.hidden_layer:
+            raise InvalidOptionError("the heads record no hidden_layer; pass num_layers (the base model's depth)")
         self._hidden: Optional[torch.Tensor] = None
 
     def begin(self, state: LoopState, prefill_output) -> None:
-        self.hidden_layer = self.hidden_layer or state.lm.num_layers
         hidden = getattr(prefill_output, "hidden", None)
         self._hidden = hidden[-1] if hidden is not None and len(hidden) else None
 
@@ -177,39 +183,13 @@ def _cached(key, make):
     return _LOADED[key]
 
 
-def resolve_ngram(lm, ngram_path=None):
-    """The n-gram model for lm's tokenizer: `ngram_path`, else the default file of multidraft.ngram_defaults."""
-    from multidraft.ngram import NGramModel
-
-    path = Path(ngram_path) if ngram_path else None
-    if path is None:
-        try:
-            from multidraft import ngram_defaults
-        except ImportError:
-            ngram_defaults = None
-        if ngram_defaults is not None:
-            path = ngram_defaults.default_path(ngram_defaults.vocab_family_of(lm))
-            if not path.exists():
-                raise ModelNotFoundError(
-                    f"no n-gram model for {lm.name}'s tokenizer at {path}; build it with "
-                    f"`{ngram_defaults.build_command(lm.name)}` or pass ngram_path=FILE")
-        else:
-            raise ModelNotFoundError("rescoring with an n-gram model needs ngram_path=FILE "
-                                     "(build one with `multidraft ngram build`)")
-    if not path.exists():
-        raise ModelNotFoundError(f"n-gram file {path} does not exist; build it with `multidraft ngram build`")
-    return _cached(("ngram", str(path), id(lm)), lambda: NGramModel.load(path, tokenizer=lm.tokenizer, verify=False))
-
-
 def resolve_rescorer(lm, rescorer):
     """A neural rescoring LM (alias, path or LM) that must share lm's tokenizer."""
     if isinstance(rescorer, (str, Path)):
         from multidraft.models.load import load_model
 
         rescorer = _cached(("lm", str(rescorer)), lambda: load_model(str(rescorer), dtype=lm.dtype))
-    from multidraft.ngram.corpus import tokenizer_fingerprint
-
-    if tokenizer_fingerprint(rescorer.tokenizer) != tokenizer_fingerprint(lm.tokenizer):
+    if model_vocab_fingerprint(rescorer) != model_vocab_fingerprint(lm):
         raise TokenizerMismatchError(f"rescorer {rescorer.name} does not share the tokenizer of {lm.name}; "
                                      "neural rescoring needs a smaller LM of the same vocabulary family")
     return rescorer
@@ -221,12 +201,14 @@ def make_strategy(lm, options: dict) -> BlockwiseStrategy:
         raise InvalidOptionError(f"rescoring must be one of {', '.join(RESCORINGS)}, got {rescoring!r}")
     check_width(options["lattice_k"], options["num_paths"])
     ngram, scorer, order = None, None, options["ngram_order"]
-    if rescoring == "ngram" or (rescoring == "neural" and options["rescorer"] is None):
-        ngram = options.get("ngram") or resolve_ngram(lm, options["ngram_path"])
+    if rescoring == "ngram":
+        ngram = resolve_ngram(lm, options.get("ngram") or options["ngram_path"])
         if not isinstance(order, int) or not 1 <= order <= ngram.max_order:
             raise InvalidOptionError(f"ngram_order must be an integer in 1..{ngram.max_order}, got {order!r}")
-        scorer = NGramScorer(ngram, order) if rescoring == "neural" else None
-    if rescoring == "neural" and options["rescorer"] is not None:
+    if rescoring == "neural":
+        if options["rescorer"] is None:
+            raise InvalidOptionError("rescoring='neural' needs rescorer=<a smaller model sharing the tokenizer: alias, "
+                                     "path or loaded LM>; use rescoring='ngram' to rescore with an n-gram model")
         scorer = NeuralScorer(resolve_rescorer(lm, options["rescorer"]))
     return BlockwiseStrategy(rescoring, options["lattice_k"], options["num_paths"], options["alpha"], ngram, order, scorer)
 
@@ -245,13 +227,4 @@ def make_drafter(lm, sampler, options: dict) -> BlockwiseDrafter:
         heads = _cached(key, lambda: load_heads(lm, heads, num_heads))
     elif num_heads is not None and num_heads > heads.num_heads:
         raise InvalidOptionError(f"num_heads={num_heads} but the heads hold only {heads.num_heads}")
-    return BlockwiseDrafter(heads, make_strategy(lm, options), num_heads)
-
-
-register(Method(
-    "blockwise", lossless=True,
-    description="blockwise parallel decoding: trained heads draft a block, lattice of each head's top lattice_k tokens rescored "
-                "(none / ngram p-best DP / neural local), p drafts verified as one tree (greedy only)",
-    options={"heads": None, "num_heads": None, "rescoring": "ngram", "lattice_k": 8, "num_paths": 2, "alpha": 1.0,
-             "ngram_order": 3, "ngram_path": None, "ngram": None, "rescorer": None},
-    make_drafter=make_drafter))
+    return BlockwiseDrafter(heads, make_strategy(lm, options), num_heads, num_layers=lm.num_layers)

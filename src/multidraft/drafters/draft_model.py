@@ -24,11 +24,10 @@ import torch
 
 from multidraft.drafters.base import Drafter, LoopState
 from multidraft.errors import InvalidOptionError, PromptError, TokenizerMismatchError
-from multidraft.methods import Method, register
 from multidraft.models.runner import LM
 from multidraft.sampling import SamplingParams, check_finite, draw, logits_to_probs
 from multidraft.types import Draft
-from multidraft.verify.mtad import THRESHOLD_SEMANTICS, MTADVerifier, check_threshold
+from multidraft.verify.mtad import THRESHOLD_SEMANTICS, check_threshold
 from multidraft.verify.multi_draft import SELECTION_SCHEMES, DraftChains, MultiDraftVerifier
 
 BEAM_STREAM = 8
@@ -441,34 +440,6 @@ def _make_mtad_drafter(lm, sampler, options):
     draft_lm = resolve_draft_model(options["draft_model"], lm, "mtad")
     return BeamDrafter(draft_lm, num_beams, gamma, sampler.params, options["deterministic"])
 
-
-register(Method(
-    "speculative", lossless=True,
-    description="speculative sampling with a draft model (one chain of num_draft_tokens, rejection with the "
-                "residual; greedy match at temperature 0); lossless",
-    options={"draft_model": None, "num_draft_tokens": 4, "adaptive": False, "draft_temperature": None,
-             "stop_below": 0.0},
-    make_drafter=_make_speculative_drafter,
-    make_verifier=lambda lm, sampler, options: MultiDraftVerifier("speculative")))
-
-register(Method(
-    "multi_draft", lossless=True,
-    description="num_drafts chains from a draft model verified as one tree in one target forward, token chosen "
-                f"by a selection scheme ({', '.join(SELECTION_SCHEMES)}); lossless",
-    options={"draft_model": None, "num_drafts": 2, "num_draft_tokens": 4, "selection": "specinfer",
-             "draft_temperatures": None, "selection_options": None, "adaptive": False, "stop_below": 0.0},
-    make_drafter=_make_multi_draft_drafter, make_verifier=_make_multi_draft_verifier))
-
-register(Method(
-    "mtad", lossless=False,
-    description="LOSSY multi-token assisted decoding: draft beam search, longest prefix whose target/draft joint "
-                "likelihood ratio passes accept_threshold, then one target token (biased toward high likelihood, "
-                "not the target's sampling law)",
-    options={"draft_model": None, "num_beams": 8, "num_draft_tokens": 4, "accept_threshold": 0.1,
-             "threshold_semantics": "paper", "deterministic": False},
-    make_drafter=_make_mtad_drafter,
-    make_verifier=lambda lm, sampler, options: MTADVerifier(options["accept_threshold"],
-                                                            options["threshold_semantics"])))
 
 __all__ = ["BeamDrafter", "DraftModelDrafter", "DraftSession", "THRESHOLD_SEMANTICS", "check_same_vocabulary",
            "resolve_draft_model"]

@@ -190,11 +190,6 @@ def oracle_length(lattice: Lattice, future: Sequence[int]) -> int:
     return m
 
 
-def oracle_path(lattice: Lattice, future: Sequence[int]) -> list[int]:
-    m = oracle_length(lattice, future)
-    return [int(t) for t in future[:m]] + lattice.vanilla()[m:]
-
-
 def matched_length(draft: Sequence[int], future: Sequence[int]) -> int:
     m = 0
     for a, b in zip(draft, future):

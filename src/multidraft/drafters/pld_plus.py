@@ -15,8 +15,7 @@ from typing import Optional, Sequence
 
 from multidraft.drafters.base import Drafter, LoopState
 from multidraft.errors import InvalidOptionError
-from multidraft.methods import Method, register
-from multidraft.pldplus import heads as heads_mod
+from multidraft.pldplus import calibration
 from multidraft.pldplus.ranking import SCOPES, candidates, rank_attention, rank_hidden
 from multidraft.pldplus.store import AttentionRowStore, HiddenStore
 from multidraft.types import Draft
@@ -72,7 +71,7 @@ class PLDPlusDrafter(Drafter):
         self.hidden_store: Optional[HiddenStore] = None
         self.attention_store: Optional[AttentionRowStore] = None
         if rank_by == "hidden":
-            self.hidden_layer = heads_mod.default_layer(lm) if layer is None else layer
+            self.hidden_layer = calibration.default_layer(lm) if layer is None else layer
             if not isinstance(self.hidden_layer, int) or not 1 <= self.hidden_layer <= lm.num_layers:
                 raise InvalidOptionError(f"layer {layer!r} does not exist: {lm.name} has decoder layers 1..{lm.num_layers} "
                                          "(HF hidden_states numbering; 0 would be the embeddings)")
@@ -154,7 +153,7 @@ def _resolve_heads(lm, heads, num_heads, head_set) -> list[tuple[int, int]]:
     if heads is None:
         if not isinstance(num_heads, int) or num_heads < 1:
             raise InvalidOptionError(f"num_heads must be an integer >= 1, got {num_heads!r}")
-        return heads_mod.default_heads(lm, num_heads)
+        return calibration.default_heads(lm, num_heads)
     pairs = []
     for pair in heads:
         if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(x, int) for x in pair)):
@@ -169,16 +168,5 @@ def _resolve_heads(lm, heads, num_heads, head_set) -> list[tuple[int, int]]:
     return pairs
 
 
-def _make_drafter(lm, sampler, options):
+def make_drafter(lm, sampler, options):
     return PLDPlusDrafter(lm, **options)
-
-
-register(Method(
-    "pld_plus", lossless=True,
-    description="PLD+: prompt lookup ranked by the model's hidden states (rank_by='hidden') or induction-head "
-                "attention (rank_by='attention')",
-    options={"rank_by": "hidden", "num_draft_tokens": DEFAULT_NUM_DRAFT_TOKENS,
-             "short_draft_tokens": DEFAULT_SHORT_DRAFT_TOKENS, "layer": None, "theta": None,
-             "avg_window": 1, "heads": None, "num_heads": 50, "head_set": "selected", "aggregate": "max",
-             "scope": "context"},
-    make_drafter=_make_drafter))

@@ -29,7 +29,7 @@ class BenchWorker:
     def __init__(self, config, threads: int, warm_item, warm_methods):
         import torch
 
-        from multidraft.eval.bench import load_models, warm_up
+        from multidraft.eval.bench_run import load_models, warm_up
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         torch.set_num_threads(threads)
         self.config = config
@@ -37,7 +37,7 @@ class BenchWorker:
         warm_up(self.lm, self.draft_lm, warm_item, warm_methods, config)
 
     def run(self, item, methods, reference) -> list[dict]:
-        from multidraft.eval.bench import run_prompt
+        from multidraft.eval.bench_run import run_prompt
         return list(run_prompt(self.lm, self.draft_lm, item, methods, self.config, reference))
 
 

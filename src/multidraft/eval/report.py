@@ -10,7 +10,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Optional
 
-from multidraft.eval.bench import BASELINE, RESULTS_NAME, SPD_K_OPTIONS, read_results
+from multidraft.eval.bench_methods import SPD_K_OPTIONS
+from multidraft.eval.results import BASELINE, RESULTS_NAME, read_results
 
 REPORT_NAME = "report.md"
 SPEEDUP_PNG, HISTOGRAM_PNG, SPD_PNG = "speedup.png", "acceptance_histogram.png", "spd_latency.png"

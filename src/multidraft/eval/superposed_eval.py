@@ -219,10 +219,10 @@ def main(argv=None) -> int:
 
 def _main(args) -> int:
     from multidraft import load_model
-    from multidraft.decoders.superposed_ngram import load_ngram
+    from multidraft.ngram.resolve import resolve_ngram
 
     lm = load_model(args.model, dtype=args.dtype)
-    ngram = load_ngram(lm, args.ngram) if args.alpha > 0 else None
+    ngram = resolve_ngram(lm, args.ngram) if args.alpha > 0 else None
     results = {"model": args.model, "scorer": args.scorer, "dtype": str(lm.dtype), "threads": torch.get_num_threads(),
                "load_average_start": os.getloadavg(), "prefix_tokens": args.prefix_tokens,
                "new_tokens": args.new_tokens, "alpha": args.alpha, "tau": args.tau,

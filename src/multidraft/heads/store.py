@@ -17,6 +17,7 @@ from multidraft import paths
 from multidraft.errors import CorruptCacheError, InvalidOptionError, ModelNotFoundError, TokenizerMismatchError
 from multidraft.fsutil import atomic_path
 from multidraft.heads.model import BlockwiseHeads, model_fingerprint
+from multidraft.tokenizer_identity import model_vocab_fingerprint
 
 FORMAT = 1
 
@@ -33,19 +34,13 @@ def default_heads_path(model_name: str, corpus: str, num_heads: int) -> Path:
     return heads_dir() / f"{safe_name(Path(str(model_name)).name)}-{safe_name(corpus)}-h{num_heads}.pt"
 
 
-def tokenizer_fingerprint_of(lm) -> str:
-    from multidraft.ngram.corpus import tokenizer_fingerprint
-
-    return tokenizer_fingerprint(lm.tokenizer)
-
-
 def save_heads(heads: BlockwiseHeads, path, lm=None, **meta) -> Path:
     """Write heads atomically. With `lm`, record its fingerprints (required for loading with checks)."""
     info = dict(heads.meta)
     info.update(meta)
     if lm is not None:
         info.update(base_model=lm.name, model_fingerprint=model_fingerprint(lm),
-                    tokenizer_fingerprint=tokenizer_fingerprint_of(lm), hidden_layer=lm.num_layers,
+                    tokenizer_fingerprint=model_vocab_fingerprint(lm), hidden_layer=lm.num_layers,
                     vocab_size=lm.vocab_size)
     info.update(num_heads=heads.num_heads, hidden_size=heads.hidden_size, ffn_size=heads.ffn_size,
                 shortlist_size=int(heads.shortlist.numel()))
@@ -81,7 +76,7 @@ def load_heads(lm, path=None, num_heads: Optional[int] = None, check: bool = Tru
     blob = _read(path)
     meta = blob["meta"]
     if check:
-        want_tok, have_tok = meta.get("tokenizer_fingerprint"), tokenizer_fingerprint_of(lm)
+        want_tok, have_tok = meta.get("tokenizer_fingerprint"), model_vocab_fingerprint(lm)
         if want_tok and want_tok != have_tok:
             raise TokenizerMismatchError(
                 f"heads {path} were trained for a model with another tokenizer ({meta.get('base_model')}); "

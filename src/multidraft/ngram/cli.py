@@ -30,7 +30,8 @@ def _default_out(tokenizer: str, corpora, orders) -> Path:
 
 def _build(args) -> int:
     from multidraft.ngram.build import build
-    from multidraft.ngram.corpus import iter_corpus_texts, load_tokenizer, tokenize_documents, tokenizer_fingerprint
+    from multidraft.ngram.corpus import iter_corpus_texts, load_tokenizer, tokenize_documents
+    from multidraft.tokenizer_identity import vocab_fingerprint
 
     orders = parse_orders(args.orders)
     out = Path(args.out) if args.out else _default_out(args.tokenizer, args.corpus, orders)
@@ -44,7 +45,7 @@ def _build(args) -> int:
     started = time.perf_counter()
     stats = build(tokenize_documents(texts(), tokenizer, batch_size=args.batch_size), vocab_size, out,
                   max_order=max(orders), orders=orders, tokenizer_name=args.tokenizer,
-                  tokenizer_fingerprint=tokenizer_fingerprint(tokenizer), corpora=args.corpus,
+                  tokenizer_fingerprint=vocab_fingerprint(tokenizer), corpora=args.corpus,
                   chunk_tokens=args.chunk_tokens, progress=not args.quiet)
     elapsed = time.perf_counter() - started
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -1,12 +1,12 @@
 """Corpora as texts, and texts as token ids (batched through a fast HF tokenizer)."""
 
-import hashlib
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
 
 from multidraft.errors import DataNotFoundError
+from multidraft.tokenizer_identity import vocab_fingerprint as tokenizer_fingerprint  # noqa: F401  (the old name here)
 
 TEXT_SUFFIXES = {".py", ".txt", ".rst", ".md", ".c", ".h", ".js", ".ts", ".json", ".jsonl", ".html", ".tex", ".rs",
                  ".go", ".java", ".cpp", ".hpp", ".sh", ".toml", ".yaml", ".yml", ".cfg", ".ini"}
@@ -54,18 +54,6 @@ def _encode(tokenizer, batch):
     else:
         for ids in tokenizer(batch, add_special_tokens=False)["input_ids"]:
             yield np.asarray(ids, dtype=np.uint32)
-
-
-def tokenizer_fingerprint(tokenizer) -> str:
-    """A digest of the token -> id map; equal for tokenizers that encode identically (Qwen 0.5B and 1.5B)."""
-    try:
-        from multidraft.models.loader import vocab_fingerprint
-
-        return vocab_fingerprint(tokenizer)
-    except ImportError:
-        items = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
-        text = "\n".join(f"{token}\t{index}" for token, index in items)
-        return "vocab-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def load_tokenizer(name_or_path):

@@ -95,9 +95,9 @@ class NGramModel:
                 f"`multidraft ngram build --tokenizer <your model> ...`")
 
     def check_tokenizer(self, tokenizer) -> None:
-        from multidraft.ngram.corpus import tokenizer_fingerprint
+        from multidraft.tokenizer_identity import vocab_fingerprint
 
-        self._check_fingerprint(tokenizer_fingerprint(tokenizer), "model's")
+        self._check_fingerprint(vocab_fingerprint(tokenizer), "model's")
         if len(tokenizer) != self.vocab_size:
             raise TokenizerMismatchError(
                 f"n-gram file {self.path} has vocab size {self.vocab_size}, the tokenizer {len(tokenizer)}; rebuild it")

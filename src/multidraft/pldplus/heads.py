@@ -4,22 +4,19 @@ For every generated token s[p] that also occurs in the prompt, the copy sources 
 holding s[p] with the longest shared suffix; a head scores a hit when its attention at query p-1 (the
 position that predicted s[p]) peaks on one of them. Heads are ranked by hits. Defaults live in
 `<cache>/pldplus/<alias>.json` (what `multidraft pld-plus calibrate` writes) or, failing that, in the
-package data `multidraft/pldplus/heads/<alias>.json` computed with the same command.
+package data `multidraft/pldplus/heads/<alias>.json` computed with the same command; reading and writing
+them is `multidraft.pldplus.calibration` (re-exported here).
 """
 
 from __future__ import annotations
 
-import json
-from importlib import resources
-from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
 import torch
 
-from multidraft import paths
-from multidraft.errors import CorruptCacheError, InvalidOptionError
-from multidraft.fsutil import atomic_path
+from multidraft.errors import InvalidOptionError
+from multidraft.pldplus.calibration import cache_file, default_heads, default_layer, load_record, save  # noqa: F401
 
 FORMAT_VERSION = 1
 
@@ -97,7 +94,7 @@ def calibrate(lm, prompts: Iterable, gen_len: int = 96, top_k: int = 50, min_ove
 
     With `sweep`, also replay the greedy outputs to pick the best PLD+(h) layer (K = 10, as the paper tunes it).
     """
-    import multidraft
+    from multidraft.api import generate
     from multidraft.pldplus.sweep import sweep_layers
     if lm.attn_implementation != "eager":
         raise InvalidOptionError(
@@ -108,7 +105,7 @@ def calibrate(lm, prompts: Iterable, gen_len: int = 96, top_k: int = 50, min_ove
     events = num_prompts = 0
     for prompt in prompts:
         ids = lm.encode(prompt)
-        out = multidraft.generate(lm, ids, method="greedy", max_new_tokens=gen_len)
+        out = generate(lm, ids, method="greedy", max_new_tokens=gen_len)
         seq = ids + out.token_ids
         sequences.append((seq, len(ids)))
         prompt_hits, prompt_events = count_hits(attention_argmax(lm, seq), seq, len(ids), min_overlap)
@@ -127,59 +124,3 @@ def calibrate(lm, prompts: Iterable, gen_len: int = 96, top_k: int = 50, min_ove
             "num_prompts": num_prompts, "gen_len": gen_len, "events": events,
             "heads_with_hits": len(ranked), "heads": [list(h) for h in ranked[:top_k]],
             "hit_rates": [[l, g, h / max(events, 1)] for l, g, h in ranked[:top_k]]}
-
-
-# ----- storage -----
-def cache_file(model_name: str) -> Path:
-    return paths.subdir("pldplus") / f"{_safe(model_name)}.json"
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
-
-
-def save(record: dict, path: Optional[Path] = None) -> Path:
-    path = Path(path) if path else cache_file(record["model"])
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(record, indent=1))
-    return path
-
-
-def load_record(model_name: str) -> Optional[dict]:
-    """The calibration of a model: the cache first, then the shipped package data; None if neither has one."""
-    candidates = [cache_file(model_name)]
-    shipped = resources.files("multidraft.pldplus") / "heads" / f"{_safe(model_name)}.json"
-    for path in candidates + [shipped]:
-        try:
-            text = path.read_text()
-        except (FileNotFoundError, OSError):
-            continue
-        try:
-            record = json.loads(text)
-            record["heads"] = [(int(l), int(g)) for l, g, *_ in record["heads"]]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CorruptCacheError(f"{path} is not a valid PLD+ calibration ({exc}); "
-                                    f"rerun `multidraft pld-plus calibrate --model {model_name}`") from None
-        record["source"] = str(path)
-        return record
-    return None
-
-
-def default_heads(lm, num_heads: int = 50) -> list[tuple[int, int]]:
-    record = load_record(lm.name)
-    if record is None or not record["heads"]:
-        raise InvalidOptionError(
-            f"no induction heads known for {lm.name}; run `multidraft pld-plus calibrate --model {lm.name}` "
-            "or pass heads=[(layer, head), ...]")
-    if (record.get("num_layers"), record.get("num_heads")) not in ((lm.num_layers, lm.num_heads), (None, None)):
-        raise InvalidOptionError(f"the PLD+ calibration at {record['source']} is for a different architecture; "
-                                 f"rerun `multidraft pld-plus calibrate --model {lm.name}`")
-    return record["heads"][:num_heads]
-
-
-def default_layer(lm) -> int:
-    """Hidden layer for PLD+(h): the calibrated sweep's best, else ~9/32 of the depth (the paper's l=9 of 32)."""
-    record = load_record(lm.name)
-    if record is not None and record.get("layer") is not None:
-        return int(record["layer"])
-    return max(1, round(lm.num_layers * 9 / 32))

@@ -35,11 +35,6 @@ class HiddenStore:
         self._buffer[self.length: needed] = rows
         self.length = needed
 
-    def crop(self, length: int) -> None:
-        if not 0 <= length <= self.length:
-            raise ValueError(f"cannot crop a store of {self.length} rows to {length}")
-        self.length = length
-
 
 class AttentionRowStore:
     """The attention row of the most recently processed position, for the selected heads: (num_heads, length)."""

@@ -1,0 +1,146 @@
+"""Running the benchmark's columns on one prompt: every turn of a prompt per method, HF peers through
+`model.generate`, output quality for the columns where it can differ from the baseline's, the equality check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import Iterator, Optional
+
+from multidraft.eval.bench_methods import BenchMethod
+from multidraft.eval.results import BASELINE
+from multidraft.types import DecodeStats
+
+
+def output_perplexity(lm, prompt_ids: list[int], token_ids: list[int]) -> Optional[float]:
+    """Perplexity of the generated tokens given the prompt under the target model (metrics.draft_perplexities)."""
+    from multidraft.eval.metrics import draft_perplexities
+    return draft_perplexities(lm, prompt_ids, [token_ids])[0] if token_ids else None
+
+
+def _hf_generate(lm, draft_lm, method: BenchMethod, prompt_ids: list[int], max_new_tokens: int):
+    import torch
+    kwargs = dict(method.options)
+    if method.name == "hf_assisted":
+        kwargs["assistant_model"] = draft_lm.model
+    pad = lm.tokenizer.pad_token_id
+    pad = pad if pad is not None else min(lm.eos_token_ids, default=0)
+    input_ids = torch.tensor([prompt_ids], device=lm.device)
+    with torch.inference_mode():
+        out = lm.model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
+                                max_new_tokens=max_new_tokens, pad_token_id=pad, repetition_penalty=1.0, **kwargs)
+    return out[0, len(prompt_ids):].tolist()
+
+
+@contextlib.contextmanager
+def attention_implementation(lm, name: Optional[str]):
+    """Switch the target's attention kernel (same weights) for one method, e.g. to "eager" for attention weights."""
+    previous = lm.attn_implementation
+    if name is None or name == previous:
+        yield
+        return
+    lm.model.set_attn_implementation(name)
+    try:
+        yield
+    finally:
+        lm.model.set_attn_implementation(previous)
+
+
+def run_method(lm, draft_lm, item, method: BenchMethod, config, quality: bool = False) -> dict:
+    """Run one method on every turn of one prompt (later turns see this method's own earlier answers)."""
+    with attention_implementation(lm, method.attention):
+        return _run_turns(lm, draft_lm, item, method, config, quality)
+
+
+def _run_turns(lm, draft_lm, item, method: BenchMethod, config, quality: bool) -> dict:
+    from multidraft.api import generate
+    answers: list[str] = []
+    turns: list[dict] = []
+    pooled: list[DecodeStats] = []       # this method's stats of every turn, pooled into the row's stats
+    for turn in range(item.num_turns):
+        prompt = item.input if turn == 0 else item.turn_messages(turn, answers)
+        prompt_ids = lm.encode(prompt)
+        stats = drafts = None
+        start = time.perf_counter()
+        if method.peer:
+            token_ids = _hf_generate(lm, draft_lm, method, prompt_ids, config.max_new_tokens)
+            seconds = time.perf_counter() - start
+            text = lm.decode(token_ids)
+        else:
+            options = dict(method.options)
+            if method.needs_draft:
+                options["draft_model"] = draft_lm
+            gen = generate(lm, prompt_ids, method=method.name, max_new_tokens=config.max_new_tokens,
+                                      temperature=method.temperature, seed=config.seed, **options)
+            seconds = time.perf_counter() - start
+            token_ids, text, stats = list(gen.token_ids), gen.text, gen.stats.to_dict()
+            pooled.append(gen.stats)
+            if gen.drafts:
+                drafts = [{"text": d.text, "token_ids": list(d.token_ids), "score": d.score} for d in gen.drafts]
+        record = {"prompt_tokens": len(prompt_ids), "tokens": len(token_ids), "seconds": seconds,
+                  "token_ids": token_ids, "text": text, "stats": stats, "drafts": drafts}
+        if quality:
+            record["perplexity"] = output_perplexity(lm, prompt_ids, token_ids)
+            if drafts:
+                from multidraft.eval.metrics import best_of_k, draft_perplexities
+                scores = draft_perplexities(lm, prompt_ids, [d["token_ids"] for d in drafts])
+                for draft, score in zip(drafts, scores):
+                    draft["perplexity"] = score
+                record["best_of_k_perplexity"] = best_of_k(scores)
+        turns.append(record)
+        answers.append(text)
+    tokens = sum(t["tokens"] for t in turns)
+    seconds = sum(t["seconds"] for t in turns)
+    ppl = [t["perplexity"] for t in turns if t.get("perplexity") is not None]
+    return {"tokens": tokens, "seconds": seconds, "tokens_per_second": tokens / seconds if seconds else 0.0,
+            "stats": DecodeStats.merge(pooled).to_dict() if pooled else None, "turns": turns,
+            "output": turns[-1]["text"], "perplexity": sum(ppl) / len(ppl) if ppl else None}
+
+
+def _needs_quality(method: BenchMethod) -> bool:
+    # Lossless greedy-time outputs equal the baseline's, so their perplexity adds nothing.
+    return method.name == BASELINE or not method.lossless or method.sampled
+
+
+def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
+               reference: Optional[list[list[int]]] = None) -> Iterator[dict]:
+    """Yield one row per method for `item`; `reference` is the baseline's per-turn token ids if already known."""
+    for method in methods:
+        row = {"kind": "row", "task": item.task, "prompt_id": item.id, "method": method.label, "name": method.name,
+               "peer": method.peer, "lossless": method.lossless, "temperature": method.temperature or 0.0,
+               "options": method.options, "error": None, "load_average": os.getloadavg()[0],
+               "dtype": str(lm.dtype).removeprefix("torch."), "device": str(lm.device)}
+        try:
+            row.update(run_method(lm, draft_lm, item, method, config, quality=_needs_quality(method)))
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:        # a failing method is reported, not fatal for the other columns
+            row["error"] = f"{type(exc).__name__}: {exc}"
+        if method.name == BASELINE and row["error"] is None:
+            reference = [t["token_ids"] for t in row["turns"]]
+        row["equal_greedy"] = _equal(row, reference, method)
+        yield row
+
+
+def _equal(row: dict, reference, method: BenchMethod) -> Optional[bool]:
+    if row["error"] is not None or reference is None or method.sampled:
+        return None
+    return [t["token_ids"] for t in row["turns"]] == reference
+
+
+def warm_up(lm, draft_lm, item, methods: list[BenchMethod], config) -> None:
+    """A few tokens of every method on a short prefix of a real prompt (first-call costs: kernels, caches)."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+    prefix = SimpleNamespace(task=item.task, id=item.id, input=lm.encode(item.input)[:32], num_turns=1)
+    for _ in run_prompt(lm, draft_lm, prefix, methods, replace(config, max_new_tokens=min(4, config.max_new_tokens))):
+        pass
+
+
+def load_models(config):
+    from multidraft.models.load import load_model
+    lm = load_model(config.model, dtype=config.dtype)
+    draft_lm = load_model(config.draft, dtype=config.dtype) if config.draft else None
+    return lm, draft_lm

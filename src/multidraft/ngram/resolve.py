@@ -1,0 +1,52 @@
+"""Which n-gram file serves a target model: the one resolver for every method that reads n-grams
+(Superposed Decoding, blockwise rescoring), with one error class per failure.
+
+- a missing file (the default one of the model's tokenizer, or a given path): DataNotFoundError naming the command
+  that builds it;
+- a file built for another tokenizer: TokenizerMismatchError (from `NGramModel.check_tokenizer`);
+- anything that is neither a path nor an NGramModel: InvalidOptionError.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from multidraft.errors import DataNotFoundError, InvalidOptionError
+from multidraft.ngram.model import NGramModel
+from multidraft.ngram_defaults import build_command, default_path, vocab_family_of
+
+DEFAULT_NAMES = ("", "default", "auto")
+
+_loaded: dict[str, NGramModel] = {}   # resolved path -> model (memory-mapped; the checksum is verified once)
+_checked: dict = {}                   # (id(model), id(tokenizer)) -> both objects (kept alive so the ids stay theirs)
+
+
+def resolve_ngram(lm, ngram=None) -> NGramModel:
+    """The n-gram model for `lm`: an NGramModel, a file path, or None (or "default") for its tokenizer's default file."""
+    if ngram is None or (isinstance(ngram, str) and ngram in DEFAULT_NAMES):
+        path = default_path(vocab_family_of(lm))
+        if not path.exists():
+            raise DataNotFoundError(
+                f"no n-gram file for {lm.name}'s tokenizer at {path}; build it with "
+                f"`{build_command(lm.name)}` (after `multidraft data pull sharegpt linux-doc`), or pass a file "
+                "from `multidraft ngram build --tokenizer <model> ...` (ngram=PATH)")
+        ngram = path
+    if isinstance(ngram, (str, Path)):
+        ngram = _load(Path(ngram).expanduser())
+    if not isinstance(ngram, NGramModel):
+        raise InvalidOptionError(f"ngram must be a path or an NGramModel, got {type(ngram).__name__}")
+    check = (id(ngram), id(lm.tokenizer))
+    if check not in _checked:
+        ngram.check_tokenizer(lm.tokenizer)
+        _checked[check] = (ngram, lm.tokenizer)
+    return ngram
+
+
+def _load(path: Path) -> NGramModel:
+    if not path.exists():
+        raise DataNotFoundError(f"n-gram file {path} does not exist; build one with "
+                                "`multidraft ngram build --tokenizer <model> --corpus <name> --out FILE`")
+    key = str(path.resolve())
+    if key not in _loaded:
+        _loaded[key] = NGramModel.load(path)
+    return _loaded[key]
