@@ -1,7 +1,7 @@
 """Next-token law pairs (draft, target) for the selection benchmarks: synthetic and from a real model.
 
 Synthetic: Zipf-shaped target logits (exponent 1.1 over a random token order) plus Gaussian noise, times a
-per-instance sharpness in [0.8, 2.5] (peaked and flat positions both occur); the draft's logits are the
+per-instance sharpness, uniform in [0.8, 2.5] by default (peaked and flat positions both occur); the draft's logits are the
 target's plus Gaussian noise of std `noise`. Context-dependent laws (for loop simulations) are seeded by a hash
 of the context, so drafts that share a prefix see the same laws, as with a real model.
 
@@ -27,11 +27,11 @@ def warp(logits: torch.Tensor, temperature: float, top_p: float = 1.0, top_k: in
     return probs / probs.sum(-1, keepdim=True)
 
 
-def synthetic_logits(rng: np.random.Generator, vocab: int = 1000, noise: float = 1.0):
+def synthetic_logits(rng: np.random.Generator, vocab: int = 1000, noise: float = 1.0, sharpness=(0.8, 2.5)):
     """(target_logits, draft_logits) as float64 torch tensors."""
     ranks = rng.permutation(vocab) + 1
-    sharpness = rng.uniform(0.8, 2.5)
-    target = sharpness * (-1.1 * np.log(ranks) + 0.5 * rng.standard_normal(vocab))
+    scale = rng.uniform(*sharpness)
+    target = scale * (-1.1 * np.log(ranks) + 0.5 * rng.standard_normal(vocab))
     draft = target + noise * rng.standard_normal(vocab)
     return torch.from_numpy(target), torch.from_numpy(draft)
 

@@ -100,7 +100,7 @@ def law_pairs(args):
     if args.source == "synthetic":
         rng = np.random.default_rng(args.seed)
         for _ in range(args.instances):
-            yield synthetic_logits(rng, args.vocab, args.noise)
+            yield synthetic_logits(rng, args.vocab, args.noise, tuple(args.sharpness))
     else:
         from multidraft.data import load_humaneval
         from multidraft.eval.tasks import load_task
@@ -209,6 +209,8 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=300, help="synthetic positions")
     parser.add_argument("--vocab", type=int, default=1000)
     parser.add_argument("--noise", type=float, default=1.0, help="synthetic draft logit noise (std)")
+    parser.add_argument("--sharpness", type=float, nargs=2, default=[0.8, 2.5],
+                        help="synthetic: range of the per-position logit scale (higher = more peaked laws)")
     parser.add_argument("--prompts", type=int, default=4, help="real: prompts per task (HumanEval, chat)")
     parser.add_argument("--tokens", type=int, default=32, help="real: positions per prompt")
     parser.add_argument("--draft-layers", type=int, default=28, help="real: layers of SmolLM2-135M in the draft")
