@@ -58,6 +58,7 @@ _METHOD_MODULES = [
     "multidraft.decoders.builtin_methods",
     "multidraft.drafters.pld_plus",
     "multidraft.drafters.draft_model",
+    "multidraft.drafters.bild",
     "multidraft.decoders.superposed",
     "multidraft.drafters.blockwise",
 ]
