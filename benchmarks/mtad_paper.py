@@ -126,8 +126,8 @@ def layer_skip_draft(lm: LM, layers: int) -> LM:
     return LM(model, lm.tokenizer, name=f"{lm.name}-first{layers}layers")
 
 
-def real_settings(args):
-    """(table, label, method, options)."""
+def real_settings(args, small=False):
+    """(table, label, method, options); `small`: the main comparison only."""
     base = dict(PAPER_WARP)
     mtad = {"num_draft_tokens": 4, "num_beams": 8, "accept_threshold": 0.1}
     yield "Table 4 (main)", "sample (target only)", "sample", base
@@ -136,15 +136,18 @@ def real_settings(args):
                                                                       "num_draft_tokens": 4, "selection": "specinfer"}
     yield "Table 4 (main)", "SpecTr, K 2, gamma 4", "multi_draft", {**base, "num_drafts": 2, "num_draft_tokens": 4,
                                                                    "selection": "spectr"}
+    yield "Table 4 (main)", "BiLD, 10 tokens, fallback 0.9, rollback 2 (LOSSY)", "bild", base
     yield "Table 4 (main)", "MTAD, gamma 4, 8 beams, tau 0.1 (LOSSY)", "mtad", {**base, **mtad}
-    for tau in (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0):
+    if small:
+        return
+    # tau 0.1, 8 beams and the (20, 0.9) warp are the main MTAD row above (CPU time is scarce here)
+    for tau in ((0.0, 0.3, 0.5, 0.7, 0.9, 1.0) if args.mode == "toy" else (0.0, 0.5, 0.9, 1.0)):
         yield "Fig. 3 (tau)", f"tau {tau}", "mtad", {**base, **mtad, "accept_threshold": tau}
-    for beams in (1, 2, 4, 6, 8):
+    for beams in (1, 2, 4, 6):
         yield "Table 7 (beams)", f"{beams} beams", "mtad", {**base, **mtad, "num_beams": beams}
-    for top_k, top_p in ((20, 0.9), (20, 0.8), (10, 0.9), (10, 0.8)):
+    for top_k, top_p in ((20, 0.8), (10, 0.9), (10, 0.8)):
         warp = {"temperature": 1.0, "top_k": top_k, "top_p": top_p}
         yield "Table 10 (warp)", f"k {top_k}, p {top_p}: sample", "sample", warp
-        yield "Table 10 (warp)", f"k {top_k}, p {top_p}: speculative", "speculative", {**warp, "num_draft_tokens": 4}
         yield "Table 10 (warp)", f"k {top_k}, p {top_p}: MTAD", "mtad", {**warp, **mtad}
     yield "greedy (T 0)", "greedy", "greedy", {}
     yield "greedy (T 0)", "MTAD-greedy, 1 beam", "mtad", {**mtad, "num_beams": 1}
@@ -155,20 +158,33 @@ def run_real(args):
     from multidraft.data import load_humaneval
     from multidraft.eval.tasks import load_task
 
-    target = multidraft.load_model(args.model, dtype=torch.float32)
-    draft = layer_skip_draft(target, args.draft_layers)
+    if args.mode == "toy":
+        from tests.test_draft_model import perturbed_copy
+        from tests.tiny_models import make_tiny_lm
+
+        target = make_tiny_lm("llama", seed=6)
+        with torch.no_grad():              # random weights give near-uniform laws: sharpen them to look like an LM's
+            target.model.lm_head.weight.mul_(args.toy_sharpness)
+        draft = perturbed_copy(target, args.draft_noise, seed=2)
+        generator = torch.Generator().manual_seed(args.seed)
+        prompts = [torch.randint(3, target.vocab_size, (6,), generator=generator).tolist()
+                   for _ in range(args.prompts)]
+    else:
+        target = multidraft.load_model(args.model, dtype=torch.float32)
+        draft = layer_skip_draft(target, args.draft_layers)
+        texts = [p["prompt"] for p in load_humaneval()[: args.prompts]]
+        texts += [p.input for p in load_task("chat", limit=args.prompts)]
+        prompts = [target.encode(t)[-256:] for t in texts]
     counters = {"target": ForwardCounter(target), "draft": ForwardCounter(draft)}
-    texts = [p["prompt"] for p in load_humaneval()[: args.prompts]]
-    texts += [p.input for p in load_task("chat", limit=args.prompts)]
-    prompts = [target.encode(t)[-256:] for t in texts]
     results: dict = {}
     start = time.perf_counter()
-    for table, label, method, options in real_settings(args):
+    for table, label, method, options in real_settings(args, small=args.small):
         nlls, tokens, calls, flops, moved, seconds = [], 0, 0, 0.0, 0.0, 0.0
+        forwards = {"target": 0, "draft": 0}
         for index, prompt in enumerate(prompts):
             for counter in counters.values():
                 counter.reset()
-            extra = {"draft_model": draft} if method in ("speculative", "multi_draft", "mtad") else {}
+            extra = {"draft_model": draft} if method in ("speculative", "multi_draft", "mtad", "bild") else {}
             seed = {"seed": args.seed + index} if options.get("temperature", 0) > 0 else {}
             out = multidraft.generate(target, prompt, method=method, max_new_tokens=args.tokens, **options,
                                       **extra, **seed)
@@ -179,26 +195,33 @@ def run_real(args):
             seconds += out.stats.total_time
             # the prefill forward of each model is common to every method: leave it out of the per-token cost
             flops += sum(c.flops for c in counters.values())
+            for name, counter in counters.items():
+                forwards[name] += counter.forwards
             moved += sum(c.bytes for c in counters.values())
         energy_pj = flops * args.pj_per_flop + moved * args.pj_per_byte
         row = {"ppl": math.exp(statistics.fmean(nlls)), "block_efficiency": tokens / calls if calls else 0.0,
                "gflops_per_token": flops / tokens / 1e9, "mb_moved_per_token": moved / tokens / 1e6,
                "counted_mj_per_token": energy_pj / tokens / 1e9, "tokens": tokens,
-               "cpu_tokens_per_s": tokens / seconds if seconds else 0.0}
+               "cpu_tokens_per_s": tokens / seconds if seconds else 0.0,
+               "target_forwards_per_token": forwards["target"] / tokens,
+               "draft_forwards_per_token": forwards["draft"] / tokens}
         results.setdefault(table, {})[label] = row
         print(f"{table:>16} | {label:>42} | PPL {row['ppl']:.3f} | BE {row['block_efficiency']:.2f} | "
               f"{row['gflops_per_token']:.2f} GFLOP/tok | {row['mb_moved_per_token']:.0f} MB/tok | "
-              f"{row['counted_mj_per_token']:.2f} mJ/tok (counted) | {row['cpu_tokens_per_s']:.1f} tok/s CPU "
+              f"{row['counted_mj_per_token']:.2f} mJ/tok (counted) | fwd/tok target {row['target_forwards_per_token']:.2f}"
+              f" draft {row['draft_forwards_per_token']:.2f} | {row['cpu_tokens_per_s']:.1f} tok/s CPU "
               f"({time.perf_counter() - start:.0f} s)", flush=True)
     return {"results": results, "target": target.name, "draft": draft.name}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["exact", "real"])
-    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("mode", choices=["exact", "real", "toy"])
+    parser.add_argument("--small", action="store_true", help="real/toy: the main comparison (Table 4) only")
+    parser.add_argument("--prompts", type=int, default=4, help="exact: prompts; real: prompts per task")
     parser.add_argument("--tokens", type=int, default=24)
-    parser.add_argument("--draft-noise", type=float, default=0.3, help="exact: perturbation of the toy draft")
+    parser.add_argument("--draft-noise", type=float, default=0.3, help="exact/toy: perturbation of the toy draft")
+    parser.add_argument("--toy-sharpness", type=float, default=6.0, help="toy: scale of the target's LM head")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--draft-layers", type=int, default=28)
     parser.add_argument("--seed", type=int, default=0)
