@@ -144,3 +144,21 @@ def test_classical_is_auto_alphabet_keeps_the_target_support():
     # On full-vocabulary laws the budget, not the support, sets M: far above the old 25 / 12 / 7.
     assert [classical_is_alphabet_size(k, 150_000, 150_000, True) for k in (4, 5, 6)] >= [40, 30, 20]
     assert classical_is_alphabet_size(2, 150_000, 150_000, True) > 1000
+
+
+def test_truncated_lp_auto_alphabet_keeps_the_target_support():
+    """The paper's M = 40 caps the truncated LP on a 60-token support; "auto" keeps the support (and stays exact)."""
+    rng = np.random.default_rng(5)
+    vocab, support = 400, 60
+    target = np.zeros(vocab)
+    target[:support] = rng.dirichlet(np.full(support, 1.0))
+    draft = 0.8 * np.concatenate([rng.dirichlet(np.full(support, 1.0)), np.zeros(vocab - support)])
+    draft += 0.2 * rng.dirichlet(np.full(vocab, 0.2))
+    drafts = np.tile(draft / draft.sum(), (2, 1))
+    auto = closed_form_acceptance("is_lp_truncated", drafts, target)
+    assert auto == pytest.approx(closed_form_acceptance("is_lp_truncated", drafts, target, alphabet_size=support),
+                                 abs=1e-12)
+    assert auto > closed_form_acceptance("is_lp_truncated", drafts, target, alphabet_size=40) + 1e-3
+    small_draft, small_target = random_laws(11, 6, 2, identical=False, zeros=True)
+    np.testing.assert_allclose(output_distribution("is_lp_truncated", small_draft, small_target), small_target,
+                               atol=TOLERANCE)

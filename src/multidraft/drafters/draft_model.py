@@ -457,7 +457,7 @@ register(Method(
 register(Method(
     "multi_draft", lossless=True,
     description="num_drafts chains from a draft model verified as one tree in one target forward, token chosen "
-                f"by a selection scheme ({', '.join(SELECTION_SCHEMES)}); lossless",
+                f"by a selection scheme ({', '.join(SELECTION_SCHEMES)}; is_lp_truncated is seed 002's 'IS'); lossless",
     options={"draft_model": None, "num_drafts": 2, "num_draft_tokens": 4, "selection": "specinfer",
              "draft_temperatures": None, "selection_options": None, "adaptive": False, "stop_below": 0.0},
     make_drafter=_make_multi_draft_drafter, make_verifier=_make_multi_draft_verifier))
