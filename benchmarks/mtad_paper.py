@@ -193,7 +193,8 @@ def run_real(args):
             tokens += len(ids)
             calls += out.stats.verification_calls
             seconds += out.stats.total_time
-            # the prefill forward of each model is common to every method: leave it out of the per-token cost
+            # counted per prompt: the prefill, every decode forward, and the scoring forward of sequence_logprob
+            # (one full-sequence target forward): the prefill and scoring forwards are the same for every method
             flops += sum(c.flops for c in counters.values())
             for name, counter in counters.items():
                 forwards[name] += counter.forwards
