@@ -92,14 +92,62 @@ def test_threshold_one_is_plain_sampling_token_for_token(target, draft, temperat
         assert mtad.stats.draft_tokens_accepted == 0
 
 
-@pytest.mark.parametrize("threshold", [0.01, 0.5, 0.99])
-def test_greedy_warp_equals_greedy_decoding(target, draft, threshold):
-    # With a one-hot warp the joint ratio of a prefix is 1 if it matches the target's argmax path, else 0.
+def test_threshold_one_at_temperature_zero_is_greedy_decoding(target, draft):
     expected = multidraft.generate(target, PROMPT, max_new_tokens=30).token_ids
     out = multidraft.generate(target, PROMPT, method="mtad", max_new_tokens=30, draft_model=draft,
-                              accept_threshold=threshold)
+                              accept_threshold=1.0)
     assert out.token_ids == expected
-    assert out.stats.draft_tokens_accepted > 0
+    assert out.stats.draft_tokens_accepted == 0
+
+
+def tiny12(seed):
+    return LM(make_tiny_hf_model("llama", seed=seed, vocab_size=12), make_tokenizer(), name=f"tiny-12-{seed}")
+
+
+def test_greedy_mtad_beam_searches_the_unwarped_draft_so_num_beams_matters():
+    """At temperature 0 the beam runs over the draft's temperature-1 law (MTAD-greedy, the paper's greedy-MTJD
+    approximation): with the one-hot greedy law every beam count would give the same single beam and output."""
+    lm = tiny12(12)
+    draft_lm = perturbed_copy(lm, 0.3, seed=2)
+    outputs = {beams: multidraft.generate(lm, [3, 4, 5, 6], method="mtad", max_new_tokens=12, draft_model=draft_lm,
+                                          num_beams=beams, accept_threshold=0.1)
+               for beams in (1, 4)}
+    assert outputs[1].token_ids != outputs[4].token_ids
+    greedy = multidraft.generate(lm, [3, 4, 5, 6], max_new_tokens=12).token_ids
+    assert outputs[4].token_ids != greedy                       # no longer plain greedy speculative decoding
+    for out in outputs.values():
+        assert out.stats.draft_tokens_accepted > 0 and out.stats.lossless is False
+
+
+def test_greedy_mtad_with_a_perfect_draft_and_full_beam_is_exact_greedy_mtjd():
+    """Draft == target, beams >= V^(gamma-1): every block is the exact joint argmax over V^gamma and is accepted
+    (ratio 1), then one argmax token: exact greedy MTJD with blocks (gamma, 1), token for token (spec §4, §6.4)."""
+    from multidraft.decoders.mtjd import exact_greedy_mtjd
+
+    lm, gamma = tiny12(13), 3
+    differs_from_greedy = 0
+    for prompt in ([7, 8, 9], [10, 3, 7, 7], [6, 11, 4]):
+        exact, _ = exact_greedy_mtjd(lm, prompt, [gamma, 1], 8, eos_token_id=2)
+        mtad = multidraft.generate(lm, prompt, method="mtad", max_new_tokens=8, draft_model=lm,
+                                   num_beams=12 ** (gamma - 1), num_draft_tokens=gamma, accept_threshold=0.99)
+        assert mtad.token_ids == exact
+        differs_from_greedy += exact != multidraft.generate(lm, prompt, max_new_tokens=8).token_ids
+    assert differs_from_greedy >= 2
+
+
+def test_exact_mtjd_block_is_at_least_as_likely_as_the_greedy_block():
+    """Corollary 3.3, per-block form: the exact MTJD block's joint log-prob >= that of the greedy tokens."""
+    from multidraft.decoders.mtjd import exact_greedy_mtjd, sequence_logprob
+
+    lm = tiny12(13)
+    for prompt in ([7, 8, 9], [10, 3, 7, 7], [3, 4, 5, 6]):
+        for gamma in (1, 2, 3):
+            block, (block_logprob,) = exact_greedy_mtjd(lm, prompt, gamma, gamma)
+            greedy = multidraft.generate(lm, prompt, max_new_tokens=gamma).token_ids
+            assert block_logprob == pytest.approx(sequence_logprob(lm, prompt, block), abs=1e-5)
+            assert block_logprob >= sequence_logprob(lm, prompt, greedy) - 1e-6
+            if gamma == 1:
+                assert block == greedy[:1]
 
 
 def test_draft_equal_to_target_accepts_every_draft_token(target):

@@ -112,11 +112,53 @@ def test_relabelling_tokens_keeps_every_acceptance():
 
 
 @pytest.mark.parametrize("identical", [True, False])
-def test_classical_is_auto_alphabet_stays_exact_when_it_truncates(identical):
-    """At K = 5 the "auto" alphabet of classical IS keeps 12 tokens, so a 14-token vocabulary is truncated."""
-    from multidraft.selection.schemes import classical_is_alphabet_size
+def test_classical_is_auto_alphabet_stays_exact_when_it_truncates(identical, monkeypatch):
+    """With a budget small enough that "auto" keeps fewer tokens than the target's support, the law stays exact."""
+    from multidraft.selection import schemes
 
-    assert classical_is_alphabet_size(5) == 12 and classical_is_alphabet_size(3) == 40
+    # default budget: identical drafts keep the whole support; 5 * 15^5 terms exceed it for non-identical ones
+    assert schemes.classical_is_alphabet_size(5, 14, 14, identical) == (14 if identical else 12)
+    monkeypatch.setattr(schemes, "CLASSICAL_IS_TERM_BUDGET", 20_000)
+    truncated = schemes.classical_is_alphabet_size(5, 14, 14, identical)
+    assert 1 < truncated < 13
     draft, target = random_laws(7, 14, 5, identical, zeros=True)
     np.testing.assert_allclose(output_distribution("is", draft, target), target, atol=TOLERANCE)
     assert 0.0 < acceptance_probability("is", draft, target) <= 1.0
+
+
+def test_classical_is_auto_alphabet_keeps_the_target_support():
+    """The old "auto" rule kept 12 tokens at K = 5 whatever the target; a 20-token support (what top-k / top-p
+    leave) now stays whole, so acceptance equals the untruncated scheme's and beats the 12-token alphabet."""
+    from multidraft.selection.schemes import classical_is_alphabet_size
+
+    rng = np.random.default_rng(3)
+    vocab, support, num_drafts = 300, 20, 5
+    target = np.zeros(vocab)
+    target[:support] = rng.dirichlet(np.full(support, 0.5))
+    draft = rng.dirichlet(np.full(vocab, 0.05)) * 0.3
+    draft[:support] += 0.7 * rng.dirichlet(np.full(support, 0.5))
+    drafts = np.tile(draft / draft.sum(), (num_drafts, 1))
+    auto = closed_form_acceptance("is", drafts, target)
+    assert auto == pytest.approx(closed_form_acceptance("is", drafts, target, alphabet_size=None), abs=1e-12)
+    assert auto > closed_form_acceptance("is", drafts, target, alphabet_size=12) + 1e-3
+    # On full-vocabulary laws the budget, not the support, sets M: far above the old 25 / 12 / 7.
+    assert [classical_is_alphabet_size(k, 150_000, 150_000, True) for k in (4, 5, 6)] >= [40, 30, 20]
+    assert classical_is_alphabet_size(2, 150_000, 150_000, True) > 1000
+
+
+def test_truncated_lp_auto_alphabet_keeps_the_target_support():
+    """The paper's M = 40 caps the truncated LP on a 60-token support; "auto" keeps the support (and stays exact)."""
+    rng = np.random.default_rng(5)
+    vocab, support = 400, 60
+    target = np.zeros(vocab)
+    target[:support] = rng.dirichlet(np.full(support, 1.0))
+    draft = 0.8 * np.concatenate([rng.dirichlet(np.full(support, 1.0)), np.zeros(vocab - support)])
+    draft += 0.2 * rng.dirichlet(np.full(vocab, 0.2))
+    drafts = np.tile(draft / draft.sum(), (2, 1))
+    auto = closed_form_acceptance("is_lp_truncated", drafts, target)
+    assert auto == pytest.approx(closed_form_acceptance("is_lp_truncated", drafts, target, alphabet_size=support),
+                                 abs=1e-12)
+    assert auto > closed_form_acceptance("is_lp_truncated", drafts, target, alphabet_size=40) + 1e-3
+    small_draft, small_target = random_laws(11, 6, 2, identical=False, zeros=True)
+    np.testing.assert_allclose(output_distribution("is_lp_truncated", small_draft, small_target), small_target,
+                               atol=TOLERANCE)

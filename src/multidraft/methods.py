@@ -16,8 +16,9 @@ from typing import Any, Callable, Optional
 from multidraft.decoders.builtin_methods import make_pld_drafter, run_autoregressive, run_beam
 from multidraft.decoders.superposed import OPTIONS as SUPERPOSED_OPTIONS
 from multidraft.decoders.superposed import _run_superposed as run_superposed
-from multidraft.drafters import blockwise, draft_model, pld_plus
+from multidraft.drafters import bild, blockwise, draft_model, pld_plus
 from multidraft.errors import InvalidOptionError, UnknownMethodError
+from multidraft.verify.bild import BiLDVerifier
 from multidraft.verify.mtad import MTADVerifier
 from multidraft.verify.multi_draft import SELECTION_SCHEMES, MultiDraftVerifier
 
@@ -66,6 +67,10 @@ def _mtad_verifier(lm, sampler, options):
     return MTADVerifier(options["accept_threshold"], options["threshold_semantics"])
 
 
+def _bild_verifier(lm, sampler, options):
+    return BiLDVerifier(options["rollback_threshold"])
+
+
 _ROWS = (
     Method("greedy", lossless=True, description="plain greedy decoding (argmax at every step)",
            run=run_autoregressive),
@@ -94,7 +99,8 @@ _ROWS = (
            artifacts=("draft_model",)),
     Method("multi_draft", lossless=True,
            description="num_drafts chains from a draft model verified as one tree in one target forward, token "
-                       f"chosen by a selection scheme ({', '.join(SELECTION_SCHEMES)}); lossless",
+                       f"chosen by a selection scheme ({', '.join(SELECTION_SCHEMES)}; is_lp_truncated is seed 002's 'IS'); "
+                       "lossless",
            options={"draft_model": None, "num_drafts": 2, "num_draft_tokens": 4, "selection": "specinfer",
                     "draft_temperatures": None, "selection_options": None, "adaptive": False, "stop_below": 0.0},
            make_drafter=draft_model._make_multi_draft_drafter, make_verifier=draft_model._make_multi_draft_verifier,
@@ -102,11 +108,19 @@ _ROWS = (
     Method("mtad", lossless=False,
            description="LOSSY multi-token assisted decoding: draft beam search, longest prefix whose target/draft "
                        "joint likelihood ratio passes accept_threshold, then one target token (biased toward high "
-                       "likelihood, not the target's sampling law)",
+                       "likelihood, not the target's sampling law); at temperature 0 beam search over the unwarped draft "
+                       "law (the paper's greedy-MTJD approximation), not greedy decoding",
            options={"draft_model": None, "num_beams": 8, "num_draft_tokens": 4, "accept_threshold": 0.1,
                     "threshold_semantics": "paper", "deterministic": False},
            make_drafter=draft_model._make_mtad_drafter, make_verifier=_mtad_verifier,
            artifacts=("draft_model",)),
+    Method("bild", lossless=False,
+           description="LOSSY Big Little Decoder: the draft model writes until its top probability falls below "
+                       "fallback_threshold (or max_draft_tokens), the target keeps the tokens before the first one "
+                       "whose NLL exceeds rollback_threshold, then emits one token (not the target's sampling law)",
+           options={"draft_model": None, "max_draft_tokens": 10, "fallback_threshold": 0.9,
+                    "rollback_threshold": 2.0},
+           make_drafter=bild.make_drafter, make_verifier=_bild_verifier, artifacts=("draft_model",)),
     Method("superposed", lossless=False,
            description="Superposed Decoding: k drafts from one forward pass per token, with n-gram interpolation "
                        "(a new decoder, lossy); drafts ranked in Generation.drafts",

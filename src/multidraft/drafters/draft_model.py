@@ -27,7 +27,7 @@ from multidraft.errors import InvalidOptionError, PromptError, TokenizerMismatch
 from multidraft.models.runner import LM
 from multidraft.sampling import SamplingParams, check_finite, draw, logits_to_probs
 from multidraft.types import Draft
-from multidraft.verify.mtad import THRESHOLD_SEMANTICS, check_threshold
+from multidraft.verify.mtad import THRESHOLD_SEMANTICS, check_threshold, joint_law_params
 from multidraft.verify.multi_draft import SELECTION_SCHEMES, DraftChains, MultiDraftVerifier
 
 BEAM_STREAM = 8
@@ -247,7 +247,10 @@ def choose_candidates(scores: torch.Tensor, count: int, generator: Optional[torc
 
 class BeamDrafter(Drafter):
     """MTAD's draft (specs/mtad.md §3.2): beam sampling over the draft's warped joint distribution; proposes the
-    final beam with the highest joint log-likelihood, with its per-token log-probs in `info["draft_logprobs"]`."""
+    final beam with the highest joint log-likelihood, with its per-token log-probs in `info["draft_logprobs"]`.
+
+    At temperature 0 (MTAD-greedy) it is a plain beam search over the draft's unwarped law (`joint_law_params`):
+    the greedy one-hot law would leave a single beam whatever num_beams."""
 
     name = "draft_beam"
 
@@ -256,7 +259,7 @@ class BeamDrafter(Drafter):
         self.draft_lm = draft_lm
         self.num_beams = num_beams
         self.num_draft_tokens = num_draft_tokens
-        self.params = SamplingParams(params.temperature, params.top_k, params.top_p)
+        self.params = joint_law_params(params)
         self.deterministic = deterministic or params.greedy
         self.session: Optional[DraftSession] = None
 

@@ -14,13 +14,19 @@ enumeration):
 | "spectr" | SpecTr K-SEQ with rho* (§3.10) | identical only | |
 | "is" | classical importance sampling, weights q/p, then speculative sampling (§3.2) | any | alphabet_size="auto" |
 | "is_lp" | two-step IS, full pairwise-LP weights, K > 2 by chaining (§3.4, 3.6, 3.8) | any | alphabet_size=40 |
-| "is_lp_truncated" | two-step IS, truncated LP with `s` free tokens (§3.5) | any | s=5, alphabet_size=40 |
+| "is_lp_truncated" | two-step IS, truncated LP with `s` free tokens (§3.5); the paper's "IS" | any | s=5, alphabet_size="auto" |
 | "optimal_lp" | IS weights from the full LP over tuples: reaches P* (test oracle, V <= 8) | any | |
 
 `alphabet_size=M` keeps the M most likely target tokens and merges the rest into one symbol
 (§3.7, A4), which keeps the law exact; `None` disables it (then LPs grow with V). Classical IS's
-exact law costs K (M+1)^K terms, so its "auto" default is M = 40 up to K = 3, then 25, 12, 7 at
-K = 4, 5, 6 (a smaller alphabet only moves target mass to the exact fallback draw of §3.7).
+"auto" alphabet keeps the target's whole support (tokens with zero target mass have IS weight 0, so merging
+them into ⊥ costs no acceptance) unless its exact law would cost more than a fixed budget of terms; then it
+keeps the largest M within budget (>= 40 at K <= 4, ~32 at K = 5, ~22 at K = 6 on full-vocabulary laws).
+A smaller alphabet only moves target mass to the exact fallback draw of §3.7. The truncated LP's "auto" alphabet
+is the target's support up to 256 tokens (the paper's M = 40 capped its acceptance at q(top 40) on wide
+supports: benchmarks/reports/selection_paper.md); pass alphabet_size=40 for the paper's setting.
+The paper's "IS" (seed 002: truncated LP, s = 5, M = 40) is `is_lp_truncated`; `is` is the classical
+importance-sampling baseline of its §3.2.
 
 Letters: inside this package p is the draft law and q the target law, as in the paper.
 """

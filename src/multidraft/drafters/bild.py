@@ -1,0 +1,76 @@
+"""BiLD (Big Little Decoder) as a drafter x verifier pair in the one draft-and-verify loop. LOSSY.
+
+The draft model samples tokens one at a time from its warped law and hands over to the target (ends the draft)
+as soon as its own confidence, the largest probability of its next-token law, falls below `fallback_threshold`,
+or after `max_draft_tokens` tokens (the "fallback" policy); the target then rolls back at the first token it
+finds unlikely (verify/bild.py). Defaults are the MTAD paper's BiLD settings (step length 10, fallback 0.9,
+rollback 2; its Table 13).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from multidraft.drafters.base import Drafter
+from multidraft.drafters.draft_model import DraftSession, positive_int, resolve_draft_model
+from multidraft.errors import InvalidOptionError
+from multidraft.sampling import SamplingParams, draw, logits_to_probs
+from multidraft.types import Draft
+from multidraft.verify.bild import check_rollback
+
+BILD_STREAM = 24
+
+
+class BiLDDrafter(Drafter):
+    name = "bild_draft"
+
+    def __init__(self, draft_lm, max_draft_tokens: int, fallback_threshold: float, params: SamplingParams):
+        self.draft_lm = draft_lm
+        self.max_draft_tokens = max_draft_tokens
+        self.fallback_threshold = fallback_threshold
+        self.params = SamplingParams(params.temperature, params.top_k, params.top_p)
+        self.session: Optional[DraftSession] = None
+
+    def begin(self, state, prefill_output) -> None:
+        self.session = DraftSession(self.draft_lm, state.lm.vocab_size, state.lm.device, state.stats)
+
+    def propose(self, state, max_tokens) -> Draft:
+        length = min(self.max_draft_tokens, max_tokens)
+        if length < 1:
+            return Draft()
+        first_position = len(state.seq)
+        logits = self.session.start(state.seq)
+        tokens, nodes = [], []
+        for depth in range(length):
+            row = logits[-1]
+            # confidence = the draft's own top probability (its softmax at temperature 0, where the law is one-hot)
+            confidence_law = logits_to_probs(row, SamplingParams(1.0) if self.params.greedy else self.params)
+            if float(confidence_law.max()) < self.fallback_threshold:
+                break
+            law = logits_to_probs(row, self.params)
+            if self.params.greedy:
+                token = int(law.argmax())
+            else:
+                token = draw(law, state.sampler.generator(first_position + depth, BILD_STREAM))
+            tokens.append(token)
+            if depth + 1 < length:
+                logits, created = self.session.extend([token], [nodes[-1] if nodes else -1])
+                nodes.append(created[0])
+        return Draft.chain(tokens, draft_nodes=nodes)
+
+    def observe(self, state, draft, verdict, forward_output, kept_rows) -> None:
+        self.session.keep_path(draft.info.get("draft_nodes", [])[: len(verdict.accepted_nodes)])
+
+
+def make_drafter(lm, sampler, options):
+    max_tokens = positive_int("max_draft_tokens", options["max_draft_tokens"])
+    fallback = options["fallback_threshold"]
+    if isinstance(fallback, bool) or not isinstance(fallback, (int, float)) or not 0 <= fallback <= 1:
+        raise InvalidOptionError(f"fallback_threshold must be a probability in [0, 1] (the draft hands over when "
+                                 f"its top probability falls below it; 0 never hands over), got {fallback!r}")
+    check_rollback(options["rollback_threshold"])
+    draft_lm = resolve_draft_model(options["draft_model"], lm, "bild")
+    return BiLDDrafter(draft_lm, max_tokens, float(fallback), sampler.params)
+
+
+__all__ = ["BiLDDrafter"]
