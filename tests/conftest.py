@@ -15,7 +15,7 @@ settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("explore", print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-from tests.tiny_models import make_tiny_lm  # noqa: E402
+from tests.tiny_models import build_tiny_ngram, make_tiny_lm  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +31,12 @@ def tiny_qwen():
 @pytest.fixture(scope="session", params=["llama", "qwen2"])
 def tiny_lm(request):
     return make_tiny_lm(request.param, seed=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_ngram(tmp_path_factory):
+    """An n-gram model (orders 1..6) of the tiny tokenizer, counted on a tiny model's own greedy text."""
+    return build_tiny_ngram(tmp_path_factory.mktemp("ngram") / "tiny.ngram")
 
 
 @pytest.fixture(scope="session")

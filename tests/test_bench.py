@@ -217,9 +217,6 @@ def test_not_a_results_file_and_corrupt_middle_line(tmp_path):
     (["--max-new-tokens", "0"], "max_new_tokens must be a positive integer"),
 ])
 def test_bad_input_is_one_line_exit_2(tiny_folder, tmp_path, capsys, argv, message):
-    from multidraft.methods import available_methods
-    if "speculative" in argv and "speculative" not in available_methods():
-        pytest.skip("speculative not registered yet")
     code = main(["bench", "--model", tiny_folder, "--out", str(tmp_path / "o"), "--no-progress"] + argv)
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and message in err[-1] and err[-1].startswith("multidraft: error:")
@@ -280,9 +277,6 @@ def test_superposed_sweep_latency_plot_and_draft_quality(tiny_folder, tiny_lm, t
     """superposed is swept over k on autocomplete only; its drafts get Self-BLEU and best-of-k perplexity."""
     from multidraft.eval.bench import SPD_K_VALUES
     from multidraft.eval.report import SPD_PNG
-    from multidraft.methods import available_methods
-    if "superposed" not in available_methods():
-        pytest.skip("superposed not registered yet")
     prompts = {**make_prompts(), "autocomplete": [TaskPrompt("a0", "autocomplete", prompt="the cat sat on"),
                                                   TaskPrompt("a1", "autocomplete", prompt="def x ( y ) :")]}
     config = make_config(tiny_folder, tasks=["code_edit", "autocomplete"], methods=["superposed", "sample"], limit=1,
@@ -304,9 +298,6 @@ def test_superposed_sweep_latency_plot_and_draft_quality(tiny_folder, tiny_lm, t
 
 def test_draft_methods_and_hf_assisted_with_draft(tiny_folder, tiny_lm, tmp_path):
     """--draft feeds draft_model= to registry methods and assistant_model= to HF; both stay equal to greedy."""
-    from multidraft.methods import available_methods
-    if "speculative" not in available_methods():
-        pytest.skip("speculative not registered yet")
     config = make_config(tiny_folder, draft=tiny_folder, tasks=["code_edit"], methods=["speculative", "hf_assisted"],
                          limit=1)
     run_bench(config, tmp_path, prompts=make_prompts(), models=(tiny_lm, tiny_lm), progress=False)
@@ -320,11 +311,9 @@ def test_draft_methods_and_hf_assisted_with_draft(tiny_folder, tiny_lm, tmp_path
 def test_attention_switch_restores_the_kernel(tiny_lm):
     """Both PLD+ rankers run on the default kernel; a method's kernel switch is undone even when it fails."""
     from multidraft.eval.bench import attention_implementation, resolve_methods
-    from multidraft.methods import available_methods
-    if "pld_plus" in available_methods():
-        methods, _ = resolve_methods(["pld_plus"], has_draft=False)
-        assert {m.label: m.attention for m in methods} == {
-            BASELINE: None, "pld_plus[rank_by=hidden]": None, "pld_plus[rank_by=attention]": None}
+    methods, _ = resolve_methods(["pld_plus"], has_draft=False)
+    assert {m.label: m.attention for m in methods} == {
+        BASELINE: None, "pld_plus[rank_by=hidden]": None, "pld_plus[rank_by=attention]": None}
     before = tiny_lm.attn_implementation
     with pytest.raises(RuntimeError):
         with attention_implementation(tiny_lm, "eager"):

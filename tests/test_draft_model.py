@@ -12,7 +12,7 @@ from multidraft.errors import InvalidOptionError, TokenizerMismatchError
 from multidraft.models.runner import LM
 from multidraft.types import DecodeStats
 from multidraft.verify.multi_draft import SELECTION_SCHEMES
-from tests.tiny_models import make_tiny_lm
+from tests.tiny_models import make_tiny_lm, perturbed_copy  # noqa: F401  (test_mtad imports perturbed_copy from here)
 
 # Tiny models run fastest on one thread (and far faster than on two on a loaded machine).
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -22,17 +22,6 @@ PROMPTS = [
     "def x ( y ) : return x + 1 def x ( y ) : return",
     "a b",
 ]
-
-
-def perturbed_copy(lm, scale, seed=0, name=None):
-    """The same model with Gaussian noise (scale x each matrix's std) on every matrix: a draft that agrees often."""
-    model = copy.deepcopy(lm.model)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() > 1:
-                param.add_(torch.randn(param.shape, generator=generator) * scale * param.std())
-    return LM(model, lm.tokenizer, name=name or f"{lm.name}-perturbed")
 
 
 

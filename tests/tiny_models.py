@@ -3,6 +3,7 @@
 import copy
 import functools
 
+import numpy as np
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -48,3 +49,42 @@ def make_tiny_hf_model(arch: str = "llama", seed: int = 0, vocab_size: int = 64,
 
 def make_tiny_lm(arch: str = "llama", seed: int = 0, **overrides) -> LM:
     return LM(make_tiny_hf_model(arch, seed, **overrides), make_tokenizer(), name=f"tiny-{arch}")
+
+
+def perturbed_copy(lm, scale, seed=0, name=None) -> LM:
+    """The same model with Gaussian noise (scale x each matrix's std) on every matrix: a draft that agrees often."""
+    model = copy.deepcopy(lm.model)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() > 1:
+                param.add_(torch.randn(param.shape, generator=generator) * scale * param.std())
+    return LM(model, lm.tokenizer, name=name or f"{lm.name}-perturbed")
+
+
+def random_heads(lm, num_heads=4, seed=0, scale=0.5):
+    """Blockwise heads with random second layers (scale 0: every head repeats head 1), bound to `lm`."""
+    from multidraft.heads import BlockwiseHeads
+
+    torch.manual_seed(seed)
+    heads = BlockwiseHeads(num_heads, lm.hidden_size, 32)
+    with torch.no_grad():
+        heads.w2.normal_(0, scale / 32 ** 0.5)
+    heads.meta["hidden_layer"] = lm.num_layers
+    return heads.eval().requires_grad_(False).bind(lm)
+
+
+NGRAM_PROMPTS = ["the cat sat on the mat and", "def x ( y ) : return", "a"]
+
+
+def build_tiny_ngram(path, max_order=6):
+    """An n-gram file of the tiny tokenizer counted on a tiny model's own greedy text (so its counts help)."""
+    import multidraft
+    from multidraft.ngram import NGramModel, build
+    from multidraft.tokenizer_identity import vocab_fingerprint
+
+    lm = make_tiny_lm("llama", seed=2)
+    docs = [np.asarray(multidraft.generate(lm, p, max_new_tokens=40).token_ids, dtype=np.uint32)
+            for p in NGRAM_PROMPTS]
+    build(docs, lm.vocab_size, path, max_order=max_order, tokenizer_fingerprint=vocab_fingerprint(lm.tokenizer))
+    return NGramModel.load(path, tokenizer=lm.tokenizer)
