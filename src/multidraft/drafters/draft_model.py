@@ -122,10 +122,10 @@ class DraftSession:
         if max(positions) >= lm.context_length:
             raise PromptError(f"the draft would reach position {max(positions)}, beyond the context of {lm.name} "
                               f"({lm.context_length}); shorten the prompt or lower max_new_tokens")
-        output = lm.model(input_ids=torch.tensor([tokens], device=lm.device),
-                          past_key_values=self.cache.hf_cache, use_cache=True,
-                          position_ids=torch.tensor([positions], device=lm.device),
-                          attention_mask=mask.to(lm.device)[None, None])
+        output = lm.call_model(input_ids=torch.tensor([tokens], device=lm.device),
+                               past_key_values=self.cache.hf_cache, use_cache=True,
+                               position_ids=torch.tensor([positions], device=lm.device),
+                               attention_mask=mask.to(lm.device)[None, None])
         logits = output.logits[0].float()
         check_finite(logits)
         return logits
