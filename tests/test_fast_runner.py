@@ -3,6 +3,8 @@ methods, the HF peers staying stock, and the fallbacks (no compiler, no AVX2, bf
 
 The kernel is built once per test session into a temporary MULTIDRAFT_HOME (~1 min on 2 busy cores)."""
 
+import os
+import shutil
 import warnings
 
 import pytest
@@ -28,6 +30,8 @@ def kernel(tmp_path_factory):
         op = fast_linear.load_kernel(progress=False)
     finally:
         patch.undo()
+    if op is None and shutil.which(os.environ.get("CXX", "c++")) is None:
+        pytest.skip("no C++ compiler: the fast runner falls back to eager (tested below)")
     if op is None:
         pytest.fail(f"the kernel did not build: {fast_linear.kernel_unavailable_reason()}")
     return op

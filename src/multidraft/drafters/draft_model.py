@@ -346,7 +346,8 @@ def resolve_draft_model(draft_model, target: LM, method: str) -> LM:
         if key not in _loaded_drafts:
             from multidraft.models.load import load_model
             _loaded_drafts.clear()          # keep at most one loaded draft model alive
-            _loaded_drafts[key] = load_model(os.fspath(draft_model), dtype=target.dtype, device=target.device)
+            _loaded_drafts[key] = load_model(os.fspath(draft_model), dtype=target.dtype, device=target.device,
+                                             runner=getattr(target, "runner", "eager"))
         draft = _loaded_drafts[key]
     elif isinstance(draft_model, LM):
         draft = draft_model

@@ -177,6 +177,7 @@ class BenchConfig:
     seed: int = 0
     dtype: Optional[str] = None                       # None: the loader's default (fp32 here)
     options: dict[str, dict[str, Any]] = field(default_factory=dict)   # method -> option overrides
+    runner: str = "eager"                             # our methods' runner (models/runner.py); HF peers run stock
 
     def identity(self) -> dict[str, Any]:
         """What the numbers of a row depend on. Tasks, methods and limit may change between resumed runs."""
@@ -421,7 +422,8 @@ def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config: BenchConf
         row = {"kind": "row", "task": item.task, "prompt_id": item.id, "method": method.label, "name": method.name,
                "peer": method.peer, "lossless": method.lossless, "temperature": method.temperature or 0.0,
                "options": method.options, "error": None, "load_average": os.getloadavg()[0],
-               "dtype": str(lm.dtype).removeprefix("torch."), "device": str(lm.device)}
+               "dtype": str(lm.dtype).removeprefix("torch."), "device": str(lm.device),
+               "runner": getattr(lm, "runner", "eager"), "runner_setup_s": getattr(lm, "runner_setup_seconds", 0.0)}
         try:
             row.update(run_method(lm, draft_lm, item, method, config, quality=_needs_quality(method)))
         except (KeyboardInterrupt, SystemExit):
@@ -454,8 +456,8 @@ def warm_up(lm, draft_lm, item, methods: list[BenchMethod], config: BenchConfig)
 
 def load_models(config: BenchConfig):
     import multidraft
-    lm = multidraft.load_model(config.model, dtype=config.dtype)
-    draft_lm = multidraft.load_model(config.draft, dtype=config.dtype) if config.draft else None
+    lm = multidraft.load_model(config.model, dtype=config.dtype, runner=config.runner)
+    draft_lm = multidraft.load_model(config.draft, dtype=config.dtype, runner=config.runner) if config.draft else None
     return lm, draft_lm
 
 

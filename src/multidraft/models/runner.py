@@ -121,6 +121,13 @@ class LM:
         once and stays eager. Returns the runner in use."""
         if runner not in RUNNERS:
             raise InvalidOptionError(f"unknown runner {runner!r}; use one of {', '.join(RUNNERS)}")
+        started = time.perf_counter()
+        try:
+            return self._use_runner(runner, progress)
+        finally:
+            self.runner_setup_seconds = time.perf_counter() - started    # kernel build or load, shown by bench
+
+    def _use_runner(self, runner: str, progress: bool) -> str:
         fast_linear.uninstall(self.model)
         self.runner = "eager"
         if runner == "eager":
