@@ -84,6 +84,7 @@ def linear_curve(threads: int, reps: int, cpu_time: bool = False) -> None:
         for m in (1, 2, 4, 8, 16):
             x = torch.randn(m, n_in)
             for name, fn in (("F.linear", lambda: torch.nn.functional.linear(x, weight)),
+                             ("oneDNN", lambda: torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")),
                              ("fast", lambda: kernel(x, weight))):
                 for _ in range(3):
                     fn()
