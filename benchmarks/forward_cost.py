@@ -23,8 +23,8 @@ import multidraft
 from multidraft.models.runner import LM
 
 
-def random_model(shape: str, layers: int) -> LM:
-    """A random-weight model of a known shape (no download), fp32."""
+def random_model(shape: str, layers: int, dtype: str = "float32", device: str = "cpu") -> LM:
+    """A random-weight model of a known shape (no download)."""
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     if shape != "qwen2.5-1.5b":
@@ -33,7 +33,7 @@ def random_model(shape: str, layers: int) -> LM:
                          num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768,
                          tie_word_embeddings=True, rope_theta=1000000.0, attn_implementation="sdpa")
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config).float().eval()
+    model = Qwen2ForCausalLM(config).to(device=device, dtype=getattr(torch, dtype)).eval()
     tokenizer = AutoTokenizer.from_pretrained(str(multidraft.models.loader.resolve("smollm2-135m").path))
     return LM(model, tokenizer, name=f"random-{shape}-{layers}L")
 
@@ -67,6 +67,8 @@ def time_shapes(lm: LM, runners: list[str], shapes: list[tuple[str, list[int]]],
             for rep in range(reps + 1):
                 start = now()
                 lm.forward(cache, [2000 + i for i in range(len(parents))], parents=parents)
+                if lm.device.type == "cuda":
+                    torch.cuda.synchronize()
                 times.append(now() - start)
                 cache.crop(prefix)
             best[runner][label] = min(times[1:])
@@ -105,6 +107,7 @@ def main() -> None:
     parser.add_argument("--random", default=None, help="random weights of this shape (qwen2.5-1.5b)")
     parser.add_argument("--layers", type=int, default=4, help="decoder layers of the --random model")
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: the loader's choice; cpu for --random)")
     parser.add_argument("--runners", default="eager,fast")
     parser.add_argument("--chains", default="1,2,4,8,16,32,64")
     parser.add_argument("--trees", default="2x4,4x4,8x8", help="k x d trees (k branches of depth d)")
@@ -119,7 +122,10 @@ def main() -> None:
     if args.linear:
         linear_curve(args.threads, max(args.reps, 10), args.cpu_time)
         return
-    lm = random_model(args.random, args.layers) if args.random else multidraft.load_model(args.model, dtype=args.dtype)
+    if args.random:
+        lm = random_model(args.random, args.layers, args.dtype, args.device or "cpu")
+    else:
+        lm = multidraft.load_model(args.model, dtype=args.dtype, device=args.device)
     runners = [r.strip() for r in args.runners.split(",") if r.strip()]
     shapes = [(f"chain {n}", list(range(-1, int(n) - 1))) for n in args.chains.split(",") if n]
     for tree in filter(None, args.trees.split(",")):
