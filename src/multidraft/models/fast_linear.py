@@ -23,7 +23,6 @@ import sys
 import threading
 import time
 import types
-import warnings
 from typing import Optional
 
 import torch
@@ -153,6 +152,11 @@ def kernel_unavailable_reason() -> Optional[str]:
     return _failure
 
 
+def build_failure() -> Optional[str]:
+    """Why the build failed in this process (None: it did not fail, or was not tried)."""
+    return _failure
+
+
 def build_dir() -> str:
     from multidraft.paths import subdir
 
@@ -161,7 +165,8 @@ def build_dir() -> str:
 
 
 def load_kernel(progress: bool = True):
-    """The compiled op, building it on first use; None (with one warning) where it cannot be built."""
+    """The compiled op, building it on first use; None where it cannot be built (`kernel_unavailable_reason()`
+    says why; the runner turns that into one warning line)."""
     global _kernel, _failure
     with _lock:
         if _kernel is not None or kernel_unavailable_reason():
@@ -171,7 +176,6 @@ def load_kernel(progress: bool = True):
         except Exception as error:           # no compiler, no ninja, a build error: keep the stock path
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
             _failure = f"the fast CPU kernel could not be built ({first_line})"
-            warnings.warn(f"multidraft: {_failure}; using the eager runner", RuntimeWarning, stacklevel=3)
             return None
         return _kernel
 

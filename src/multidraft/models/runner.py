@@ -150,8 +150,8 @@ class LM:
         if why_not is None and fast_linear.load_kernel(progress=progress) is None:
             why_not = fast_linear.kernel_unavailable_reason()
         if why_not is not None:
-            if runner == "fast":
-                warnings.warn(f"multidraft: runner 'fast' unavailable: {why_not}; using the eager runner",
+            if runner == "fast" or fast_linear.build_failure():     # "auto" says so too when the build failed
+                warnings.warn(f"multidraft: runner {runner!r} cannot be fast here: {why_not}; using the eager runner",
                               RuntimeWarning, stacklevel=2)
             return self.runner
         fast_linear.install(self.model)
