@@ -1,37 +1,151 @@
-"""How much a forward of n new tokens costs relative to one, per model and dtype: the number that decides whether
-drafting can pay on a machine (a drafted step costs one n-token forward plus the drafting).
+"""How much a forward of n new tokens costs relative to one, per model, dtype and runner: the number that decides
+whether drafting can pay on a machine (a drafted step costs one n-token forward plus the drafting).
 
-    .venv/bin/python benchmarks/forward_cost.py qwen2.5-coder-1.5b bfloat16 float32
+    .venv/bin/python benchmarks/forward_cost.py --model qwen2.5-coder-1.5b --dtype float32 --runners eager,fast
+    .venv/bin/python benchmarks/forward_cost.py --random qwen2.5-1.5b --layers 4 --runners eager,fast
+    .venv/bin/python benchmarks/forward_cost.py --linear --threads 1     # one layer's linears, M = 1..16
 
-After a 300-token prefill, each n in 1, 2, 4, 8, 16 is timed 4 times (the first is a warm-up) with the project's
-LM runner, cropping the cache back each time; the minimum is printed with its ratio to n = 1.
+After a 300-token prefill, each shape (a chain of n new tokens, n in --chains; or a tree: `k x d` = k branches
+of depth d under one root) is timed --reps times per runner, runners interleaved shape by shape so machine
+drift hits them alike; the cache is cropped back each time. Prints the minimum and its ratio to the same
+runner's 1-token forward. The machine's load (uptime) is printed beside the figures.
 """
 
-import sys
+from __future__ import annotations
+
+import argparse
+import os
 import time
 
 import torch
 
 import multidraft
+from multidraft.models.runner import LM
 
 
-def main(model: str, dtypes: list[str]) -> None:
-    torch.set_num_threads(2)
-    for dtype in dtypes:
-        lm = multidraft.load_model(model, dtype=dtype)
-        cache, _ = lm.prefill(list(range(1000, 1300)))
-        prefix = cache.length
-        best = {}
-        for n in (1, 2, 4, 8, 16):
+def random_model(shape: str, layers: int, dtype: str = "float32", device: str = "cpu") -> LM:
+    """A random-weight model of a known shape (no download)."""
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    if shape != "qwen2.5-1.5b":
+        raise SystemExit(f"unknown --random shape {shape!r}; known: qwen2.5-1.5b")
+    config = Qwen2Config(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=layers,
+                         num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768,
+                         tie_word_embeddings=True, rope_theta=1000000.0, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).to(device=device, dtype=getattr(torch, dtype)).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(multidraft.models.loader.resolve("smollm2-135m").path))
+    return LM(model, tokenizer, name=f"random-{shape}-{layers}L")
+
+
+def tree_parents(branches: int, depth: int) -> list[int]:
+    parents = [-1]
+    for _ in range(branches):
+        previous = 0
+        for _ in range(depth):
+            parents.append(previous)
+            previous = len(parents) - 1
+    return parents
+
+
+def clock(cpu_time: bool):
+    """Wall time, or this process's CPU time: on a machine shared with other busy processes the CPU time of a
+    one-thread run is what the work costs (wall time also counts the waits for a core)."""
+    return time.process_time if cpu_time else time.perf_counter
+
+
+def time_shapes(lm: LM, runners: list[str], shapes: list[tuple[str, list[int]]], reps: int,
+                cpu_time: bool = False) -> dict:
+    now = clock(cpu_time)
+    cache, _ = lm.prefill(list(range(1000, 1300)))
+    prefix = cache.length
+    best: dict = {runner: {} for runner in runners}
+    for label, parents in shapes:
+        for runner in runners:
+            lm.use_runner(runner)
             times = []
-            for _ in range(4):
-                start = time.perf_counter()
-                lm.forward(cache, list(range(2000, 2000 + n)))
-                times.append(time.perf_counter() - start)
+            for rep in range(reps + 1):
+                start = now()
+                lm.forward(cache, [2000 + i for i in range(len(parents))], parents=parents)
+                if lm.device.type == "cuda":
+                    torch.cuda.synchronize()
+                times.append(now() - start)
                 cache.crop(prefix)
-            best[n] = min(times[1:])
-        print(model, dtype, {n: f"{v * 1000:.0f}ms ({v / best[1]:.2f}x)" for n, v in best.items()}, flush=True)
+            best[runner][label] = min(times[1:])
+    return best
+
+
+def linear_curve(threads: int, reps: int, cpu_time: bool = False) -> None:
+    from multidraft.models import fast_linear
+
+    now = clock(cpu_time)
+    kernel = fast_linear.load_kernel()
+    for n_out, n_in in ((8960, 1536), (1536, 8960), (1536, 1536), (256, 1536)):
+        weight = torch.randn(n_out, n_in)
+        rows = {}
+        for m in (1, 2, 4, 8, 16):
+            x = torch.randn(m, n_in)
+            for name, fn in (("F.linear", lambda: torch.nn.functional.linear(x, weight)),
+                             ("oneDNN", lambda: torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")),
+                             ("fast", lambda: kernel(x, weight))):
+                for _ in range(3):
+                    fn()
+                times = []
+                for _ in range(reps):
+                    start = now()
+                    fn()
+                    times.append(now() - start)
+                rows.setdefault(name, {})[m] = min(times) * 1000
+        for name, by_m in rows.items():
+            print(f"{n_out}x{n_in} {name:8s} threads={threads} " + "  ".join(
+                f"M={m}: {v:.2f}ms ({v / by_m[1]:.2f}x)" for m, v in by_m.items()), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="registry alias or path")
+    parser.add_argument("--random", default=None, help="random weights of this shape (qwen2.5-1.5b)")
+    parser.add_argument("--layers", type=int, default=4, help="decoder layers of the --random model")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: the loader's choice; cpu for --random)")
+    parser.add_argument("--runners", default="eager,fast")
+    parser.add_argument("--chains", default="1,2,4,8,16,32,64")
+    parser.add_argument("--trees", default="2x4,4x4,8x8", help="k x d trees (k branches of depth d)")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--linear", action="store_true", help="time single linears instead of a model")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="measure process CPU time instead of wall time (meaningful with --threads 1 on a busy machine)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print("load:", os.popen("uptime").read().strip(), flush=True)
+    if args.linear:
+        linear_curve(args.threads, max(args.reps, 10), args.cpu_time)
+        return
+    if args.random:
+        lm = random_model(args.random, args.layers, args.dtype, args.device or "cpu")
+    else:
+        lm = multidraft.load_model(args.model, dtype=args.dtype, device=args.device)
+    runners = [r.strip() for r in args.runners.split(",") if r.strip()]
+    shapes = [(f"chain {n}", list(range(-1, int(n) - 1))) for n in args.chains.split(",") if n]
+    for tree in filter(None, args.trees.split(",")):
+        k, d = (int(v) for v in tree.split("x"))
+        parents = tree_parents(k, d)
+        shapes.append((f"tree {k}x{d} ({len(parents)} nodes)", parents))
+    best = time_shapes(lm, runners, shapes, args.reps, args.cpu_time)
+    base = {runner: best[runner]["chain 1"] for runner in runners}
+    what = "CPU time" if args.cpu_time else "wall time"
+    print(f"{lm.name} {str(lm.dtype).removeprefix('torch.')} threads={args.threads} ({what}, min of {args.reps} after a warm-up)")
+    print(f"{'shape':28s}" + "".join(f"{runner:>22s}" for runner in runners))
+    for label, _ in shapes:
+        print(f"{label:28s}" + "".join(
+            f"{best[r][label] * 1000:10.0f} ms ({best[r][label] / base[r]:4.2f}x)" for r in runners), flush=True)
+    if "eager" in runners:
+        for runner in runners:
+            if runner != "eager":
+                print(f"{runner} vs eager, 1-token forward: {base['eager'] / base[runner]:.2f}x faster")
+    print("load:", os.popen("uptime").read().strip(), flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:] or ["bfloat16"])
+    main()

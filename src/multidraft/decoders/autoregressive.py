@@ -72,7 +72,7 @@ def beam_search(lm, prompt_ids: list[int], num_beams: int, length_penalty: float
                 break
         input_ids = torch.tensor([[b[-1]] for b in beams], device=lm.device)
         t0 = time.perf_counter()
-        logits = lm.model(input_ids=input_ids, past_key_values=cache.hf_cache, use_cache=True).logits[:, -1].float()
+        logits = lm.call_model(input_ids=input_ids, past_key_values=cache.hf_cache, use_cache=True).logits[:, -1].float()
         stats.verify_time += time.perf_counter() - t0
         stats.target_calls += 1
         check_finite(logits)

@@ -121,10 +121,10 @@ class DraftSession:
         if max(positions) >= lm.context_length:
             raise PromptError(f"the draft would reach position {max(positions)}, beyond the context of {lm.name} "
                               f"({lm.context_length}); shorten the prompt or lower max_new_tokens")
-        output = lm.model(input_ids=torch.tensor([tokens], device=lm.device),
-                          past_key_values=self.cache.hf_cache, use_cache=True,
-                          position_ids=torch.tensor([positions], device=lm.device),
-                          attention_mask=mask.to(lm.device)[None, None])
+        output = lm.call_model(input_ids=torch.tensor([tokens], device=lm.device),
+                               past_key_values=self.cache.hf_cache, use_cache=True,
+                               position_ids=torch.tensor([positions], device=lm.device),
+                               attention_mask=mask.to(lm.device)[None, None])
         logits = output.logits[0].float()
         check_finite(logits)
         return logits
@@ -348,7 +348,8 @@ def resolve_draft_model(draft_model, target: LM, method: str) -> LM:
         if key not in _loaded_drafts:
             from multidraft.models.load import load_model
             _loaded_drafts.clear()          # keep at most one loaded draft model alive
-            _loaded_drafts[key] = load_model(os.fspath(draft_model), dtype=target.dtype, device=target.device)
+            _loaded_drafts[key] = load_model(os.fspath(draft_model), dtype=target.dtype, device=target.device,
+                                             runner=getattr(target, "runner", "eager"))
         draft = _loaded_drafts[key]
     elif isinstance(draft_model, LM):
         draft = draft_model

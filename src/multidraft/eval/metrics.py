@@ -38,7 +38,7 @@ def draft_perplexities(scorer, prefix_ids: Sequence[int], drafts: Sequence[Seque
         ids[i, : len(row)] = torch.tensor(row)
         mask[i, : len(row)] = 1
     device = scorer.device
-    logits = scorer.model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
+    logits = scorer.call_model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
     log_probs = torch.log_softmax(logits[:, :-1], dim=-1)  # position t predicts token t+1
     token_lp = log_probs.gather(-1, ids[:, 1:, None].to(device))[..., 0].cpu()
     out = []

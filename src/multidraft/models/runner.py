@@ -9,7 +9,9 @@ It can also capture the hidden states of one layer and the attention rows of cho
 
 from __future__ import annotations
 
+import contextlib
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
@@ -17,8 +19,11 @@ import torch
 from transformers import DynamicCache
 
 from multidraft.errors import InvalidOptionError, PromptError
+from multidraft.models import fast_linear
 from multidraft.models.attention_rows import AttentionQueries, install_query_hooks
 from multidraft.sampling import check_finite
+
+RUNNERS = ("auto", "eager", "fast")
 
 
 @dataclass
@@ -90,8 +95,9 @@ def tree_depths(parents: Sequence[int]) -> list[int]:
 class LM:
     """A causal LM ready for drafting and verification. Build it with `multidraft.load_model`."""
 
-    def __init__(self, model, tokenizer, name: str = "model", info=None):
+    def __init__(self, model, tokenizer, name: str = "model", info=None, runner: str = "eager"):
         self.model = model.eval()
+        self.runner = "eager"
         self.tokenizer = tokenizer
         self.name = name
         self.info = info
@@ -105,6 +111,61 @@ class LM:
         self.context_length = int(getattr(text_config, "max_position_embeddings", 0) or 2048)
         self.eos_token_ids = self._eos_ids()
         self._decoder_layers = self._find_layers()
+        self.use_runner(runner)
+
+    # ----- runner choice -----
+    def use_runner(self, runner: str = "auto", progress: bool = True) -> str:
+        """Pick how forwards run: "eager" (HF modeling as is), "fast" (CPU fp32: the batch-invariant small-M
+        linear kernel of fast_linear.py; CUDA: SDPA without the cuDNN backend), or "auto" (fast where it was
+        measured faster: a CPU whose best ISA is AVX2, in fp32; and CUDA). Where fast cannot run here it warns
+        once and stays eager. Returns the runner in use."""
+        if runner not in RUNNERS:
+            raise InvalidOptionError(f"unknown runner {runner!r}; use one of {', '.join(RUNNERS)}")
+        started = time.perf_counter()
+        try:
+            return self._use_runner(runner, progress)
+        finally:
+            self.runner_setup_seconds = time.perf_counter() - started    # kernel build or load, shown by bench
+
+    def _use_runner(self, runner: str, progress: bool) -> str:
+        fast_linear.uninstall(self.model)
+        self.runner = "eager"
+        if runner == "eager":
+            return self.runner
+        device = self.device.type
+        if device == "cuda":
+            # torch's default cuDNN SDPA backend made every multi-token forward ~3x slower on an H100 (gpu.md).
+            torch.backends.cuda.enable_cudnn_sdp(False)
+            self.runner = "fast"
+            return self.runner
+        why_not = None
+        if device != "cpu":
+            why_not = f"no fast path on {device}"
+        elif self.dtype != torch.float32:
+            why_not = f"the fast CPU kernel is fp32 only (this model is {str(self.dtype).removeprefix('torch.')})"
+        elif runner == "auto" and str(torch.backends.cpu.get_cpu_capability()) != "AVX2":
+            return self.runner            # measured only on AVX2-only CPUs; elsewhere MKL/oneDNN are left alone
+        else:
+            why_not = fast_linear.kernel_unavailable_reason()
+        if why_not is None and fast_linear.load_kernel(progress=progress) is None:
+            why_not = fast_linear.kernel_unavailable_reason()
+        if why_not is not None:
+            if runner == "fast" or fast_linear.build_failure():     # "auto" says so too when the build failed
+                warnings.warn(f"multidraft: runner {runner!r} cannot be fast here: {why_not}; using the eager runner",
+                              RuntimeWarning, stacklevel=2)
+            return self.runner
+        fast_linear.install(self.model)
+        self.runner = "fast"
+        return self.runner
+
+    def kernels(self):
+        """Context in which this model's forwards take the runner's kernels (a no-op for the eager runner)."""
+        return fast_linear.active() if self.runner == "fast" and self.device.type == "cpu" else contextlib.nullcontext()
+
+    def call_model(self, *args, **kwargs):
+        """`self.model(...)` with the runner's kernels: the one way code outside the runner calls the HF model."""
+        with self.kernels():
+            return self.model(*args, **kwargs)
 
     # ----- properties -----
     @property
@@ -233,8 +294,9 @@ class LM:
             kwargs = {}
             if logits_rows is not None:
                 kwargs["logits_to_keep"] = _logits_to_keep(logits_rows, num_new)
-            output = self.model(**model_inputs, past_key_values=cache.hf_cache, use_cache=True,
-                                position_ids=position_ids, attention_mask=attention_mask, **kwargs)
+            with self.kernels():
+                output = self.model(**model_inputs, past_key_values=cache.hf_cache, use_cache=True,
+                                    position_ids=position_ids, attention_mask=attention_mask, **kwargs)
         finally:
             for hook in hooks:
                 hook.remove()

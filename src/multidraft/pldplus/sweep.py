@@ -38,8 +38,8 @@ def replay_acceptance(seq: Sequence[int], prompt_length: int, choose: Callable[[
 @torch.inference_mode()
 def all_hidden_states(lm, token_ids: Sequence[int]) -> torch.Tensor:
     """(L+1, T, d) float32 hidden states of one full forward (index 0 = embeddings, as HF numbers them)."""
-    out = lm.model(torch.tensor([list(token_ids)], device=lm.device), output_hidden_states=True, use_cache=False,
-                   logits_to_keep=1)
+    out = lm.call_model(torch.tensor([list(token_ids)], device=lm.device), output_hidden_states=True, use_cache=False,
+                        logits_to_keep=1)
     return torch.stack([h[0].float().cpu() for h in out.hidden_states])
 
 

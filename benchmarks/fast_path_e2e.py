@@ -1,0 +1,95 @@
+"""End-to-end cost of decoding with the eager and the fast runner, beside HF generate(), in process CPU time.
+
+    .venv/bin/python benchmarks/fast_path_e2e.py --model qwen2.5-coder-1.5b --prompts 2 --tokens 32 --threads 1
+
+Why CPU time: on a machine shared with other busy processes, wall time mostly measures waiting for a core. With
+--threads 1, this process's CPU time is what the decoding costs on a free core (memory and SMT contention
+aside). `multidraft bench` (wall time) is the tool on a quiet machine.
+
+Per code_edit prompt, in this order: HF greedy and HF prompt lookup (stock modules, `prompt_lookup_num_tokens`
+= pld's draft length), then our greedy and pld on the eager runner, then on the fast runner. Prints tokens per
+CPU-second pooled over prompts, ratios to HF greedy and HF prompt lookup, mean acceptance length, equality with HF
+greedy, and the process's peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import time
+
+import torch
+
+import multidraft
+from multidraft.eval.tasks import load_task
+
+
+def hf_generate(lm, ids, **kwargs) -> list[int]:
+    input_ids = torch.tensor([ids])
+    out = lm.model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
+                            max_new_tokens=kwargs.pop("max_new_tokens"), pad_token_id=lm.tokenizer.eos_token_id,
+                            **kwargs)
+    return out[0, len(ids):].tolist()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="qwen2.5-coder-1.5b")
+    parser.add_argument("--prompts", type=int, default=2)
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--runners", default="eager,fast")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print("load:", os.popen("uptime").read().strip(), flush=True)
+    lm = multidraft.load_model(args.model, dtype=torch.float32)
+    print(f"peak RSS after load: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.2f} GB", flush=True)
+    runners = [r for r in args.runners.split(",") if r]
+    for runner in runners:                                   # builds/loads the kernel before any timing
+        lm.use_runner(runner)
+    pld_k = multidraft.available_methods()["pld"].options.get("num_draft_tokens", 10)
+    totals: dict[str, list[float]] = {}
+    mal: dict[str, list[float]] = {}
+    equal: dict[str, bool] = {}
+    items = load_task("code_edit", limit=args.prompts)
+    multidraft.generate(lm, "def f(x):", max_new_tokens=2)   # warm-up
+    for item in items:
+        ids = lm.encode(item.messages)
+        lm.use_runner("eager")
+        start = time.process_time()
+        reference = hf_generate(lm, ids, max_new_tokens=args.tokens)
+        runs = {"hf_greedy": (reference, time.process_time() - start, None)}
+        start = time.process_time()
+        tokens = hf_generate(lm, ids, max_new_tokens=args.tokens, prompt_lookup_num_tokens=pld_k)
+        runs["hf_prompt_lookup"] = (tokens, time.process_time() - start, None)
+        for runner in runners:
+            lm.use_runner(runner)
+            for method in ("greedy", "pld"):
+                start = time.process_time()
+                gen = multidraft.generate(lm, ids, method=method, max_new_tokens=args.tokens)
+                runs[f"{method} [{runner}]"] = (gen.token_ids, time.process_time() - start,
+                                                gen.stats.mean_acceptance_length)
+        for name, (tokens, seconds, accepted) in runs.items():
+            total = totals.setdefault(name, [0.0, 0.0])
+            total[0] += len(tokens)
+            total[1] += seconds
+            equal[name] = equal.get(name, True) and tokens == reference
+            if accepted is not None:
+                mal.setdefault(name, []).append(accepted)
+        print(item.id, {name: f"{len(t)} tok {s:.1f}s" for name, (t, s, _) in runs.items()}, flush=True)
+    rate = {name: t / s for name, (t, s) in totals.items()}
+    print(f"\n{args.model} fp32, {len(items)} code_edit prompts x {args.tokens} tokens, {args.threads} thread(s), "
+          "tokens per CPU-second pooled")
+    print("| method | tok/CPU-s | vs HF greedy | vs HF prompt lookup | acceptance length | same as HF greedy |")
+    print("|---|---|---|---|---|---|")
+    for name, value in rate.items():
+        accepted = f"{sum(mal[name]) / len(mal[name]):.2f}" if name in mal else "—"
+        print(f"| {name} | {value:.2f} | {value / rate['hf_greedy']:.2f}x | {value / rate['hf_prompt_lookup']:.2f}x "
+              f"| {accepted} | {'yes' if equal[name] else 'NO'} |")
+    print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.2f} GB")
+    print("load:", os.popen("uptime").read().strip(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
