@@ -60,6 +60,7 @@ _METHOD_MODULES = [
     "multidraft.drafters.draft_model",
     "multidraft.decoders.superposed",
     "multidraft.drafters.blockwise",
+    "multidraft.drafters.suffix",
 ]
 _loaded = False
 
