@@ -26,6 +26,10 @@ def register(subparsers) -> None:
     parser.add_argument("--timeout", type=float, default=defaults.request_timeout,
                         help="seconds a request may take, queueing included (default %(default)s)")
     parser.add_argument("--suggestions", type=int, default=defaults.suggestions, help="k on the page")
+    parser.add_argument("--suffix-store-tokens", type=int, default=defaults.suffix_store_tokens,
+                        help="tokens of earlier requests method 'suffix' keeps to draft from (default %(default)s)")
+    parser.add_argument("--suffix-isolation", action="store_true",
+                        help="keep one suffix store per API key, so one client's text never drafts for another")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.set_defaults(func=run_serve)
 
@@ -40,7 +44,9 @@ def run_serve(args) -> int:
 
     config = ServerConfig(max_queue=args.max_queue, max_prompt_tokens=args.max_prompt_tokens,
                           max_tokens=args.max_tokens, max_n=args.max_n, request_timeout=args.timeout,
-                          default_method=args.method, suggestions=args.suggestions).validate()
+                          default_method=args.method, suggestions=args.suggestions,
+                          suffix_store_tokens=args.suffix_store_tokens,
+                          suffix_isolation=args.suffix_isolation).validate()
     get_method(args.method)                       # fail fast, before loading a model
     dtype = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
     lm = multidraft.load_model(args.model, dtype=dtype)

@@ -18,11 +18,13 @@ class ServerConfig:
     suggestions: int = 3              # k on the autocomplete page
     suggestion_tokens: int = 12       # max_tokens per suggestion on the page
     model_name: str = ""              # id shown in /v1/models; defaults to the model's name
+    suffix_store_tokens: int = 200_000  # tokens the cross-request store of method "suffix" keeps (per API key)
+    suffix_isolation: bool = False    # one suffix store per API key instead of one for all requests
 
     def validate(self) -> "ServerConfig":
         from multidraft.errors import InvalidOptionError
         for name in ("max_queue", "max_prompt_tokens", "max_tokens", "max_n", "max_prompts", "suggestions",
-                     "suggestion_tokens", "default_max_tokens"):
+                     "suggestion_tokens", "default_max_tokens", "suffix_store_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise InvalidOptionError(f"server option {name} must be a positive integer, got {value!r}")
