@@ -363,3 +363,23 @@ def test_smollm_greedy_equality_with_a_store(smollm):
         out = multidraft.generate(smollm, prompt, method="suffix", store=store, max_new_tokens=24)
         assert out.token_ids == greedy.token_ids
     assert out.stats.mean_acceptance_length > 2 and store.num_documents == 3
+
+
+def test_server_keeps_one_store_per_api_key_with_isolation(lm):
+    import httpx
+
+    from multidraft.server import ServerConfig, ServerThread, create_app
+
+    app = create_app(lm, ServerConfig(max_tokens=16, suffix_store_tokens=1000, suffix_isolation=True))
+    body = {"prompt": PROMPTS[0], "max_tokens": 8, "method": "suffix"}
+    with ServerThread(app) as running, httpx.Client(base_url=running.url, timeout=60) as client:
+        for key in ("key-a", "key-b", "key-a"):
+            response = client.post("/v1/completions", json=body, headers={"Authorization": f"Bearer {key}"})
+            assert response.status_code == 200, response.text
+        stores = app.state.suffix_stores
+        a, b = stores.for_key("key-a"), stores.for_key("key-b")
+        assert (a.num_documents, b.num_documents) == (2, 1) and len(stores) == 2
+        # OpenAI's own `store` field is ignored: a client cannot swap in another store; no key -> a third store
+        response = client.post("/v1/completions", json={**body, "store": True})
+        assert response.status_code == 200
+        assert (a.num_documents, b.num_documents) == (2, 1) and len(stores) == 3
