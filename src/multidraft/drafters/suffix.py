@@ -25,8 +25,11 @@ from multidraft.types import Draft
 
 # CPU-sized defaults: a verification forward grows with its token count past a few tokens on a CPU (see
 # drafters/pld_plus.py), so the tree is capped at 16 nodes and a node needs >= 10% estimated probability.
+# alpha = 4 (SuffixDecoding's max_spec_factor; Arctic's default is 1): on a 3-request probe with smollm2-135m
+# (two edit_module requests, one agent_loop step; benchmarks/reports/suffix.md) alpha 1 / 2 / 4 gave 4.29 / 4.40 /
+# 4.86 tok/s vs PLD+ 4.19 on a loaded machine: short matches at the start of a copy deserve more than 1-2 tokens.
 DEFAULT_MAX_DRAFT_TOKENS = 16
-DEFAULT_ALPHA = 1.0
+DEFAULT_ALPHA = 4.0
 DEFAULT_MIN_TOKEN_PROB = 0.1
 MATCH_WINDOW = 64          # the global match is started from the prompt's last 64 tokens (longer gains nothing)
 

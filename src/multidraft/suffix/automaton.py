@@ -34,10 +34,12 @@ class SuffixAutomaton:
         self.length = array("i", [0])
         self.link = array("i", [-1])
         self.count = array("i", [0])
+        self.last_end = array("i", [-1])       # the latest end position of the state's strings (recency)
         self.first_edge = array("i", [-1])
         self.edge_token = array("i")
         self.edge_next = array("i")
         self.trans: dict[int, int] = {}
+        self._ranked: dict = {}                 # (state, min_prob) -> ranked continuations; reset on extend
         self.last = 0
         self.num_tokens = 0
         for token in tokens:
@@ -47,10 +49,11 @@ class SuffixAutomaton:
     def num_states(self) -> int:
         return len(self.length)
 
-    def _new_state(self, length: int, link: int, count: int) -> int:
+    def _new_state(self, length: int, link: int, count: int, last_end: int = -1) -> int:
         self.length.append(length)
         self.link.append(link)
         self.count.append(count)
+        self.last_end.append(last_end)
         self.first_edge.append(-1)
         return len(self.length) - 1
 
@@ -78,7 +81,7 @@ class SuffixAutomaton:
                 link[cur] = q
             else:
                 # Split q: the clone takes the strings of q up to length[p] + 1, which now also end here.
-                clone = self._new_state(length[p] + 1, link[q], self.count[q])
+                clone = self._new_state(length[p] + 1, link[q], self.count[q], self.last_end[q])
                 edge = self.first_edge[q]
                 while edge != -1:
                     edge_token = self.edge_token[edge]
@@ -90,12 +93,16 @@ class SuffixAutomaton:
                 link[q] = clone
                 link[cur] = clone
         self.last = cur
+        position = self.num_tokens
         self.num_tokens += 1
+        if self._ranked:
+            self._ranked = {}
         # Every suffix of the text gained an end position: walk the suffix-link path and count it.
-        count = self.count
+        count, last_end = self.count, self.last_end
         state = cur
         while state > 0:
             count[state] += 1
+            last_end[state] = position
             state = link[state]
 
     # ----- queries -----
@@ -149,7 +156,7 @@ class SuffixAutomaton:
         if budget <= 0:
             return tokens, parents, probs, counts
         heap: list = []
-        order = itertools.count()     # ties: the order pushed (a state's newest continuation first)
+        order = itertools.count()     # equal probabilities: the first pushed (more frequent, then newer) first
         self._push_children(heap, state, -1, 1.0, 0, stop_tokens, min_prob, order)
         while heap and len(tokens) < budget:
             neg_prob, _, token, target, parent, depth, occurrences = heapq.heappop(heap)
@@ -162,22 +169,50 @@ class SuffixAutomaton:
                 self._push_children(heap, target, node, -neg_prob, depth, stop_tokens, min_prob, order)
         return tokens, parents, probs, counts
 
+    def ranked_children(self, state: int, min_prob: float = 0.0) -> tuple[int, list]:
+        """(total, [(count, token, target), ...]): the continuations of `state` most frequent first (ties: the most
+        recently seen first), keeping those with count >= min_prob x total (no deeper node can pass the
+        threshold otherwise). `total` counts every continuation, SEPARATOR and EOS included, and excludes the
+        occurrence that ends the text (it has no continuation yet). Memoised until the next `extend`, which
+        makes repeated drafting from a store (unchanged between requests) cheap."""
+        key = (state, min_prob)
+        cached = self._ranked.get(key)
+        if cached is not None:
+            return cached
+        count, last_end, trans, edge_token, edge_next = self.count, self.last_end, self.trans, self.edge_token, \
+            self.edge_next
+        total = count[state] - (1 if last_end[state] == self.num_tokens - 1 else 0)
+        floor = min_prob * total
+        kept = []
+        base = state * KEY + 1
+        edge = self.first_edge[state]
+        while edge != -1:
+            token = edge_token[edge]
+            target = trans[base + token]
+            occurrences = count[target]
+            if occurrences >= floor:
+                kept.append((occurrences, last_end[target], token, target))
+            edge = edge_next[edge]
+        kept.sort(reverse=True)
+        result = (total, [(c, token, target) for c, _, token, target in kept])
+        self._ranked[key] = result
+        return result
+
     def _push_children(self, heap, state, node, prob, depth, stop_tokens, min_prob, order) -> None:
-        kids = self.children(state)
-        total = 0
-        for _, _, occurrences in kids:
-            total += occurrences
-        if not total:
+        total, kids = self.ranked_children(state, min_prob)
+        if total <= 0:
             return
-        for token, target, occurrences in kids:
+        for occurrences, token, target in kids:
             child_prob = prob * occurrences / total
-            if token == SEPARATOR or token in stop_tokens or child_prob < min_prob:
+            if child_prob < min_prob:
+                break                                       # sorted: the rest are rarer still
+            if token == SEPARATOR or token in stop_tokens:
                 continue
             heapq.heappush(heap, (-child_prob, next(order), token, target, node, depth + 1, occurrences))
 
     def memory_bytes(self) -> int:
         """Bytes held: the array columns, the transition dict's table, and its key and value int objects."""
-        arrays = (self.length, self.link, self.count, self.first_edge, self.edge_token, self.edge_next)
+        arrays = (self.length, self.link, self.count, self.last_end, self.first_edge, self.edge_token, self.edge_next)
         size = sum(a.buffer_info()[1] * a.itemsize for a in arrays)
         entries = len(self.trans)
         return size + sys.getsizeof(self.trans) + entries * (sys.getsizeof(KEY * 1000) + sys.getsizeof(1 << 20))
