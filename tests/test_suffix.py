@@ -2,7 +2,6 @@
 sampling, with empty, helpful and misleading stores), the store's bound, isolation, files and errors."""
 
 import random
-import zipfile
 
 import numpy as np
 import pytest
@@ -321,8 +320,6 @@ def test_corrupt_and_missing_files_are_clear_errors(lm, tmp_path):
     with pytest.raises(CorruptCacheError, match="no suffix store"):
         SuffixStore.load(tmp_path / "missing.npz")
     # a readable file whose header says another format version, or whose arrays disagree
-    with zipfile.ZipFile(tmp_path / "good.npz") as z:
-        members = {n: z.read(n) for n in z.namelist()}
     for name, edit in [("version.npz", lambda h: h.replace(b'"version": 1', b'"version": 99')),
                        ("format.npz", lambda h: h.replace(b"multidraft-suffix-store", b"something-else"))]:
         header = np.load(tmp_path / "good.npz")["header"].tobytes()
@@ -334,7 +331,6 @@ def test_corrupt_and_missing_files_are_clear_errors(lm, tmp_path):
     np.savez(tmp_path / "lengths.npz", header=data["header"], tokens=data["tokens"], lengths=data["lengths"] + 1)
     with pytest.raises(CorruptCacheError, match="inconsistent"):
         SuffixStore.load(tmp_path / "lengths.npz")
-    assert members
 
 
 def test_bad_options(lm):
