@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 from multidraft.decoders.builtin_methods import make_pld_drafter, run_autoregressive, run_beam
 from multidraft.decoders.superposed import OPTIONS as SUPERPOSED_OPTIONS
 from multidraft.decoders.superposed import _run_superposed as run_superposed
-from multidraft.drafters import bild, blockwise, draft_model, pld_plus
+from multidraft.drafters import bild, blockwise, draft_model, pld_plus, suffix
 from multidraft.errors import InvalidOptionError, UnknownMethodError
 from multidraft.verify.bild import BiLDVerifier
 from multidraft.verify.mtad import MTADVerifier
@@ -90,6 +90,12 @@ _ROWS = (
                     "avg_window": 1, "heads": None, "num_heads": 50, "head_set": "selected", "aggregate": "max",
                     "scope": "context"},
            make_drafter=pld_plus.make_drafter),
+    Method("suffix", lossless=True,
+           description="SuffixDecoding: frequency-weighted draft trees from suffix automata over the context and an "
+                       "optional cross-request store (store=multidraft.SuffixStore())",
+           options={"store": None, "max_draft_tokens": suffix.DEFAULT_MAX_DRAFT_TOKENS, "alpha": suffix.DEFAULT_ALPHA,
+                    "min_token_prob": suffix.DEFAULT_MIN_TOKEN_PROB, "use_context": True, "update_store": True},
+           make_drafter=suffix.make_drafter),
     Method("speculative", lossless=True,
            description="speculative sampling with a draft model (one chain of num_draft_tokens, rejection with the "
                        "residual; greedy match at temperature 0); lossless",

@@ -52,6 +52,7 @@ def draft_and_verify(lm, prompt_ids: list[int], drafter: Drafter, verifier: Veri
         stats.record_step(len(kept), draft.depths(), min(len(accepted), len(kept)))
         if not output.done:
             drafter.observe(state, draft, verdict, forward_output, [0] + [node + 1 for node in accepted])
+    drafter.end(state)
     stats.generated_tokens = len(output.token_ids)
     stats.stop_reason = output.stop_reason
     stats.total_time = time.perf_counter() - started

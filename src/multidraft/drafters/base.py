@@ -32,6 +32,7 @@ class Drafter:
     - `begin(state, prefill_output)`: after the prefill of seq[:-1] (prefill_output is None for a 1-token prompt).
     - `observe(state, draft, verdict, forward_output, kept_rows)`: after each verification; `kept_rows` are the
       rows of forward_output (root first) whose positions stayed in the cache, in sequence order.
+    - `end(state)`: once after the last step, with every committed token in state.seq (e.g. to remember them).
     """
 
     name = "drafter"
@@ -45,6 +46,9 @@ class Drafter:
         raise NotImplementedError
 
     def observe(self, state: LoopState, draft: Draft, verdict, forward_output, kept_rows: list[int]) -> None:
+        pass
+
+    def end(self, state: LoopState) -> None:
         pass
 
     def capture_options(self) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from multidraft.methods import available_methods
 from multidraft.server.config import ServerConfig
 from multidraft.server.metrics import Metrics
 from multidraft.server.options import REQUEST_OPTIONS
-from multidraft.server.plan import Outcome, build_plan, run_plan, suggestion_defaults
+from multidraft.server.plan import Outcome, attach_suffix_store, build_plan, run_plan, suggestion_defaults
 from multidraft.server.schemas import ApiError, ChatRequest, CompletionRequest, parse_body
 from multidraft.server.security import SecurityMiddleware
 from multidraft.server.streaming import sse
@@ -86,6 +86,8 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
     metrics.set_gauge_source("vllm:num_requests_waiting", lambda: worker.waiting)
     started = int(time.time())
     suggest = suggestion_defaults(config, lm)       # once: it may fingerprint the tokenizer the worker uses
+    from multidraft.suffix.registry import StoreRegistry
+    suffix_stores = StoreRegistry(config.suffix_store_tokens, config.suffix_isolation)
 
     @asynccontextmanager
     async def lifespan(_app):
@@ -96,6 +98,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
 
     app = FastAPI(title="multidraft", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.worker, app.state.metrics, app.state.config, app.state.lm = worker, metrics, config, lm
+    app.state.suffix_stores = suffix_stores
     app.add_middleware(SecurityMiddleware, config=config)
     app.add_middleware(_CountRequests, metrics=metrics)     # outermost: refusals are counted too
     static = resources.files("multidraft.server") / "static"
@@ -158,6 +161,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
             raise ApiError(404, f"model {body.model!r} is not served here; this server serves {model_name!r}",
                            param="model", code="model_not_found")
         plan = build_plan(body, config, draft_lm)
+        attach_suffix_store(plan, suffix_stores, request.headers.get("authorization"))
         metrics.inc("multidraft:method_requests_total", method=plan.method)
         job = Job(lambda job: run_plan(lm, plan, job, config, metrics), arrived + config.request_timeout,
                   asyncio.get_running_loop())

@@ -18,7 +18,8 @@ LIMIT_FLAGS = {"max_queue": "max_queue", "max_prompt_tokens": "max_prompt_tokens
                "max_n": "max_n", "timeout": "request_timeout", "method": "default_method",
                "suggestions": "suggestions", "max_body_bytes": "max_body_bytes", "max_beams": "max_beams",
                "max_draft_tokens": "max_draft_tokens", "max_drafts": "max_drafts",
-               "max_tree_tokens": "max_tree_tokens", "max_lattice_k": "max_lattice_k"}
+               "max_tree_tokens": "max_tree_tokens", "max_lattice_k": "max_lattice_k",
+               "suffix_store_tokens": "suffix_store_tokens", "suffix_isolation": "suffix_isolation"}
 
 
 class ServeError(MultidraftError):
@@ -77,6 +78,10 @@ def register(subparsers) -> None:
     artifacts.add_argument("--heads", action="append", default=[], metavar="NAME=PATH", help="trained blockwise heads")
     artifacts.add_argument("--rescorer", action="append", default=[], metavar="NAME=MODEL",
                            help="a rescoring model for blockwise rescoring='neural' (loaded at start)")
+    parser.add_argument("--suffix-store-tokens", type=int, default=None,
+                        help=f"tokens of earlier requests method 'suffix' keeps to draft from (default {defaults.suffix_store_tokens})")
+    parser.add_argument("--suffix-isolation", action="store_true", default=None,
+                        help="keep one suffix store per API key, so one client's text never drafts for another")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.set_defaults(func=run_serve)
 

@@ -38,12 +38,14 @@ class ServerConfig:
     # Server-side artifacts a request may name: kind -> {name: value}. Values are paths or loaded objects
     # the operator chose (`multidraft serve --ngram NAME=PATH ...`); requests only ever send the name.
     artifacts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    suffix_store_tokens: int = 200_000  # tokens the cross-request store of method "suffix" keeps (per API key)
+    suffix_isolation: bool = False    # one suffix store per API key instead of one for all requests
 
     def validate(self) -> "ServerConfig":
         from multidraft.errors import InvalidOptionError
         for name in ("max_queue", "max_prompt_tokens", "max_tokens", "max_n", "max_prompts", "suggestions",
                      "suggestion_tokens", "default_max_tokens", "max_body_bytes", "max_beams", "max_draft_tokens",
-                     "max_drafts", "max_tree_tokens", "max_lattice_k"):
+                     "max_drafts", "max_tree_tokens", "max_lattice_k", "suffix_store_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidOptionError(f"server option {name} must be a positive integer, got {value!r}")

@@ -55,6 +55,10 @@ REQUEST_OPTIONS: dict[str, dict[str, Opt]] = {
                  "avg_window": Opt("int", 1, 64), "heads": Opt("head_pairs", nullable=True),
                  "num_heads": Opt("int", 1, 4096), "head_set": Opt("head_set"),
                  "aggregate": Opt("enum", choices=("max", "sum")), "scope": Opt("enum", choices=("context", "prompt"))},
+    "suffix": {"max_draft_tokens": DRAFT_TOKENS, "alpha": Opt("float", 0, 1000),
+               "min_token_prob": Opt("float", 0, 1), "use_context": Opt("bool")},
+    "bild": {"draft_model": DRAFT_MODEL, "max_draft_tokens": DRAFT_TOKENS, "fallback_threshold": Opt("float", 0, 1),
+             "rollback_threshold": Opt("float", 0, 1e6)},
     "speculative": {"draft_model": DRAFT_MODEL, "num_draft_tokens": DRAFT_TOKENS, "adaptive": Opt("bool"),
                     "draft_temperature": Opt("temperatures", nullable=True), "stop_below": Opt("float", 0, 1)},
     "multi_draft": {"draft_model": DRAFT_MODEL, "num_drafts": Opt("int", 1, cap="max_drafts"),
@@ -81,6 +85,8 @@ REQUEST_OPTIONS: dict[str, dict[str, Opt]] = {
 # Library options a request can never set, with what to do instead.
 INSTEAD = {"ngram_path": "name a file with 'ngram' instead",
            "selection_options": "the selection scheme runs with its defaults on this server",
+           "store": "the server keeps the suffix store itself (multidraft serve --suffix-store-tokens, --suffix-isolation)",
+           "update_store": "the server adds every finished request to its suffix store",
            "draft": "name a draft model with 'draft_model'", "draft_lm": "name a draft model with 'draft_model'"}
 
 ARTIFACT_FLAGS = {"ngram": "--ngram NAME=PATH", "heads": "--heads NAME=PATH", "rescorer": "--rescorer NAME=MODEL",
