@@ -177,6 +177,7 @@ class BenchConfig:
     seed: int = 0
     dtype: Optional[str] = None                       # None: the loader's default (fp32 here)
     options: dict[str, dict[str, Any]] = field(default_factory=dict)   # method -> option overrides
+    device: Optional[str] = None                      # None: cuda when torch sees a GPU, else cpu
 
     def identity(self) -> dict[str, Any]:
         """What the numbers of a row depend on. Tasks, methods and limit may change between resumed runs."""
@@ -454,8 +455,8 @@ def warm_up(lm, draft_lm, item, methods: list[BenchMethod], config: BenchConfig)
 
 def load_models(config: BenchConfig):
     import multidraft
-    lm = multidraft.load_model(config.model, dtype=config.dtype)
-    draft_lm = multidraft.load_model(config.draft, dtype=config.dtype) if config.draft else None
+    lm = multidraft.load_model(config.model, dtype=config.dtype, device=config.device)
+    draft_lm = multidraft.load_model(config.draft, dtype=config.dtype, device=config.device) if config.draft else None
     return lm, draft_lm
 
 

@@ -7,6 +7,7 @@ import os
 import sys
 
 from multidraft.errors import InvalidOptionError
+from multidraft.models.device import add_device_argument
 
 DEFAULT_OUT = "bench-results"
 
@@ -28,6 +29,7 @@ def register(subparsers) -> None:
     parser.add_argument("--limit", type=int, default=5, help="prompts per task")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
+    add_device_argument(parser)
     parser.add_argument("--option", "-o", action="append", default=[], metavar="METHOD.NAME=VALUE",
                         help="a method option, e.g. -o pld.num_draft_tokens=8 (value parsed as JSON when possible)")
     parser.add_argument("--out", default=None, help=f"output folder (default {DEFAULT_OUT}/MODEL); an existing one "
@@ -76,7 +78,8 @@ def run_bench_command(args) -> int:
         torch.set_num_threads(args.threads)
     config = BenchConfig(model=args.model, draft=args.draft, tasks=_split(args.tasks), methods=_split(args.methods),
                          max_new_tokens=args.max_new_tokens, limit=args.limit, seed=args.seed,
-                         dtype=None if args.dtype == "auto" else args.dtype, options=parse_method_options(args.option))
+                         dtype=None if args.dtype == "auto" else args.dtype, options=parse_method_options(args.option),
+                         device=args.device)
     # Bad input fails before any model is loaded.
     config.validate()
     check_tasks(config.tasks)

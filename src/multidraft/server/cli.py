@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from multidraft.models.device import add_device_argument
 from multidraft.server.config import ServerConfig
 
 
@@ -18,6 +19,7 @@ def register(subparsers) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--method", default=defaults.default_method, help="method for requests that name none")
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
+    add_device_argument(parser)
     parser.add_argument("--max-queue", type=int, default=defaults.max_queue,
                         help="requests that may wait for the model; more get 429 (default %(default)s)")
     parser.add_argument("--max-prompt-tokens", type=int, default=defaults.max_prompt_tokens)
@@ -43,8 +45,8 @@ def run_serve(args) -> int:
                           default_method=args.method, suggestions=args.suggestions).validate()
     get_method(args.method)                       # fail fast, before loading a model
     dtype = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
-    lm = multidraft.load_model(args.model, dtype=dtype)
-    draft_lm = multidraft.load_model(args.draft, dtype=dtype) if args.draft else None
+    lm = multidraft.load_model(args.model, dtype=dtype, device=args.device)
+    draft_lm = multidraft.load_model(args.draft, dtype=dtype, device=args.device) if args.draft else None
     app = create_app(lm, config, draft_lm=draft_lm)
     print(f"multidraft: serving {lm.name} on http://{args.host}:{args.port}/ (page at /, API at /v1)", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
