@@ -71,6 +71,10 @@ CASES = [
     ("blockwise-neural", "blockwise", dict(heads="HEADS", rescoring="neural", rescorer="DRAFT", lattice_k=4)),
 ] + [(f"multi_draft-{s}", "multi_draft", dict(SAMPLED, draft_model="DRAFT", num_drafts=3, selection=s))
      for s in SELECTION_SCHEMES] + [("multi_draft-greedy", "multi_draft", dict(draft_model="DRAFT", num_drafts=2))]
+# The fake device runs every op through Python: variants that add no new tensor-building code run in the slow suite.
+SLOW = {"multi_draft-spectr", "multi_draft-is", "multi_draft-is_lp", "multi_draft-is_lp_truncated", "mtad",
+        "blockwise-neural", "superposed-reset", "speculative-sampled"}
+PARAMS = [pytest.param(c, id=c[0], marks=[pytest.mark.slow] if c[0] in SLOW else []) for c in CASES]
 
 
 def fill(options, lm, draft, ngram):
@@ -81,7 +85,7 @@ def fill(options, lm, draft, ngram):
     return out
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("case", PARAMS)
 def test_every_method_keeps_its_tensors_on_the_model_device(lm, draft, ngram, case):
     _, method, options = case
     on_cpu = multidraft.generate(lm, PROMPT, method=method, max_new_tokens=12, **fill(options, lm, draft, ngram))
@@ -148,12 +152,17 @@ def test_host_syncs_per_step_do_not_grow_with_the_draft(lm, method, options, bou
     assert fake.syncs <= bound * gen.stats.target_calls, fake.sync_sites
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64], ids=["bfloat16", "float64"])
-def test_every_method_runs_in_the_model_dtype(dtype, ngram):
+@pytest.mark.parametrize("dtype,names", [
+    (torch.bfloat16, ("beam", "superposed-ngram", "pld_plus-attention", "speculative", "blockwise-none")),
+    pytest.param(torch.bfloat16, None, marks=pytest.mark.slow), pytest.param(torch.float64, None, marks=pytest.mark.slow)],
+    ids=["bfloat16-trees-beams-heads", "bfloat16-all", "float64-all"])
+def test_every_method_runs_in_the_model_dtype(dtype, names, ngram):
     lm = make_tiny_lm("llama", seed=2)
     draft = make_tiny_lm("llama", seed=3)
     lm.model.to(dtype)
     draft.model.to(dtype)
     for name, method, options in CASES:
+        if names is not None and name not in names:
+            continue
         gen = multidraft.generate(lm, PROMPT, method=method, max_new_tokens=8, **fill(options, lm, draft, ngram))
         assert 0 < len(gen.token_ids) <= 8 and all(0 <= t < lm.vocab_size for t in gen.token_ids), name
