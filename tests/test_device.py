@@ -166,3 +166,18 @@ def test_every_method_runs_in_the_model_dtype(dtype, names, ngram):
             continue
         gen = multidraft.generate(lm, PROMPT, method=method, max_new_tokens=8, **fill(options, lm, draft, ngram))
         assert 0 < len(gen.token_ids) <= 8 and all(0 <= t < lm.vocab_size for t in gen.token_ids), name
+
+
+def test_device_names_are_checked_before_loading():
+    from multidraft.errors import InvalidOptionError
+    from multidraft.models.device import parse_device
+
+    assert parse_device("cpu") == "cpu"
+    assert parse_device(None) == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(InvalidOptionError, match="cpu, cuda or cuda:N"):
+        parse_device("gpu0")
+    with pytest.raises(InvalidOptionError, match="meta"):
+        parse_device("meta")
+    if not torch.cuda.is_available():
+        with pytest.raises(InvalidOptionError, match="sees no CUDA GPU"):
+            parse_device("cuda")
