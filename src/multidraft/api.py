@@ -21,7 +21,8 @@ def generate(model, prompt_or_messages, method: str = "greedy", max_new_tokens: 
 
     temperature defaults to 0 (greedy) for every method except "sample" (1.0). Lossless methods give exactly
     the target model's output law: token-identical to greedy at temperature 0. With the same seed the output is
-    the same, and for lossless methods it equals plain sampling's token for token.
+    the same; prompt-lookup methods (sample-and-match) even equal plain sampling's token for token, draft-model
+    methods only share its law.
     """
     spec = get_method(method)
     options = spec.resolve_options(method_options)

@@ -6,6 +6,7 @@ import json
 import sys
 
 from multidraft.errors import InvalidOptionError, PromptError
+from multidraft.models.device import add_device_argument
 
 
 def register(subparsers) -> None:
@@ -22,6 +23,7 @@ def register(subparsers) -> None:
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
+    add_device_argument(parser)
     parser.add_argument("--runner", choices=["auto", "eager", "fast"], default="auto", help="auto: the fast runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), else eager")
     parser.add_argument("--option", "-o", action="append", default=[], metavar="NAME=VALUE",
                         help="a method option, e.g. -o num_draft_tokens=8 (value parsed as JSON when possible)")
@@ -60,7 +62,7 @@ def run_generate(args) -> int:
     options = parse_options(args.option)
     dtype = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
     multidraft.methods.get_method(args.method).resolve_options(options)   # fail fast, before loading a model
-    lm = multidraft.load_model(args.model, dtype=dtype, runner=args.runner)
+    lm = multidraft.load_model(args.model, dtype=dtype, device=args.device, runner=args.runner)
 
     printed = []
 

@@ -45,8 +45,9 @@ def beam_search(lm, prompt_ids: list[int], num_beams: int, length_penalty: float
     stats.target_calls += 1
     log_probs = forward_output.logits[-1].log_softmax(-1)
     scores, tokens = log_probs.topk(num_beams)
-    beams = [[int(t)] for t in tokens]
-    beam_scores = scores.clone()
+    beams = [[int(t)] for t in tokens.tolist()]
+    beam_scores = scores.clone()                 # on the model's device, for the next step's sums
+    host_scores = beam_scores.tolist()           # the same numbers on the host, for the stopping rule
     cache.hf_cache.batch_repeat_interleave(num_beams)
     finished: list[tuple[list[int], float]] = []
     eos = lm.eos_token_ids
@@ -59,14 +60,14 @@ def beam_search(lm, prompt_ids: list[int], num_beams: int, length_penalty: float
     # Beams whose first token is EOS finish at once.
     for i in list(alive):
         if beams[i][-1] in eos:
-            finished.append((beams[i], normalised(beam_scores[i], 1)))
+            finished.append((beams[i], normalised(host_scores[i], 1)))
     step = 1
     while step < max_new:
         live = [i for i in range(len(beams)) if beams[i][-1] not in eos]
         if not live:
             break
         if len(finished) >= num_beams:
-            best_alive = max(normalised(beam_scores[i], step) for i in live)
+            best_alive = max(normalised(host_scores[i], step) for i in live)
             worst_kept = sorted((s for _, s in finished), reverse=True)[num_beams - 1]
             if best_alive <= worst_kept:
                 break
@@ -103,10 +104,12 @@ def beam_search(lm, prompt_ids: list[int], num_beams: int, length_penalty: float
             new_beams.append(new_beams[-1])
             new_scores.append(float("-inf"))
             origin.append(origin[-1])
-        beams, beam_scores = new_beams, torch.tensor(new_scores)
+        # The scores go back to the logits' device: a CPU tensor here crashed the next step's sum on CUDA.
+        beams, host_scores = new_beams, new_scores
+        beam_scores = torch.tensor(new_scores, dtype=step_log_probs.dtype, device=step_log_probs.device)
         cache.hf_cache.reorder_cache(torch.tensor(origin, device=lm.device))
         step += 1
-    for beam, score in zip(beams, beam_scores.tolist()):
+    for beam, score in zip(beams, host_scores):
         if beam[-1] not in eos and score != float("-inf"):
             finished.append((beam, normalised(score, len(beam))))
     finished.sort(key=lambda item: -item[1])

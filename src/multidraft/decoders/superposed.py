@@ -144,6 +144,9 @@ def superposed_decode(lm, prompt_ids: Sequence[int], max_new_tokens: int, config
     for step in range(1, G + 1):
         logp = torch.log_softmax(z.double() / config.tau, dim=-1)
         top_lp, cand = torch.topk(logp, K)                      # shared candidates, by LM probability
+        # The k x K bookkeeping below is tiny and partly numpy (n-grams): it runs on the host, one copy per step,
+        # whatever the model's device (it used to mix a CUDA step score with host scores and crash).
+        top_lp, cand = top_lp.cpu(), cand.cpu()
         lp_hat = top_lp - torch.logsumexp(top_lp, dim=0)
         rows = 1 if first else seqs.shape[0]
         q = scorer.mixture(states[:rows], cand) if scorer else None

@@ -76,7 +76,7 @@ class NeuralScorer(LocalScorer):
     def _feed(self, tokens):
         out = self.lm.forward(self.cache, tokens, logits_rows=slice(-1, None))
         self.calls += 1
-        self._logp = torch.log_softmax(out.logits[-1].double(), -1)
+        self._logp = torch.log_softmax(out.logits[-1].double(), -1).cpu()   # read by numpy in logprobs()
 
     def logprobs(self, candidates):
         return self._logp[torch.as_tensor(np.asarray(candidates))].numpy()

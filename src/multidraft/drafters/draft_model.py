@@ -282,8 +282,9 @@ class BeamDrafter(Drafter):
             chosen = choose_candidates(candidate_scores, self.num_beams, generator).tolist()
             rows, tokens = [c // vocab_size for c in chosen], [c % vocab_size for c in chosen]
             scores = candidate_scores[chosen]
+            picked = log_probs[rows, tokens].tolist()          # one host copy per depth, not one per beam
             beam_tokens = [beam_tokens[r] + [t] for r, t in zip(rows, tokens)]
-            beam_logprobs = [beam_logprobs[r] + [float(log_probs[r, t])] for r, t in zip(rows, tokens)]
+            beam_logprobs = [beam_logprobs[r] + [lp] for r, lp in zip(rows, picked)]
             if depth + 1 < gamma:
                 logits, nodes = self.session.extend(tokens, [beam_nodes[r][-1] if beam_nodes[r] else -1 for r in rows])
                 beam_nodes = [beam_nodes[r] + [node] for r, node in zip(rows, nodes)]

@@ -44,6 +44,7 @@ class BenchConfig:
     dtype: Optional[str] = None                       # None: the loader's default (fp32 here)
     options: dict[str, dict[str, Any]] = field(default_factory=dict)   # method -> option overrides
     runner: str = "eager"                             # our methods' runner (models/runner.py); HF peers run stock
+    device: Optional[str] = None                      # None: cuda when torch sees a GPU, else cpu
 
     def identity(self) -> dict[str, Any]:
         """What the numbers of a row depend on. Tasks, methods and limit may change between resumed runs."""

@@ -7,6 +7,7 @@ import os
 import sys
 
 from multidraft.errors import InvalidOptionError
+from multidraft.models.device import add_device_argument
 
 DEFAULT_OUT = "bench-results"
 
@@ -28,6 +29,7 @@ def register(subparsers) -> None:
     parser.add_argument("--limit", type=int, default=5, help="prompts per task")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
+    add_device_argument(parser)
     parser.add_argument("--runner", choices=["auto", "eager", "fast"], default="auto",
                         help="auto: the fast runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), "
                              "else eager; HF generate() peers always run stock")
@@ -80,7 +82,7 @@ def run_bench_command(args) -> int:
     config = BenchConfig(model=args.model, draft=args.draft, tasks=_split(args.tasks), methods=_split(args.methods),
                          max_new_tokens=args.max_new_tokens, limit=args.limit, seed=args.seed,
                          dtype=None if args.dtype == "auto" else args.dtype, options=parse_method_options(args.option),
-                         runner=args.runner)
+                         runner=args.runner, device=args.device)
     # Bad input fails before any model is loaded.
     config.validate()
     check_tasks(config.tasks)

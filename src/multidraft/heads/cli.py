@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from multidraft.models.device import add_device_argument
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("heads", help="blockwise parallel decoding heads (method='blockwise')")
@@ -25,6 +27,7 @@ def register(subparsers) -> None:
     train.add_argument("--batch-size", type=int, default=256)
     train.add_argument("--threads", type=int, default=1, help="torch threads (default 1: be a good neighbour)")
     train.add_argument("--dtype", default="float32")
+    add_device_argument(train)
     train.add_argument("--out", help="heads file (default <cache>/heads/<model>-<corpus>-h<h>.pt)")
     train.set_defaults(func=_train)
 
@@ -50,7 +53,7 @@ def _train(args) -> int:
     config = TrainConfig(num_heads=args.num_heads, ffn_size=args.ffn_size, shortlist_size=args.shortlist,
                          labels=args.labels, lr=args.lr, batch_size=args.batch_size, minutes=args.minutes).validate()
     torch.set_num_threads(max(1, args.threads))
-    lm = load_model(args.model, dtype=args.dtype)
+    lm = load_model(args.model, dtype=args.dtype, device=args.device)
     corpora = list(args.corpus)
     folder = build_hidden_cache(lm, corpora, args.tokens, args.seq_len)
     data = load_hidden_cache(folder)

@@ -73,13 +73,14 @@ class BlockwiseHeads(nn.Module):
             raise InvalidOptionError(f"heads have hidden size {self.hidden_size}, {lm.name} has {lm.hidden_size}")
         norm = final_norm(lm)
         weight = lm.model.get_output_embeddings().weight.detach()
-        ids = self.shortlist if self.shortlist.numel() else torch.arange(weight.shape[0])
+        ids = self.shortlist.cpu() if self.shortlist.numel() else torch.arange(weight.shape[0])
         if int(ids.max()) >= weight.shape[0]:
             raise InvalidOptionError(f"heads' shortlist holds token ids beyond {lm.name}'s vocabulary")
+        self.to(weight.device)       # the heads run where the base's hidden states are (CUDA too)
         dtype = self.w1.dtype
         object.__setattr__(self, "_norm", norm)
         object.__setattr__(self, "_unembed", weight[ids.to(weight.device)].to(dtype).contiguous())
-        object.__setattr__(self, "_token_ids", ids.clone())
+        object.__setattr__(self, "_token_ids", ids.clone())      # on the host: the lattice is built there
         return self
 
     @property

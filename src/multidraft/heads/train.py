@@ -91,7 +91,8 @@ def train_heads(lm, data: dict, config: TrainConfig, out_path, checkpoint_path=N
     column[heads.token_ids] = torch.arange(len(heads.token_ids))
     targets = torch.as_tensor(make_targets(data, config.num_heads, config.labels))
     targets = torch.where(targets >= 0, column[targets.clamp(min=0)], IGNORE)
-    hidden = torch.as_tensor(data["hidden"])
+    hidden = torch.as_tensor(data["hidden"])       # stays on the host; each batch goes to the heads' device
+    device = heads.w1.device
     # Hold out whole sequences (the last ones) for validation.
     seq = data["seq_ids"]
     cut = np.quantile(np.unique(seq), 1 - config.val_fraction)
@@ -122,7 +123,7 @@ def train_heads(lm, data: dict, config: TrainConfig, out_path, checkpoint_path=N
         for group in optimizer.param_groups:
             group["lr"] = lr
         rows = train_rows[torch.randint(len(train_rows), (config.batch_size,), generator=generator)]
-        loss, _ = _loss(heads, hidden[rows], targets[rows])
+        loss, _ = _loss(heads, hidden[rows].to(device), targets[rows].to(device))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -131,7 +132,7 @@ def train_heads(lm, data: dict, config: TrainConfig, out_path, checkpoint_path=N
         now = time.perf_counter()
         elapsed += now - t0
         if now - last_eval >= config.eval_seconds or step == 1:
-            val_loss, acc = _evaluate(heads, hidden[val_rows], targets[val_rows])
+            val_loss, acc = _evaluate(heads, hidden[val_rows].to(device), targets[val_rows].to(device))
             history["step"].append(step)
             history["train_loss"].append(float(np.mean(window)))
             history["val_step"].append(step)
@@ -145,7 +146,7 @@ def train_heads(lm, data: dict, config: TrainConfig, out_path, checkpoint_path=N
         if time.perf_counter() - last_ckpt >= config.checkpoint_seconds:
             _checkpoint(checkpoint_path, heads, optimizer, step, elapsed, history, config)
             last_ckpt = time.perf_counter()
-    val_loss, acc = _evaluate(heads, hidden[val_rows], targets[val_rows])
+    val_loss, acc = _evaluate(heads, hidden[val_rows].to(device), targets[val_rows].to(device))
     history.update(final_val_loss=val_loss, final_val_acc=acc, steps=step, train_seconds=elapsed)
     _checkpoint(checkpoint_path, heads, optimizer, step, elapsed, history, config)
     save_heads(heads, out_path, lm, labels=config.labels, steps=step, train_seconds=round(elapsed, 1),

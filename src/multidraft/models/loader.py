@@ -21,6 +21,7 @@ from typing import Optional, Union
 from multidraft.errors import InvalidOptionError, ModelNotFoundError
 from multidraft.fsutil import sha256_file
 from multidraft.models import cache, registry
+from multidraft.models.device import configure_cuda, parse_device
 from multidraft.models.pulling import convert_gguf, pull  # noqa: F401  (pull is part of this module's API)
 from multidraft.models.registry import ModelSpec
 
@@ -153,9 +154,7 @@ def cpu_supports_bf16() -> bool:
 
 
 def default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return parse_device(None)
 
 
 def default_dtype(device: str) -> "torch.dtype":  # noqa: F821
@@ -205,7 +204,7 @@ def load_hf_model(name_or_path, dtype=None, device=None, attn_implementation: st
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     resolved = resolve(name_or_path)
-    device = str(device) if device is not None else default_device()
+    device = parse_device(device)
     torch_dtype = parse_dtype(dtype, device)
     folder = hf_folder(resolved, progress)
     with offline_env():
@@ -215,6 +214,7 @@ def load_hf_model(name_or_path, dtype=None, device=None, attn_implementation: st
         )
     model.to(device)
     model.eval()
+    configure_cuda(device)             # attention kernel choice on CUDA (models/device.py)
     info = _model_info(resolved, folder, model, tokenizer, torch_dtype, device)
     return model, tokenizer, info
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from multidraft.models.device import add_device_argument
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("pld-plus", help="PLD+ calibration: induction heads and hidden layer per model")
@@ -19,6 +21,7 @@ def register(subparsers) -> None:
     calibrate.add_argument("--top-k", type=int, default=50, help="heads kept, best first (default 50)")
     calibrate.add_argument("--no-layer-sweep", action="store_true", help="skip the PLD+(h) layer sweep")
     calibrate.add_argument("--dtype", default=None, help="model dtype (default: the loader's choice)")
+    add_device_argument(calibrate)
     calibrate.add_argument("--output", default=None, help="write here instead of the cache")
     calibrate.set_defaults(func=_calibrate)
 
@@ -37,7 +40,7 @@ def _calibrate(args) -> int:
         if getattr(args, name) < 1:
             raise InvalidOptionError(f"--{name.replace('_', '-')} must be >= 1")
     prompts = [item.input for item in load_task(args.task, limit=args.prompts)]
-    lm = multidraft.load_model(args.model, dtype=args.dtype, attn_implementation="eager")
+    lm = multidraft.load_model(args.model, dtype=args.dtype, device=args.device, attn_implementation="eager")
     record = heads.calibrate(lm, prompts, gen_len=args.gen_len, top_k=args.top_k, sweep=not args.no_layer_sweep,
                              progress=print)
     record["task"] = args.task

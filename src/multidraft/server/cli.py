@@ -9,6 +9,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from multidraft.errors import MultidraftError
+from multidraft.models.device import add_device_argument
 from multidraft.server.config import ARTIFACT_KINDS, LOCAL_HOSTS, ServerConfig
 
 API_KEY_ENV = "MULTIDRAFT_API_KEY"
@@ -43,6 +44,7 @@ def register(subparsers) -> None:
                              "artifacts: {ngram: {NAME: PATH}, heads: {...}, rescorer: {...}}); flags override it")
     parser.add_argument("--method", default=None, help=f"method for requests that name none (default {defaults.default_method})")
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
+    add_device_argument(parser)
     parser.add_argument("--runner", choices=["auto", "eager", "fast"], default="auto",
                         help="auto: the fast runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), else eager")
     parser.add_argument("--max-queue", type=int, default=None,
@@ -182,10 +184,10 @@ def run_serve(args) -> int:
     sock = bind_socket(args.host, args.port)
     try:
         dtype = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
-        lm = multidraft.load_model(args.model, dtype=dtype, runner=args.runner)
-        draft_lm = multidraft.load_model(args.draft, dtype=dtype, runner=args.runner) if args.draft else None
+        lm = multidraft.load_model(args.model, dtype=dtype, device=args.device, runner=args.runner)
+        draft_lm = multidraft.load_model(args.draft, dtype=dtype, device=args.device, runner=args.runner) if args.draft else None
         for name, model in list((config.artifacts.get("rescorer") or {}).items()):
-            config.artifacts["rescorer"][name] = multidraft.load_model(model, dtype=lm.dtype)
+            config.artifacts["rescorer"][name] = multidraft.load_model(model, dtype=lm.dtype, device=str(lm.device))
         app = create_app(lm, config, draft_lm=draft_lm)
         port = sock.getsockname()[1]
         print(f"multidraft: serving {lm.name} on http://{args.host}:{port}/ (page at /, API at /v1)", flush=True)
