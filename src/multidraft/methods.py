@@ -23,6 +23,9 @@ class Method:
     make_verifier: Optional[Callable] = None
     # For methods with their own decoder: run(lm, prompt_ids, sampler, output, stats, options) -> drafts or None.
     run: Optional[Callable] = None
+    # check_options(options) raises InvalidOptionError for values that are wrong whatever the model (types,
+    # ranges), so the CLI, the bench and the server refuse them before loading a model or running anything.
+    check_options: Optional[Callable[[dict], None]] = None
 
     def resolve_options(self, given: dict[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(given) - set(self.options))
@@ -30,7 +33,10 @@ class Method:
             valid = ", ".join(sorted(self.options)) or "none"
             raise InvalidOptionError(f"method {self.name!r} has no option {', '.join(map(repr, unknown))}; "
                                      f"its options are: {valid}")
-        return {**self.options, **given}
+        options = {**self.options, **given}
+        if self.check_options is not None:
+            self.check_options(options)
+        return options
 
 
 METHODS: dict[str, Method] = {}
