@@ -220,6 +220,12 @@ def test_chat_roles_follow_the_template():
     ("superposed", {"tau": float("nan"), "alpha": 0.0}, "tau"),
     ("superposed", {"ngram_weights": ["x"], "alpha": 0.0}, "ngram_weights"),
     ("superposed", {"ngram": 5, "alpha": 0.0}, "ngram"),
+    ("speculative", {"num_draft_tokens": "abc"}, "num_draft_tokens"),
+    ("speculative", {"draft_model": 3}, "draft_model must be"),
+    ("multi_draft", {"draft_temperatures": 1e-300}, "draft temperatures"),
+    ("multi_draft", {"num_drafts": True}, "num_drafts"),
+    ("mtad", {"accept_threshold": float("nan")}, "accept_threshold"),
+    ("mtad", {"deterministic": "yes"}, "deterministic"),
 ])
 def test_bad_method_options_fail_before_any_model_work(tiny_llama, method, options, match):
     from multidraft.methods import get_method

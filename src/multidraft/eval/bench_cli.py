@@ -25,8 +25,8 @@ def register(subparsers) -> None:
     parser.add_argument("--methods", default="all",
                         help="'all' or a comma-separated list of methods (see `multidraft methods`) and HF peers "
                              "(hf_greedy, hf_prompt_lookup, hf_assisted); hf_greedy always runs as the baseline")
-    parser.add_argument("--max-new-tokens", type=validation.cli_int(minimum=1), default=64)
-    parser.add_argument("--limit", type=validation.cli_int(minimum=1), default=5, help="prompts per task")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--limit", type=int, default=5, help="prompts per task")
     parser.add_argument("--seed", type=validation.cli_int(*validation.SEED_RANGE), default=0)
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
     parser.add_argument("--option", "-o", action="append", default=[], metavar="METHOD.NAME=VALUE",
