@@ -35,7 +35,10 @@ class Method:
                                      f"its options are: {valid}")
         options = {**self.options, **given}
         if self.check_options is not None:
-            self.check_options(options)
+            try:
+                self.check_options(options)
+            except InvalidOptionError as exc:     # say which method, for the bench's METHOD.NAME=VALUE options
+                raise type(exc)(f"method {self.name!r}: {exc}") from None
         return options
 
 
