@@ -320,7 +320,11 @@ def test_cli_bench_negative_threads(tmp_path):
 def test_cli_user_errors_print_one_line_and_exit_2(argv, fragment, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("MULTIDRAFT_HOME", str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    assert cli_main([*argv[:1], "--model", "no-such-model-anywhere", *argv[1:]]) == 2
+    try:
+        code = cli_main([*argv[:1], "--model", "no-such-model-anywhere", *argv[1:]])
+    except SystemExit as exc:          # argparse's usage errors exit (status 2) from parse_args
+        code = exc.code
+    assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and fragment in err and "no-such-model-anywhere" not in err, err
 

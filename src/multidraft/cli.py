@@ -48,10 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:          # --help (0) or a usage error (2, already printed on one line)
-        return exc.code if isinstance(exc.code, int) else 2
+    args = parser.parse_args(argv)     # a usage error prints one line and raises SystemExit(2)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
