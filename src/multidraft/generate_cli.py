@@ -16,7 +16,7 @@ def register(subparsers) -> None:
     parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="registry alias, HF folder, GGUF file or cached HF id")
     parser.add_argument("--method", default="greedy", help="greedy, sample, beam, pld, ... (see `multidraft methods`)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--temperature", type=validation.cli_temperature, default=None,
+    parser.add_argument("--temperature", type=float, default=None,
                         help=f"0 = greedy, else at least {validation.MIN_TEMPERATURE} (default: 1 for sample, 0 otherwise)")
     parser.add_argument("--top-p", type=validation.cli_float("value", above=0.0, maximum=1.0), default=1.0)
     parser.add_argument("--top-k", type=validation.cli_int(minimum=0), default=0)
