@@ -227,7 +227,7 @@ def test_a_damaged_entry_is_reported_and_repaired_by_pulling_again(fake, home, d
         (folder / cache.MARKER).unlink()
     else:
         (folder / cache.MARKER).write_text("{not json")
-    with pytest.raises(CorruptCacheError, match=f"run `multidraft models pull {FAKE}`"):
+    with pytest.raises(CorruptCacheError, match=f"run `multidraft models pull {FAKE} --force`"):
         loader.resolve(FAKE)
     with pytest.raises(CorruptCacheError):
         loader.load_hf_model(FAKE)
@@ -243,8 +243,10 @@ def test_full_verification_catches_a_flipped_byte(fake):
     path = folder / "model.safetensors"
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF
+    before = path.stat()
     path.write_bytes(bytes(data))
-    assert cache.alias_status(FAKE).ok  # sizes still match: the quick check cannot see it
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert cache.alias_status(FAKE).ok  # sizes, header and modification time still match: the quick check cannot see it
     status = cache.alias_status(FAKE, full=True)
     assert status.state == "corrupt" and "sha256" in status.reason
     assert models_cli(["models", "info", FAKE, "--verify"]) == 2

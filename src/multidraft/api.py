@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from typing import Callable, Optional, Sequence, Union
 
 from multidraft.decoders.output import OutputCollector
 from multidraft.decoders.speculative import draft_and_verify
+from multidraft import validation
 from multidraft.errors import InvalidOptionError
 from multidraft.methods import get_method
 from multidraft.sampling import PositionSampler, SamplingParams
@@ -23,19 +25,31 @@ def generate(model, prompt_or_messages, method: str = "greedy", max_new_tokens: 
     the target model's output law: token-identical to greedy at temperature 0. With the same seed the output is
     the same; prompt-lookup methods (sample-and-match) even equal plain sampling's token for token, draft-model
     methods only share its law.
+
+    method="greedy" with a temperature > 0 runs plain sampling, and `stats.method` says "sample". Bad input of
+    any kind raises a `multidraft.errors.MultidraftError` subclass (see `multidraft.validation` for the rules).
     """
+    _check_model(model)
+    if not isinstance(method, str):
+        raise InvalidOptionError(f"method must be a method name (see multidraft.available_methods()), got {method!r}")
     spec = get_method(method)
     options = spec.resolve_options(method_options)
     if temperature is None:
         temperature = 1.0 if method == "sample" else 0.0
-    if method == "sample" and temperature == 0:
+    params = SamplingParams(temperature, top_k, top_p, seed).validate()
+    if method == "sample" and params.greedy:
         raise InvalidOptionError("method='sample' needs temperature > 0; use method='greedy' for temperature 0")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise InvalidOptionError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    params = SamplingParams(float(temperature) if isinstance(temperature, (int, float)) else temperature,
-                            top_k, top_p, seed).validate()
-    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if method == "greedy" and not params.greedy:
+        # "greedy" names the plain decoder; with a temperature it samples, and the result says so.
+        method, spec = "sample", get_method("sample")
+    max_new_tokens = validation.max_new_tokens(max_new_tokens)
+    stops = validation.stop_strings(stop)
+    if chat is not None and not isinstance(chat, bool):
+        raise InvalidOptionError(f"chat must be true, false or None (automatic), got {chat!r}")
+    if on_token is not None and not callable(on_token):
+        raise InvalidOptionError(f"on_token must be a function of one token id, got {type(on_token).__name__}")
 
+    prompt_or_messages = validation.prompt(prompt_or_messages, model.vocab_size, getattr(model, "tokenizer", None))
     prompt_ids = model.encode(prompt_or_messages, chat=chat)
     model.check_prompt_length(len(prompt_ids), max_new_tokens)
     sampler = PositionSampler(params)
@@ -55,3 +69,11 @@ def generate(model, prompt_or_messages, method: str = "greedy", max_new_tokens: 
     stats.generated_tokens = len(output.token_ids)
     stats.stop_reason = output.stop_reason
     return Generation(text=output.text, token_ids=list(output.token_ids), stats=stats, drafts=drafts)
+
+
+def _check_model(model) -> None:
+    if isinstance(model, (str, os.PathLike)):
+        raise InvalidOptionError(f"generate() takes a loaded model, not the name {os.fspath(model)!r}: call "
+                                 f"lm = multidraft.load_model({os.fspath(model)!r}) first, then generate(lm, ...)")
+    if not all(hasattr(model, attr) for attr in ("encode", "vocab_size", "forward")):
+        raise InvalidOptionError(f"generate() takes a model from multidraft.load_model(...), got {type(model).__name__}")

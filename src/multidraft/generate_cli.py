@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+from multidraft import validation
 from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.models.device import add_device_argument
 
@@ -16,10 +17,11 @@ def register(subparsers) -> None:
     parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="registry alias, HF folder, GGUF file or cached HF id")
     parser.add_argument("--method", default="greedy", help="greedy, sample, beam, pld, ... (see `multidraft methods`)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--temperature", type=float, default=None)
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--top-k", type=int, default=0)
-    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--temperature", type=float, default=None,
+                        help=f"0 = greedy, else at least {validation.MIN_TEMPERATURE} (default: 1 for sample, 0 otherwise)")
+    parser.add_argument("--top-p", type=validation.cli_float("value", above=0.0, maximum=1.0), default=1.0)
+    parser.add_argument("--top-k", type=validation.cli_int(minimum=0), default=0)
+    parser.add_argument("--seed", type=validation.cli_int(*validation.SEED_RANGE), default=None)
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
@@ -42,6 +44,7 @@ def parse_options(pairs: list[str]) -> dict:
         if "=" not in pair:
             raise InvalidOptionError(f"method option {pair!r} must look like NAME=VALUE")
         name, value = pair.split("=", 1)
+        validation.text(f"method option {name!r:.40}", pair, error=InvalidOptionError)
         try:
             options[name.strip().replace("-", "_")] = json.loads(value)
         except json.JSONDecodeError:
@@ -49,19 +52,39 @@ def parse_options(pairs: list[str]) -> dict:
     return options
 
 
+def read_stdin_prompt() -> str:
+    """The whole of standard input as UTF-8 text; invalid UTF-8 is a PromptError, not a traceback."""
+    if sys.stdin is None or sys.stdin.isatty():
+        raise PromptError("no prompt given; pass it as an argument or pipe it on standard input")
+    raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+    if isinstance(raw, str):
+        return validation.text("standard input", raw)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PromptError(f"standard input is not valid UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start}); "
+                          "send UTF-8 text") from None
+
+
 def run_generate(args) -> int:
     import torch
 
     import multidraft
+    from multidraft.sampling import SamplingParams
 
     prompt = args.prompt
     if prompt is None or prompt == "-":
-        if sys.stdin is None or sys.stdin.isatty():
-            raise PromptError("no prompt given; pass it as an argument or pipe it on standard input")
-        prompt = sys.stdin.read()
+        prompt = read_stdin_prompt()
+    else:
+        validation.text("the prompt argument", prompt)   # invalid UTF-8 in argv arrives as lone surrogates
     options = parse_options(args.option)
     dtype = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
-    multidraft.methods.get_method(args.method).resolve_options(options)   # fail fast, before loading a model
+    # Fail fast, before loading a model: method options, sampling parameters, stop strings.
+    multidraft.methods.get_method(args.method).resolve_options(options)
+    SamplingParams(1.0 if args.temperature is None and args.method == "sample" else (args.temperature or 0.0),
+                   args.top_k, args.top_p, args.seed).validate()
+    validation.stop_strings(args.stop)
+    validation.max_new_tokens(args.max_new_tokens)
     lm = multidraft.load_model(args.model, dtype=dtype, device=args.device, runner=args.runner)
 
     printed = []

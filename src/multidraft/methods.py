@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 # Leaf modules only (never the package root `multidraft`, which imports api -> this module).
-from multidraft.decoders.builtin_methods import make_pld_drafter, run_autoregressive, run_beam
+from multidraft.decoders.builtin_methods import check_beam, check_pld, make_pld_drafter, run_autoregressive, run_beam
 from multidraft.decoders.superposed import OPTIONS as SUPERPOSED_OPTIONS
 from multidraft.decoders.superposed import _run_superposed as run_superposed
+from multidraft.decoders.superposed import check_options as check_superposed
 from multidraft.drafters import bild, blockwise, draft_model, pld_plus, suffix
 from multidraft.errors import InvalidOptionError, UnknownMethodError
 from multidraft.verify.bild import BiLDVerifier
@@ -41,6 +42,9 @@ class Method:
     make_verifier: Optional[Callable] = None
     # Methods with their own decoder: run(lm, prompt_ids, sampler, output, stats, options) -> drafts or None.
     run: Optional[Callable] = None
+    # check_options(options) raises InvalidOptionError for values that are wrong whatever the model (types,
+    # ranges), so the CLI, the bench and the server refuse them before loading a model or running anything.
+    check_options: Optional[Callable[[dict], None]] = None
     artifacts: tuple[str, ...] = ()        # keys of ARTIFACTS needed with the default options
 
     def __post_init__(self):
@@ -56,7 +60,13 @@ class Method:
             valid = ", ".join(sorted(self.options)) or "none"
             raise InvalidOptionError(f"method {self.name!r} has no option {', '.join(map(repr, unknown))}; "
                                      f"its options are: {valid}")
-        return {**self.options, **given}
+        options = {**self.options, **given}
+        if self.check_options is not None:
+            try:
+                self.check_options(options)
+            except InvalidOptionError as exc:     # say which method, for the bench's METHOD.NAME=VALUE options
+                raise type(exc)(f"method {self.name!r}: {exc}") from None
+        return options
 
 
 def _speculative_verifier(lm, sampler, options):
@@ -77,11 +87,11 @@ _ROWS = (
     Method("sample", lossless=True, description="plain sampling with temperature, top-k and top-p",
            run=run_autoregressive),
     Method("beam", lossless=False, description="beam search over the target model (a different decoder, not greedy)",
-           options={"num_beams": 4, "length_penalty": 1.0}, run=run_beam),
+           options={"num_beams": 4, "length_penalty": 1.0}, run=run_beam, check_options=check_beam),
     Method("pld", lossless=True,
            description="prompt lookup: drafts copied from the context after the trailing n-gram",
            options={"max_ngram": 3, "num_draft_tokens": 10, "variant": "hf"},
-           make_drafter=make_pld_drafter),
+           make_drafter=make_pld_drafter, check_options=check_pld),
     Method("pld_plus", lossless=True,
            description="PLD+: prompt lookup ranked by the model's hidden states (rank_by='hidden') or induction-head "
                        "attention (rank_by='attention')",
@@ -89,7 +99,7 @@ _ROWS = (
                     "short_draft_tokens": pld_plus.DEFAULT_SHORT_DRAFT_TOKENS, "layer": None, "theta": None,
                     "avg_window": 1, "heads": None, "num_heads": 50, "head_set": "selected", "aggregate": "max",
                     "scope": "context"},
-           make_drafter=pld_plus.make_drafter),
+           make_drafter=pld_plus.make_drafter, check_options=pld_plus.check_options),
     Method("suffix", lossless=True,
            description="SuffixDecoding: frequency-weighted draft trees from suffix automata over the context and an "
                        "optional cross-request store (store=multidraft.SuffixStore())",
@@ -102,7 +112,7 @@ _ROWS = (
            options={"draft_model": None, "num_draft_tokens": 4, "adaptive": False, "draft_temperature": None,
                     "stop_below": 0.0},
            make_drafter=draft_model._make_speculative_drafter, make_verifier=_speculative_verifier,
-           artifacts=("draft_model",)),
+           artifacts=("draft_model",), check_options=draft_model.check_options),
     Method("multi_draft", lossless=True,
            description="num_drafts chains from a draft model verified as one tree in one target forward, token "
                        f"chosen by a selection scheme ({', '.join(SELECTION_SCHEMES)}; is_lp_truncated is seed 002's 'IS'); "
@@ -110,7 +120,7 @@ _ROWS = (
            options={"draft_model": None, "num_drafts": 2, "num_draft_tokens": 4, "selection": "specinfer",
                     "draft_temperatures": None, "selection_options": None, "adaptive": False, "stop_below": 0.0},
            make_drafter=draft_model._make_multi_draft_drafter, make_verifier=draft_model._make_multi_draft_verifier,
-           artifacts=("draft_model",)),
+           artifacts=("draft_model",), check_options=draft_model.check_options),
     Method("mtad", lossless=False,
            description="LOSSY multi-token assisted decoding: draft beam search, longest prefix whose target/draft "
                        "joint likelihood ratio passes accept_threshold, then one target token (biased toward high "
@@ -119,7 +129,7 @@ _ROWS = (
            options={"draft_model": None, "num_beams": 8, "num_draft_tokens": 4, "accept_threshold": 0.1,
                     "threshold_semantics": "paper", "deterministic": False},
            make_drafter=draft_model._make_mtad_drafter, make_verifier=_mtad_verifier,
-           artifacts=("draft_model",)),
+           artifacts=("draft_model",), check_options=draft_model.check_options),
     Method("bild", lossless=False,
            description="LOSSY Big Little Decoder: the draft model writes until its top probability falls below "
                        "fallback_threshold (or max_draft_tokens), the target keeps the tokens before the first one "
@@ -130,14 +140,16 @@ _ROWS = (
     Method("superposed", lossless=False,
            description="Superposed Decoding: k drafts from one forward pass per token, with n-gram interpolation "
                        "(a new decoder, lossy); drafts ranked in Generation.drafts",
-           options=dict(SUPERPOSED_OPTIONS), run=run_superposed, artifacts=("ngram",)),
+           options=dict(SUPERPOSED_OPTIONS), run=run_superposed, artifacts=("ngram",),
+           check_options=check_superposed),
     Method("blockwise", lossless=True,
            description="blockwise parallel decoding: trained heads draft a block, lattice of each head's top "
                        "lattice_k tokens rescored (none / ngram p-best DP / neural local with rescorer=LM), "
                        "p drafts verified as one tree (greedy only)",
            options={"heads": None, "num_heads": None, "rescoring": "ngram", "lattice_k": 8, "num_paths": 2,
                     "alpha": 1.0, "ngram_order": 3, "ngram_path": None, "ngram": None, "rescorer": None},
-           make_drafter=blockwise.make_drafter, artifacts=("heads", "ngram")),
+           make_drafter=blockwise.make_drafter, artifacts=("heads", "ngram"),
+           check_options=blockwise.check_options),
 )
 
 METHODS: dict[str, Method] = {method.name: method for method in _ROWS}

@@ -13,7 +13,8 @@ from typing import Optional
 
 import torch
 
-from multidraft.errors import InvalidOptionError, NumericalError
+from multidraft import validation
+from multidraft.errors import NumericalError
 
 _MIX = 0x9E3779B97F4A7C15
 _MASK64 = (1 << 64) - 1
@@ -31,13 +32,9 @@ class SamplingParams:
         return self.temperature == 0.0
 
     def validate(self) -> "SamplingParams":
-        if not isinstance(self.temperature, (int, float)) or self.temperature != self.temperature or self.temperature < 0:
-            raise InvalidOptionError(f"temperature must be >= 0 (0 means greedy), got {self.temperature!r}")
-        if not isinstance(self.top_k, int) or self.top_k < 0:
-            raise InvalidOptionError(f"top_k must be an integer >= 0 (0 turns it off), got {self.top_k!r}")
-        if not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:
-            raise InvalidOptionError(f"top_p must be in (0, 1] (1 turns it off), got {self.top_p!r}")
-        return self
+        """The same parameters as plain Python numbers, or InvalidOptionError (see multidraft.validation)."""
+        return SamplingParams(validation.temperature(self.temperature), validation.top_k(self.top_k),
+                              validation.top_p(self.top_p), validation.seed(self.seed))
 
 
 def check_finite(logits: torch.Tensor) -> None:
@@ -65,6 +62,7 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
         # Drop a token when the mass strictly before it already reaches top_p (keeps at least one).
         mass_before = sorted_probs.cumsum(-1) - sorted_probs
         drop_sorted = mass_before >= params.top_p
+        drop_sorted[..., 0] = False   # a top_p that rounds to 0 in float32 must still keep the top token
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         scaled = scaled.masked_fill(drop, float("-inf"))
     return scaled.softmax(-1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from multidraft.decoders.autoregressive import autoregressive, beam_search
 from multidraft.drafters.prompt_lookup import PromptLookupDrafter
+from multidraft import validation
 from multidraft.errors import InvalidOptionError
 from multidraft.types import Generation
 
@@ -12,10 +13,18 @@ def run_autoregressive(lm, prompt_ids, sampler, output, stats, options):
     autoregressive(lm, prompt_ids, sampler, output, stats)
 
 
+def check_beam(options) -> None:
+    validation.positive_int("num_beams", options["num_beams"])
+    validation.number("length_penalty", options["length_penalty"])
+
+
+def check_pld(options) -> None:
+    PromptLookupDrafter(**options)          # construction checks every option
+
+
 def run_beam(lm, prompt_ids, sampler, output, stats, options):
+    check_beam(options)
     num_beams, length_penalty = options["num_beams"], options["length_penalty"]
-    if not isinstance(num_beams, int) or num_beams < 1:
-        raise InvalidOptionError(f"num_beams must be an integer >= 1, got {num_beams!r}")
     if not sampler.params.greedy:
         raise InvalidOptionError("beam search is deterministic; use temperature=0 (or method='sample')")
     hypotheses = beam_search(lm, prompt_ids, num_beams, float(length_penalty), output, stats)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
@@ -23,6 +24,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from multidraft import validation
 from multidraft.decoders.superposed_ngram import PAPER_WEIGHTS, DraftNGram, interpolate, load_ngram
 from multidraft.errors import InvalidOptionError
 from multidraft.types import Generation
@@ -243,6 +245,20 @@ OPTIONS = {"num_drafts": 3, "n_token_sample": None, "tau": 0.06, "alpha": 0.54, 
 def config_from_options(options: dict) -> SuperposedConfig:
     fields = {name: options[name] for name in OPTIONS if name != "ngram" and name in options}
     return SuperposedConfig(**fields).validate()
+
+
+def check_options(options: dict) -> None:
+    """Every check that needs no model: the config's fields, the n-gram weights and the n-gram argument's type."""
+    config_from_options(options)
+    weights = options["ngram_weights"]
+    if not isinstance(weights, (list, tuple)) or not weights:
+        raise InvalidOptionError(f"ngram_weights must be a list of non-negative numbers (orders 2, 3, ...), "
+                                 f"got {weights!r:.80}")
+    for weight in weights:
+        validation.number("each ngram_weights entry", weight, minimum=0.0)
+    ngram = options.get("ngram")
+    if ngram is not None and not isinstance(ngram, (str, os.PathLike)) and not hasattr(ngram, "candidate_probs"):
+        raise InvalidOptionError(f"ngram must be a path or an NGramModel, got {type(ngram).__name__}")
 
 
 def _run_superposed(lm, prompt_ids, sampler, output, stats, options):

@@ -21,6 +21,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from multidraft import validation
 from multidraft.drafters.base import Drafter, LoopState
 from multidraft.drafters.lattice import (Lattice, LocalScorer, build_lattice, check_width, local_rescore,
                                          paths_to_tree, pbest_paths)
@@ -107,8 +108,7 @@ class BlockwiseStrategy:
         if rescoring not in RESCORINGS:
             raise InvalidOptionError(f"rescoring must be one of {', '.join(RESCORINGS)}, got {rescoring!r}")
         check_width(lattice_k, num_paths)
-        if not isinstance(alpha, (int, float)) or alpha < 0:
-            raise InvalidOptionError(f"alpha must be a number >= 0, got {alpha!r}")
+        validation.number("alpha", alpha, minimum=0.0)
         if rescoring == "ngram" and ngram is None:
             raise InvalidOptionError("rescoring='ngram' needs an n-gram model")
         if rescoring == "neural" and scorer is None:
@@ -213,14 +213,36 @@ def make_strategy(lm, options: dict) -> BlockwiseStrategy:
     return BlockwiseStrategy(rescoring, options["lattice_k"], options["num_paths"], options["alpha"], ngram, order, scorer)
 
 
+def check_options(options: dict) -> None:
+    """Every check that needs no model or file: types and ranges (heads, n-gram and rescorer are loaded later)."""
+    from multidraft.heads.model import BlockwiseHeads
+
+    heads = options["heads"]
+    if heads is not None and not isinstance(heads, (str, Path, BlockwiseHeads)):
+        raise InvalidOptionError(f"heads must be a heads file path or BlockwiseHeads (None: the trained default), "
+                                 f"got {heads!r:.80}")
+    validation.positive_int("num_heads", options["num_heads"], allow_none=True)
+    validation.choice("rescoring", options["rescoring"], RESCORINGS)
+    check_width(options["lattice_k"], options["num_paths"])
+    validation.number("alpha", options["alpha"], minimum=0.0)
+    validation.positive_int("ngram_order", options["ngram_order"])
+    for name in ("ngram_path", "rescorer"):
+        value = options[name]
+        if value is not None and not isinstance(value, (str, Path)) and not (name == "rescorer" and hasattr(value, "forward")):
+            raise InvalidOptionError(f"{name} must be a path{' or an LM' if name == 'rescorer' else ''}, "
+                                     f"got {type(value).__name__}")
+    ngram = options["ngram"]
+    if ngram is not None and not hasattr(ngram, "smoothed_probs_batch"):
+        raise InvalidOptionError(f"ngram must be an NGramModel (or pass ngram_path=FILE), got {type(ngram).__name__}")
+
+
 def make_drafter(lm, sampler, options: dict) -> BlockwiseDrafter:
     from multidraft.heads import load_heads
 
     if not sampler.params.greedy:
         raise InvalidOptionError("method='blockwise' verifies by greedy matching; use temperature=0")
+    check_options(options)
     num_heads = options["num_heads"]
-    if num_heads is not None and (not isinstance(num_heads, int) or num_heads < 1):
-        raise InvalidOptionError(f"num_heads must be an integer >= 1, got {num_heads!r}")
     heads = options["heads"]
     if heads is None or isinstance(heads, (str, Path)):
         key = ("heads", str(heads), id(lm), num_heads)

@@ -26,6 +26,7 @@ from multidraft.drafters.base import Drafter, LoopState
 from multidraft.errors import InvalidOptionError, PromptError, TokenizerMismatchError
 from multidraft.models.runner import LM
 from multidraft.sampling import SamplingParams, check_finite, draw, logits_to_probs
+from multidraft.validation import MIN_TEMPERATURE
 from multidraft.types import Draft
 from multidraft.verify.mtad import THRESHOLD_SEMANTICS, check_threshold, joint_law_params
 from multidraft.verify.multi_draft import SELECTION_SCHEMES, DraftChains, MultiDraftVerifier
@@ -381,8 +382,10 @@ def draft_temperature_list(value, num_drafts: int, target_temperature: float) ->
         raise InvalidOptionError(f"draft_temperatures must be a number or a list of num_drafts = {num_drafts} "
                                  f"numbers, got {value!r}")
     for temperature in values:
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
-            raise InvalidOptionError(f"draft temperatures must be numbers >= 0 (0 = argmax), got {value!r}")
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
+                temperature == 0 or MIN_TEMPERATURE <= temperature < float("inf")):   # floor: finite probabilities
+            raise InvalidOptionError(f"draft temperatures must be numbers >= 0 (0 = argmax, else at least "
+                                     f"{MIN_TEMPERATURE}), got {value!r}")
     return [float(t) for t in values]
 
 
@@ -444,6 +447,25 @@ def _make_mtad_drafter(lm, sampler, options):
         raise InvalidOptionError(f"deterministic must be True or False, got {options['deterministic']!r}")
     draft_lm = resolve_draft_model(options["draft_model"], lm, "mtad")
     return BeamDrafter(draft_lm, num_beams, gamma, sampler.params, options["deterministic"])
+
+
+def check_options(options: dict) -> None:
+    """The checks of the three methods below that need no model, run before any model is loaded."""
+    draft_model = options["draft_model"]
+    if draft_model is not None and not isinstance(draft_model, (str, os.PathLike, LM)):
+        raise InvalidOptionError(f"draft_model must be an LM (multidraft.load_model(...)) or a model alias/path, "
+                                 f"got {type(draft_model).__name__}")
+    positive_int("num_draft_tokens", options["num_draft_tokens"])
+    num_drafts = _multi_draft_settings(options)[0] if "num_drafts" in options else 1
+    for name in ("draft_temperature", "draft_temperatures"):
+        if name in options:
+            draft_temperature_list(options[name], num_drafts, 0.0)
+    if "num_beams" in options:
+        positive_int("num_beams", options["num_beams"])
+        check_threshold(options["accept_threshold"], options["threshold_semantics"])
+    for name in ("adaptive", "deterministic"):
+        if name in options and not isinstance(options[name], bool):
+            raise InvalidOptionError(f"{name} must be True or False, got {options[name]!r}")
 
 
 __all__ = ["BeamDrafter", "DraftModelDrafter", "DraftSession", "THRESHOLD_SEMANTICS", "check_same_vocabulary",

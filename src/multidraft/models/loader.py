@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
-from multidraft.errors import InvalidOptionError, ModelNotFoundError
+from multidraft.errors import CorruptCacheError, InvalidOptionError, ModelNotFoundError, MultidraftError
 from multidraft.fsutil import sha256_file
-from multidraft.models import cache, registry
+from multidraft.models import cache, integrity, registry
 from multidraft.models.device import configure_cuda, parse_device
 from multidraft.models.pulling import convert_gguf, pull  # noqa: F401  (pull is part of this module's API)
 from multidraft.models.registry import ModelSpec
@@ -74,7 +74,14 @@ class ModelInfo:
 
 def resolve(name_or_path: Union[str, os.PathLike]) -> ResolvedModel:
     """Locate a model without loading it. Unknown names raise ModelNotFoundError listing the aliases."""
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise InvalidOptionError(f"a model is named by an alias, a path or an HF id (a string), not "
+                                 f"{type(name_or_path).__name__}; known aliases: {', '.join(registry.aliases())}")
     name = os.fspath(name_or_path)
+    if not isinstance(name, str):
+        name = os.fsdecode(name)
+    if "\x00" in name or _has_surrogate(name):
+        raise ModelNotFoundError(f"no model named {name!r}: the name holds a NUL or invalid UTF-8")
     if not name.strip():
         raise ModelNotFoundError(_unknown_message(name))
     if registry.is_alias(name):
@@ -92,6 +99,10 @@ def resolve(name_or_path: Union[str, os.PathLike]) -> ResolvedModel:
     if snapshot is not None:
         return ResolvedModel(name, "hf_id", snapshot)
     raise ModelNotFoundError(_unknown_message(name))
+
+
+def _has_surrogate(text: str) -> bool:
+    return any("\ud800" <= ch <= "\udfff" for ch in text)
 
 
 def _unknown_message(name: str) -> str:
@@ -187,7 +198,7 @@ def load_tokenizer(name_or_path):
 
     resolved = resolve(name_or_path)
     folder = resolved.path
-    with offline_env():
+    with offline_env(), _read_errors(resolved, folder, tokenizer=True):
         if resolved.kind == "gguf":
             digest = sha256_file(resolved.path)
             folder = cache.gguf_entry_dir(digest)
@@ -207,8 +218,13 @@ def load_hf_model(name_or_path, dtype=None, device=None, attn_implementation: st
     device = parse_device(device)
     torch_dtype = parse_dtype(dtype, device)
     folder = hf_folder(resolved, progress)
-    with offline_env():
+    if resolved.kind != "alias":           # aliases and GGUF conversions were checked against their manifest
+        problem = integrity.folder_problem(folder)
+        if problem:
+            raise CorruptCacheError(f"cannot load {resolved.name}: {problem} in {folder}; {_repair(resolved)}")
+    with offline_env(), _read_errors(resolved, folder, tokenizer=True):
         tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    with offline_env(), _read_errors(resolved, folder):
         model = AutoModelForCausalLM.from_pretrained(
             str(folder), dtype=torch_dtype, attn_implementation=attn_implementation, local_files_only=True
         )
@@ -217,6 +233,36 @@ def load_hf_model(name_or_path, dtype=None, device=None, attn_implementation: st
     configure_cuda(device)             # attention kernel choice on CUDA (models/device.py)
     info = _model_info(resolved, folder, model, tokenizer, torch_dtype, device)
     return model, tokenizer, info
+
+
+def _repair(resolved: ResolvedModel) -> str:
+    if resolved.kind == "alias":
+        return cache.repair_hint(resolved.name)
+    if resolved.kind == "gguf":
+        return f"delete {cache.gguf_entry_dir(sha256_file(resolved.path))} and load the GGUF file again to reconvert it"
+    return "download or save the model folder again"
+
+
+@contextlib.contextmanager
+def _read_errors(resolved: ResolvedModel, folder: Path, tokenizer: bool = False):
+    """A model folder that passes the cheap checks can still hold files transformers cannot use (a config
+    without the fields the architecture needs, a tokenizer.json of the wrong shape): say which model and how
+    to repair it, in one line, instead of a traceback from transformers. The tokenizers library reports a
+    malformed tokenizer.json as a bare Exception, so around the tokenizer load every Exception is caught."""
+    try:
+        from safetensors import SafetensorError
+    except ImportError:                    # older safetensors: its errors are OSError / ValueError
+        SafetensorError = OSError
+    caught = (Exception,) if tokenizer else (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError,
+                                             SafetensorError)
+    try:
+        yield
+    except MultidraftError:
+        raise
+    except caught as exc:
+        detail = " ".join(str(exc).split())[:300]
+        raise CorruptCacheError(f"cannot load {resolved.name} from {folder} ({type(exc).__name__}: {detail}); "
+                                f"{_repair(resolved)}") from exc
 
 
 def _model_info(resolved: ResolvedModel, folder: Path, model, tokenizer, dtype, device: str) -> ModelInfo:

@@ -189,6 +189,9 @@ def _convert_into(gguf: Path, folder: Path, bar) -> dict:
 
     from multidraft.models.loader import offline_env
 
+    if getattr(bar, "disable", False):          # --no-progress: transformers' own bars ("Writing model shards") too
+        from transformers.utils import logging as hf_logging
+        hf_logging.disable_progress_bar()
     with offline_env():
         bar.set_postfix_str("tokenizer")
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)

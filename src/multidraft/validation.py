@@ -1,0 +1,272 @@
+"""Checks for values that come from a user (library call, command line or HTTP request).
+
+Every check returns the cleaned value or raises a `multidraft.errors` exception whose message names the
+value, what was given and what is allowed, so the library, the CLI (one line, exit 2) and the server (a 400)
+all say the same thing. Rules shared by every check:
+- a bool is never an integer or a number (True would otherwise pass as 1);
+- numbers must be finite (NaN and +-Infinity are refused everywhere);
+- text must be valid Unicode: a lone surrogate (what Python makes of invalid UTF-8 in argv) is refused.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from typing import Any, Iterable, Optional, Sequence
+
+from multidraft.errors import InvalidOptionError, PromptError
+
+# Sampling floors. Below MIN_TEMPERATURE the logits / temperature division overflows float32 for ordinary
+# logits (1e-300 rounds to 0 in float32: inf / nan probabilities), and such a temperature is greedy in all but
+# name, so it is refused with a pointer to temperature=0. top_p has no floor: any top_p > 0 keeps at least
+# the most likely token (sampling.logits_to_probs), which is the limit of a tiny top_p.
+MIN_TEMPERATURE = 1e-2
+SEED_RANGE = (-(2 ** 63), 2 ** 63 - 1)        # what torch.Generator.manual_seed accepts, with room for seed + n
+CHAT_ROLES = ("system", "user", "assistant")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def integer(name: str, value, *, minimum: Optional[int] = None, maximum: Optional[int] = None,
+            allow_none: bool = False, hint: str = "") -> Optional[int]:
+    """An int (not a bool, not 2.0) in [minimum, maximum]; None passes when allow_none."""
+    if value is None and allow_none:
+        return None
+    if not _is_int(value) or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise InvalidOptionError(f"{name} must be {_int_range(minimum, maximum)}{' or None' if allow_none else ''}"
+                                 f"{hint}, got {value!r}")
+    return int(value)
+
+
+def _int_range(minimum, maximum) -> str:
+    if minimum is not None and maximum is not None:
+        return f"an integer in {minimum}..{maximum}"
+    if minimum is not None:
+        return f"an integer >= {minimum}"
+    if maximum is not None:
+        return f"an integer <= {maximum}"
+    return "an integer"
+
+
+def positive_int(name: str, value, allow_none: bool = False) -> Optional[int]:
+    """The most common option type: an integer >= 1 (None passes when allow_none)."""
+    return integer(name, value, minimum=1, allow_none=allow_none)
+
+
+def number(name: str, value, *, minimum: Optional[float] = None, maximum: Optional[float] = None,
+           above: Optional[float] = None, below: Optional[float] = None, allow_none: bool = False,
+           hint: str = "") -> Optional[float]:
+    """A finite real number (int or float, not a bool) with inclusive (minimum/maximum) or strict
+    (above/below) bounds; returned as a float."""
+    if value is None and allow_none:
+        return None
+    ok = _is_number(value) and math.isfinite(value)
+    if ok:
+        ok = ((minimum is None or value >= minimum) and (maximum is None or value <= maximum)
+              and (above is None or value > above) and (below is None or value < below))
+    if not ok:
+        bounds = [f">= {minimum}" if minimum is not None else "", f"> {above}" if above is not None else "",
+                  f"<= {maximum}" if maximum is not None else "", f"< {below}" if below is not None else ""]
+        bounds_text = " and ".join(b for b in bounds if b)
+        raise InvalidOptionError(f"{name} must be a finite number{' ' + bounds_text if bounds_text else ''}"
+                                 f"{' or None' if allow_none else ''}{hint}, got {value!r}")
+    return float(value)
+
+
+def choice(name: str, value, choices: Iterable[Any], allow_none: bool = False):
+    """One of `choices` (compared with ==; unhashable values are refused, not crashed on)."""
+    choices = tuple(choices)
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not any(type(value) is type(c) and value == c for c in choices):
+        raise InvalidOptionError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
+def boolean(name: str, value) -> bool:
+    """True or False only (not 0/1, not "true")."""
+    if not isinstance(value, bool):
+        raise InvalidOptionError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+# ---------------------------------------------------------------- sampling parameters
+
+
+def temperature(value, method: str = "") -> float:
+    """0 (greedy) or a finite temperature >= MIN_TEMPERATURE."""
+    value = number("temperature", value, minimum=0.0, hint=" (0 means greedy)")
+    if 0.0 < value < MIN_TEMPERATURE:
+        raise InvalidOptionError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {value!r}; "
+                                 "a smaller temperature is greedy decoding in all but name (use temperature=0)")
+    return value
+
+
+def top_p(value) -> float:
+    return number("top_p", value, above=0.0, maximum=1.0, hint=" (1 turns it off)")
+
+
+def top_k(value) -> int:
+    return integer("top_k", value, minimum=0, hint=" (0 turns it off)")
+
+
+def seed(value) -> Optional[int]:
+    """None (a random seed) or an integer that fits in 64 bits signed."""
+    return integer("seed", value, minimum=SEED_RANGE[0], maximum=SEED_RANGE[1], allow_none=True)
+
+
+def max_new_tokens(value) -> int:
+    return integer("max_new_tokens", value, minimum=1)
+
+
+def stop_strings(value) -> list[str]:
+    """None, a string, or a list of strings (each non-empty, valid Unicode)."""
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(s, str) for s in items):
+        raise InvalidOptionError(f"stop must be a string or a list of strings, got {value!r}")
+    for item in items:
+        if not item:
+            raise InvalidOptionError("stop strings must not be empty")
+        text("stop string", item, error=InvalidOptionError)
+    return list(items)
+
+
+# ---------------------------------------------------------------- prompts
+
+
+def text(name: str, value: str, error=PromptError) -> str:
+    """`value` unchanged, or `error` when it holds a lone surrogate (invalid UTF-8 smuggled through
+    surrogateescape, or a JSON "\\ud800" escape): tokenizers cannot encode those."""
+    bad = _SURROGATE.search(value)
+    if bad:
+        where = bad.start()
+        raise error(f"{name} is not valid Unicode text: lone surrogate {bad.group()!r} at character {where} "
+                    "(invalid UTF-8 input?); send UTF-8 text")
+    return value
+
+
+def chat_roles(tokenizer=None) -> tuple[str, ...]:
+    """Roles a chat message may have: system, user, assistant, plus 'tool' when the chat template handles it."""
+    template = getattr(tokenizer, "chat_template", None)
+    template = template if isinstance(template, str) else ""
+    if re.search(r"""['"]tool['"]""", template):
+        return CHAT_ROLES + ("tool",)
+    return CHAT_ROLES
+
+
+def messages(value: Sequence, tokenizer=None) -> list[dict]:
+    """A non-empty list of {"role": ..., "content": str} dicts with known roles and valid text."""
+    if not isinstance(value, (list, tuple)) or not value:
+        raise PromptError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
+    roles = chat_roles(tokenizer)
+    for index, message in enumerate(value):
+        if not isinstance(message, dict) or "role" not in message or "content" not in message:
+            raise PromptError(f"message {index} must be a {{'role': ..., 'content': ...}} dict, got {message!r:.80}")
+        if message["role"] not in roles:
+            raise PromptError(f"message {index} has role {message['role']!r:.40}; the roles this model's chat "
+                              f"template takes are: {', '.join(roles)}")
+        if not isinstance(message["content"], str):
+            raise PromptError(f"message {index} content must be a string, got {type(message['content']).__name__}")
+        text(f"message {index} content", message["content"])
+    return list(value)
+
+
+def token_ids(value: Sequence, vocab_size: int) -> list[int]:
+    """Token ids as ints in [0, vocab_size); bools and out-of-range ids (2**63, -1) are refused."""
+    ids = []
+    for index, token in enumerate(value):
+        if not _is_int(token) or not 0 <= token < vocab_size:
+            raise PromptError(f"token id {token!r:.40} at position {index} is not in the model's vocabulary "
+                              f"(ids are integers 0..{vocab_size - 1})")
+        ids.append(int(token))
+    return ids
+
+
+def is_token_id_list(value) -> bool:
+    """A non-empty list of integer-like items (bools included, so that they are refused rather than re-read)."""
+    return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(t, numbers.Integral) for t in value)
+
+
+def prompt(value, vocab_size: int, tokenizer=None):
+    """Check a prompt as `generate` takes it: text, chat messages, or token ids. Returns it cleaned."""
+    if isinstance(value, str):
+        return text("the prompt", value)
+    if is_token_id_list(value):
+        return token_ids(value, vocab_size)
+    if isinstance(value, (list, tuple)):
+        return messages(value, tokenizer)
+    raise PromptError(f"a prompt must be text, a list of chat messages or token ids, not {type(value).__name__}")
+
+
+# ---------------------------------------------------------------- command line (argparse types)
+
+
+def _argparse_type(check, type_name: str):
+    """Wrap a check as an argparse `type=`: a bad value becomes argparse's own one-line usage error."""
+    import argparse
+
+    def convert(raw: str):
+        try:
+            return check(raw)
+        except (InvalidOptionError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    convert.__name__ = type_name
+    return convert
+
+
+def cli_int(minimum: Optional[int] = None, maximum: Optional[int] = None, name: str = "value"):
+    """argparse type: an integer in [minimum, maximum]."""
+    def check(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise InvalidOptionError(f"{name} must be {_int_range(minimum, maximum)}, got {raw!r}") from None
+        return integer(name, value, minimum=minimum, maximum=maximum)
+    return _argparse_type(check, "integer")
+
+
+def cli_float(name: str = "value", **bounds):
+    """argparse type: a finite float with `number`'s bounds (minimum, maximum, above, below)."""
+    def check(raw: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise InvalidOptionError(f"{name} must be a number, got {raw!r}") from None
+        return number(name, value, **bounds)
+    return _argparse_type(check, "number")
+
+
+def cli_temperature(raw: str) -> float:
+    """argparse type for --temperature."""
+    return _argparse_type(lambda r: temperature(_float(r, "temperature")), "temperature")(raw)
+
+
+def _float(raw: str, name: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise InvalidOptionError(f"{name} must be a number, got {raw!r}") from None
+
+
+def check_port(value) -> int:
+    """argparse type (and plain check) for a TCP port: an integer in 1..65535; refused before anything loads."""
+    if isinstance(value, str):
+        return _argparse_type(lambda r: integer("port", _port_int(r), minimum=1, maximum=65535), "port")(value)
+    return integer("port", value, minimum=1, maximum=65535)
+
+
+def _port_int(raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidOptionError(f"port must be an integer in 1..65535, got {raw!r}") from None
