@@ -11,7 +11,7 @@ How n choices are made (one place, so the page and the API agree):
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import multidraft
@@ -151,7 +151,9 @@ def build_plan(request, config: ServerConfig, draft_lm=None) -> Plan:
         k_option = multi_output_option(spec)
         if k_option and k_option in given:
             raise InvalidOptionError(f"set the number of drafts with 'n', not {k_option!r}")
-        spec.resolve_options(given)                  # unknown names: the library's message lists the options
+        unknown = {name: value for name, value in given.items() if name not in spec.options}
+        if unknown:                                  # the library's message lists the method's options
+            spec.resolve_options(unknown)
     except InvalidOptionError as exc:
         raise ApiError(400, str(exc), param="method" if "method" in str(exc) else None) from None
     options = request_options(method, given, config, request.n)
@@ -267,7 +269,7 @@ def run_plan(lm, plan: Plan, job, config: ServerConfig, metrics) -> Outcome:
                     if rest:
                         job.emit("delta", choice.index, rest)
                     job.emit("finish", choice.index, reason)
-    return Outcome(choices, prompt_tokens, merge_stats(all_stats), len(all_stats))
+    return Outcome(choices, prompt_tokens, DecodeStats.merge(all_stats), len(all_stats))
 
 
 def _random_seed() -> int:
@@ -276,26 +278,3 @@ def _random_seed() -> int:
 
 def _finish_reason(stats: DecodeStats) -> str:
     return "length" if stats.stop_reason == "max_new_tokens" else "stop"
-
-
-def merge_stats(all_stats: list[DecodeStats]) -> DecodeStats:
-    """Sum the counters of several generate() calls (the derived rates follow from the sums)."""
-    merged = DecodeStats(method=all_stats[0].method, lossless=all_stats[0].lossless) if all_stats else DecodeStats()
-    for stats in all_stats:
-        for f in fields(DecodeStats):
-            value = getattr(stats, f.name)
-            if f.name in ("method", "lossless", "stop_reason"):
-                continue
-            if isinstance(value, list):
-                target = getattr(merged, f.name)
-                target.extend([0] * (len(value) - len(target)))
-                for i, v in enumerate(value):
-                    target[i] += v
-            elif isinstance(value, dict):
-                target = getattr(merged, f.name)
-                for k, v in value.items():
-                    target[k] = target.get(k, 0) + v
-            else:
-                setattr(merged, f.name, getattr(merged, f.name) + value)
-    merged.stop_reason = ",".join(sorted({s.stop_reason for s in all_stats if s.stop_reason}))
-    return merged
