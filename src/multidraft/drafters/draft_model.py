@@ -26,6 +26,7 @@ from multidraft.drafters.base import Drafter, LoopState
 from multidraft.errors import InvalidOptionError, PromptError, TokenizerMismatchError
 from multidraft.models.runner import LM
 from multidraft.sampling import SamplingParams, check_finite, draw, logits_to_probs
+from multidraft.tokenizer_identity import same_vocabulary, vocab_family
 from multidraft.validation import MIN_TEMPERATURE
 from multidraft.types import Draft
 from multidraft.verify.mtad import THRESHOLD_SEMANTICS, check_threshold, joint_law_params
@@ -305,29 +306,12 @@ class BeamDrafter(Drafter):
 _loaded_drafts: dict[tuple, LM] = {}
 
 
-def vocabulary_id(lm: LM) -> str:
-    """The vocabulary family of a model (registry name, or a digest of its token -> id map)."""
-    family = getattr(lm.info, "vocab_family", None)
-    return family or tokenizer_digest(lm)
-
-
-def tokenizer_digest(lm: LM) -> str:
-    digest = getattr(lm, "_multidraft_vocab_digest", None)
-    if digest is None:
-        from multidraft.models.loader import vocab_fingerprint
-        digest = vocab_fingerprint(lm.tokenizer)
-        lm._multidraft_vocab_digest = digest
-    return digest
-
-
 def check_same_vocabulary(draft: LM, target: LM) -> None:
-    if draft is target or vocabulary_id(draft) == vocabulary_id(target):
-        return
-    if tokenizer_digest(draft) == tokenizer_digest(target):    # e.g. a registry model vs the same tokenizer on disk
+    if same_vocabulary(draft, target):
         return
     raise TokenizerMismatchError(
-        f"the draft model {draft.name!r} (vocabulary {vocabulary_id(draft)}, {len(draft.tokenizer):,} tokens) and the "
-        f"target model {target.name!r} (vocabulary {vocabulary_id(target)}, {len(target.tokenizer):,} tokens) use "
+        f"the draft model {draft.name!r} (vocabulary {vocab_family(draft)}, {len(draft.tokenizer):,} tokens) and the "
+        f"target model {target.name!r} (vocabulary {vocab_family(target)}, {len(target.tokenizer):,} tokens) use "
         "different tokenizers, so draft token ids mean nothing to the target; pick a draft model of the target's "
         "family (e.g. qwen2.5-coder-0.5b for qwen2.5-coder-1.5b)")
 

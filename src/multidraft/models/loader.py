@@ -11,7 +11,6 @@ Nothing here touches the network: the HF libraries run with HF_HUB_OFFLINE=1 and
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from multidraft.models import cache, integrity, registry
 from multidraft.models.device import configure_cuda, parse_device
 from multidraft.models.pulling import convert_gguf, pull  # noqa: F401  (pull is part of this module's API)
 from multidraft.models.registry import ModelSpec
+from multidraft.tokenizer_identity import vocab_fingerprint
 
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 for _var in _OFFLINE_VARS:
@@ -280,10 +280,3 @@ def _model_info(resolved: ResolvedModel, folder: Path, model, tokenizer, dtype, 
         dtype=str(dtype).removeprefix("torch."),
         device=str(device),
     )
-
-
-def vocab_fingerprint(tokenizer) -> str:
-    """A vocab family id for models outside the registry: a digest of the token -> id map."""
-    items = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
-    digest = hashlib.sha256("\n".join(f"{token}\t{index}" for token, index in items).encode("utf-8", "surrogatepass"))
-    return f"vocab-{digest.hexdigest()[:16]}"

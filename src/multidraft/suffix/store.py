@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import json
 import threading
-import weakref
 from collections import deque
 from pathlib import Path
 from typing import Iterable, Optional
@@ -23,28 +22,12 @@ import numpy as np
 from multidraft.errors import CorruptCacheError, InvalidOptionError, TokenizerMismatchError
 from multidraft.fsutil import atomic_path
 from multidraft.suffix.automaton import MAX_TOKEN_ID, SEPARATOR, SuffixAutomaton
+from multidraft.tokenizer_identity import model_vocab_fingerprint
 
 FORMAT = "multidraft-suffix-store"
 VERSION = 1
 DEFAULT_MAX_TOKENS = 200_000
 DEFAULT_LOW_WATER = 0.75
-
-_fingerprints: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def tokenizer_fingerprint_of(lm) -> str:
-    """The vocabulary fingerprint of `lm`'s tokenizer (multidraft.models.loader.vocab_fingerprint), memoised:
-    hashing a 150k-entry vocabulary takes tens of milliseconds, too much for every request."""
-    from multidraft.models.loader import vocab_fingerprint
-
-    tokenizer = lm.tokenizer
-    try:
-        cached = _fingerprints.get(tokenizer)
-    except TypeError:                  # not weak-referenceable: compute every time
-        return vocab_fingerprint(tokenizer)
-    if cached is None:
-        cached = _fingerprints[tokenizer] = vocab_fingerprint(tokenizer)
-    return cached
 
 
 class SuffixStore:
@@ -70,7 +53,7 @@ class SuffixStore:
     # ----- identity -----
     def bind(self, lm) -> None:
         """Tie the store to `lm`'s tokenizer, or check that it already is."""
-        fingerprint = tokenizer_fingerprint_of(lm)
+        fingerprint = model_vocab_fingerprint(lm)
         with self._lock:
             if self.fingerprint is None:
                 self.fingerprint = fingerprint
