@@ -6,6 +6,7 @@ import os
 from typing import Callable, Optional, Sequence, Union
 
 from multidraft.decoders.output import OutputCollector
+from multidraft.decoders.draft_length import check_mode as check_draft_length
 from multidraft.decoders.speculative import draft_and_verify
 from multidraft import validation
 from multidraft.errors import InvalidOptionError
@@ -18,13 +19,18 @@ from multidraft.verify import GreedyVerifier, SampleMatchVerifier
 def generate(model, prompt_or_messages, method: str = "greedy", max_new_tokens: int = 128,
              temperature: Optional[float] = None, top_p: float = 1.0, top_k: int = 0, seed: Optional[int] = None,
              stop: Union[str, Sequence[str], None] = None, on_token: Optional[Callable[[int], None]] = None,
-             chat: Optional[bool] = None, **method_options) -> Generation:
+             chat: Optional[bool] = None, draft_length: Optional[str] = None, **method_options) -> Generation:
     """Generate a continuation of a prompt (text, chat messages, or token ids) with `method`.
 
     temperature defaults to 0 (greedy) for every method except "sample" (1.0). Lossless methods give exactly
     the target model's output law: token-identical to greedy at temperature 0. With the same seed the output is
     the same; prompt-lookup methods (sample-and-match) even equal plain sampling's token for token, draft-model
     methods only share its law.
+
+    draft_length="adaptive" verifies only as much of each draft as pays for its forward on this machine (the
+    forward costs are measured while decoding; decoders/draft_length.py); the tokens are the same, only the speed
+    and the acceptance length change. "fixed" verifies every drafted token, as the papers do. None (the default)
+    takes `model.draft_length` when the model has one (the CLIs and the server set it), else "fixed".
 
     method="greedy" with a temperature > 0 runs plain sampling, and `stats.method` says "sample". Bad input of
     any kind raises a `multidraft.errors.MultidraftError` subclass (see `multidraft.validation` for the rules).
@@ -43,6 +49,9 @@ def generate(model, prompt_or_messages, method: str = "greedy", max_new_tokens: 
         # "greedy" names the plain decoder; with a temperature it samples, and the result says so.
         method, spec = "sample", get_method("sample")
     max_new_tokens = validation.max_new_tokens(max_new_tokens)
+    if draft_length is None:
+        draft_length = getattr(model, "draft_length", None) or "fixed"
+    check_draft_length(draft_length)
     stops = validation.stop_strings(stop)
     if chat is not None and not isinstance(chat, bool):
         raise InvalidOptionError(f"chat must be true, false or None (automatic), got {chat!r}")
@@ -65,7 +74,7 @@ def generate(model, prompt_or_messages, method: str = "greedy", max_new_tokens: 
             verifier = spec.make_verifier(model, sampler, options)
         else:
             verifier = GreedyVerifier() if params.greedy else SampleMatchVerifier()
-        draft_and_verify(model, prompt_ids, drafter, verifier, sampler, output, stats)
+        draft_and_verify(model, prompt_ids, drafter, verifier, sampler, output, stats, draft_length)
     stats.generated_tokens = len(output.token_ids)
     stats.stop_reason = output.stop_reason
     return Generation(text=output.text, token_ids=list(output.token_ids), stats=stats, drafts=drafts)

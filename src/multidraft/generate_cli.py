@@ -27,6 +27,9 @@ def register(subparsers) -> None:
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
     add_device_argument(parser)
     parser.add_argument("--runner", choices=["auto", "eager", "fast"], default="auto", help="auto: the fast runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), else eager")
+    parser.add_argument("--draft-length", choices=["adaptive", "fixed"], default="adaptive",
+                        help="adaptive: verify only as much of each draft as pays for its forward on this machine (same tokens, '
+                             "measured costs); fixed: every drafted token, as the papers do")
     parser.add_argument("--option", "-o", action="append", default=[], metavar="NAME=VALUE",
                         help="a method option, e.g. -o num_draft_tokens=8 (value parsed as JSON when possible)")
     parser.add_argument("--stats", action="store_true", help="print decode statistics to standard error")
@@ -86,6 +89,7 @@ def run_generate(args) -> int:
     validation.stop_strings(args.stop)
     validation.max_new_tokens(args.max_new_tokens)
     lm = multidraft.load_model(args.model, dtype=dtype, device=args.device, runner=args.runner)
+    lm.draft_length = args.draft_length
 
     printed = []
 

@@ -8,7 +8,9 @@ accepts a root-to-node path and picks one more token; the cache keeps the root a
 from __future__ import annotations
 
 import time
+from typing import Optional
 
+from multidraft.decoders.draft_length import DraftLength, forward_costs
 from multidraft.decoders.output import OutputCollector
 from multidraft.drafters.base import Drafter, LoopState
 from multidraft.types import DecodeStats, Draft
@@ -16,8 +18,17 @@ from multidraft.verify.base import Verifier
 
 
 def draft_and_verify(lm, prompt_ids: list[int], drafter: Drafter, verifier: Verifier, sampler,
-                     output: OutputCollector, stats: DecodeStats) -> None:
+                     output: OutputCollector, stats: DecodeStats, draft_length: str = "fixed",
+                     policy: Optional[DraftLength] = None) -> None:
+    """Decode until `output` is done. draft_length="adaptive" verifies only as much of each draft as pays for its
+    forward on this machine (decoders/draft_length.py; `policy` replaces the default one); "fixed" verifies every
+    drafted token."""
     started = time.perf_counter()
+    costs = forward_costs(lm)
+    if draft_length != "adaptive":
+        policy = None
+    elif policy is None:
+        policy = DraftLength(costs)
     seq = list(prompt_ids)
     state = LoopState(seq=seq, prompt_length=len(seq), lm=lm, sampler=sampler, stats=stats)
     capture = drafter.capture_options()
@@ -31,8 +42,13 @@ def draft_and_verify(lm, prompt_ids: list[int], drafter: Drafter, verifier: Veri
 
     while not output.done:
         t0 = time.perf_counter()
-        draft = drafter.propose(state, output.remaining - 1) if output.remaining > 1 else Draft()
-        draft = _within_budget(draft, output.remaining - 1)
+        budget = output.remaining - 1
+        if policy is not None and budget > 0:
+            budget = policy.request_depth(budget)
+        draft = drafter.propose(state, budget) if budget > 0 else Draft()
+        draft = _within_budget(draft, budget)
+        if policy is not None and drafter.cuttable:
+            draft = _within_budget(draft, policy.choose(draft.depths()))
         draft.validate(lm.vocab_size)
         stats.draft_time += time.perf_counter() - t0
 
@@ -40,11 +56,14 @@ def draft_and_verify(lm, prompt_ids: list[int], drafter: Drafter, verifier: Veri
         forward_output = lm.forward(cache, [seq[-1]] + draft.token_ids,
                                     parents=[-1] + [p + 1 for p in draft.parents], **capture)
         stats.target_calls += 1
+        costs.record(len(draft) + 1, forward_output.seconds)
         t1 = time.perf_counter()
         verdict = verifier.verify(draft, forward_output.logits, sampler, first_position=len(seq))
         stats.verify_time += forward_output.seconds + time.perf_counter() - t1
 
         accepted = verdict.accepted_nodes
+        if policy is not None and draft.token_ids:
+            policy.observe(max(draft.depths()), len(accepted))
         cache.keep(past + 1, [past + 1 + node for node in accepted])
         new_tokens = [draft.token_ids[node] for node in accepted] + [verdict.next_token]
         kept = output.add(new_tokens)
@@ -62,6 +81,8 @@ def _within_budget(draft: Draft, max_depth: int) -> Draft:
     """Drop nodes deeper than the token budget, so the loop never generates past max_new_tokens."""
     if not draft.token_ids:
         return draft
+    if max_depth <= 0:
+        return Draft()
     depths = draft.depths()
     if max(depths) <= max_depth:
         return draft

@@ -36,6 +36,10 @@ class Drafter:
     """
 
     name = "drafter"
+    # True when any root-side prefix of a draft is itself a valid draft of this drafter: deterministic drafts with no
+    # per-node state (prompt lookup, PLD+, suffix, blockwise). Then draft_length="adaptive" may verify less than was
+    # proposed; sampled drafts are only limited before proposing (cutting them by their realised shape biases them).
+    cuttable = False
     hidden_layer: Optional[int] = None
     attention_heads: Optional[Sequence[tuple[int, int]]] = None
 

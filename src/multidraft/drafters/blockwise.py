@@ -142,6 +142,7 @@ class BlockwiseDrafter(Drafter):
     """BPD heads + lattice strategy as a drafter of the one draft-and-verify loop. Lossless (greedy)."""
 
     name = "blockwise"
+    cuttable = True
 
     def __init__(self, heads, strategy: BlockwiseStrategy, num_heads: Optional[int] = None,
                  num_layers: Optional[int] = None):

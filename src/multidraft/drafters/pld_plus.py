@@ -38,6 +38,7 @@ class PLDPlusDrafter(Drafter):
     """Copies the continuation of the best-ranked earlier occurrence of the last token."""
 
     name = "pld_plus"
+    cuttable = True
 
     def __init__(self, lm, rank_by: str = "hidden", num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS,
                  short_draft_tokens: Optional[int] = DEFAULT_SHORT_DRAFT_TOKENS,

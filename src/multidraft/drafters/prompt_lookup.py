@@ -62,6 +62,7 @@ class PromptLookupDrafter(Drafter):
     """`method="pld"`: drafts copied from the context (prompt and generated text). Lossless."""
 
     name = "pld"
+    cuttable = True
 
     def __init__(self, max_ngram: int = 3, num_draft_tokens: int = 10, variant: str = "hf"):
         validation.positive_int("max_ngram", max_ngram)

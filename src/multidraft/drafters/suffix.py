@@ -37,6 +37,7 @@ class SuffixDrafter(Drafter):
     """Drafts trees from the context's and the store's suffix automata."""
 
     name = "suffix"
+    cuttable = True
 
     def __init__(self, lm, store: Optional[SuffixStore] = None, max_draft_tokens: int = DEFAULT_MAX_DRAFT_TOKENS,
                  alpha: float = DEFAULT_ALPHA, min_token_prob: float = DEFAULT_MIN_TOKEN_PROB,

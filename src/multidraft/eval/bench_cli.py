@@ -34,6 +34,9 @@ def register(subparsers) -> None:
     parser.add_argument("--runner", choices=["auto", "eager", "fast"], default="auto",
                         help="auto: the fast runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), "
                              "else eager; HF generate() peers always run stock")
+    parser.add_argument("--draft-length", choices=["adaptive", "fixed"], default="adaptive",
+                        help="adaptive: verify only as much of each draft as pays for its forward on this machine (same tokens, '
+                             "measured costs); fixed: every drafted token, as the papers do")
     parser.add_argument("--option", "-o", action="append", default=[], metavar="METHOD.NAME=VALUE",
                         help="a method option, e.g. -o pld.num_draft_tokens=8 (value parsed as JSON when possible)")
     parser.add_argument("--out", default=None, help=f"output folder (default {DEFAULT_OUT}/MODEL); an existing one "
@@ -104,7 +107,7 @@ def run_bench_command(args) -> int:
     config = BenchConfig(model=args.model, draft=args.draft, tasks=_split(args.tasks), methods=_split(args.methods),
                          max_new_tokens=args.max_new_tokens, limit=args.limit, seed=args.seed,
                          dtype=None if args.dtype == "auto" else args.dtype, options=parse_method_options(args.option),
-                         runner=args.runner, device=args.device)
+                         runner=args.runner, device=args.device, draft_length=args.draft_length)
     # Bad input fails before any model is loaded.
     config.validate()
     check_tasks(config.tasks)

@@ -112,7 +112,8 @@ def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
                "peer": method.peer, "lossless": method.lossless, "temperature": method.temperature or 0.0,
                "options": method.options, "error": None, "load_average": os.getloadavg()[0],
                "dtype": str(lm.dtype).removeprefix("torch."), "device": str(lm.device),
-               "runner": getattr(lm, "runner", "eager"), "runner_setup_s": getattr(lm, "runner_setup_seconds", 0.0)}
+               "runner": getattr(lm, "runner", "eager"), "runner_setup_s": getattr(lm, "runner_setup_seconds", 0.0),
+               "draft_length": getattr(lm, "draft_length", None) or "fixed"}
         try:
             row.update(run_method(lm, draft_lm, item, method, config, quality=_needs_quality(method)))
         except (KeyboardInterrupt, SystemExit):
@@ -143,5 +144,6 @@ def warm_up(lm, draft_lm, item, methods: list[BenchMethod], config) -> None:
 def load_models(config):
     from multidraft.models.load import load_model
     lm = load_model(config.model, dtype=config.dtype, device=config.device, runner=config.runner)
+    lm.draft_length = config.draft_length
     draft_lm = load_model(config.draft, dtype=config.dtype, device=config.device, runner=config.runner) if config.draft else None
     return lm, draft_lm

@@ -47,6 +47,9 @@ def register(subparsers) -> None:
     add_device_argument(parser)
     parser.add_argument("--runner", choices=["auto", "eager", "fast"], default="auto",
                         help="auto: the fast runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), else eager")
+    parser.add_argument("--draft-length", choices=["adaptive", "fixed"], default="adaptive",
+                        help="adaptive: verify only as much of each draft as pays for its forward on this machine (same tokens, '
+                             "measured costs); fixed: every drafted token, as the papers do")
     parser.add_argument("--max-queue", type=int, default=None,
                         help=f"requests that may wait for the model; more get 429 (default {defaults.max_queue})")
     parser.add_argument("--max-prompt-tokens", type=int, default=None, help=f"default {defaults.max_prompt_tokens}")
@@ -185,6 +188,7 @@ def run_serve(args) -> int:
     try:
         dtype = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
         lm = multidraft.load_model(args.model, dtype=dtype, device=args.device, runner=args.runner)
+        lm.draft_length = args.draft_length
         draft_lm = multidraft.load_model(args.draft, dtype=dtype, device=args.device, runner=args.runner) if args.draft else None
         for name, model in list((config.artifacts.get("rescorer") or {}).items()):
             config.artifacts["rescorer"][name] = multidraft.load_model(model, dtype=lm.dtype, device=str(lm.device))

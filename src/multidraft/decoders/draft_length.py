@@ -1,0 +1,169 @@
+"""How many drafted tokens are worth verifying: the draft length that maximises tokens per second.
+
+Why: a step that verifies a draft of k tokens yields E(k) tokens on average and costs one forward of k + 1 new
+tokens. Where that forward is nearly free (a GPU, or the fast CPU kernel up to ~4 tokens) long drafts pay; where
+it is not (an AVX2 CPU with MKL: 8 new tokens cost ~3.7x one), a 10-token prompt-lookup draft accepted 3 tokens
+deep is slower than plain greedy. This module picks k* = argmax E(k) / cost(k + 1) each step from two things
+measured while decoding:
+
+- `ForwardCosts`: the seconds of the target's verify forwards by number of new tokens, kept per model and runner
+  across requests (an exponential average; the machine's load moves it). Unseen sizes are assumed to cost what
+  the nearest smaller measured size costs, so the policy tries them once and learns (optimism = exploration).
+- `DraftLength`: the request's acceptance, as the chance h_i that a step's run of accepted tokens ends at depth i
+  given that it got there (decayed counts over recent steps), shrunk toward the pooled per-token rejection rate
+  where a depth has little data. E(k) = 1 + S_1 + ... + S_k with S_i = (1 - h_1)...(1 - h_i). Per-depth rates
+  matter for copying drafters: a prompt-lookup draft is often wrong at its first token, but once right it tends
+  to stay right for many tokens, which a single geometric rate would underrate.
+
+Only how much of a draft is verified changes, never how it is verified: every lossless method stays lossless
+(a drafted prefix is still a valid draft, with its draft probabilities).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Optional
+
+MODES = ("fixed", "adaptive")
+
+
+class ForwardCosts:
+    """Seconds of a forward of n new tokens (exponential average per n), for one model and runner."""
+
+    def __init__(self, smoothing: float = 0.25):
+        self.smoothing = smoothing
+        self.seconds: dict[int, float] = {}
+        self._lock = threading.Lock()
+
+    def record(self, num_new: int, seconds: float) -> None:
+        if num_new < 1 or not seconds > 0:
+            return
+        with self._lock:
+            old = self.seconds.get(num_new)
+            self.seconds[num_new] = seconds if old is None else old + self.smoothing * (seconds - old)
+
+    def relative(self, num_new: int) -> float:
+        """cost(num_new) / cost(1); 1.0 while nothing is known. Non-decreasing in num_new."""
+        with self._lock:
+            one = self.seconds.get(1)
+            if one is None:
+                return 1.0
+            worst = one
+            for n, seconds in self.seconds.items():
+                if n <= num_new:
+                    worst = max(worst, seconds)
+            return worst / one
+
+
+_costs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_costs_lock = threading.Lock()
+
+
+def forward_costs(lm) -> ForwardCosts:
+    """The cost table of `lm` on its current runner (one per model object and runner name)."""
+    with _costs_lock:
+        per_runner = _costs.setdefault(lm, {})
+        return per_runner.setdefault(getattr(lm, "runner", "eager"), ForwardCosts())
+
+
+def expected_tokens(rate: float, depth: int) -> float:
+    """E(tokens of a step) = 1 + a + ... + a^depth: accepted drafted tokens plus the verifier's own token."""
+    if rate >= 1.0:
+        return float(depth + 1)
+    return (1.0 - rate ** (depth + 1)) / (1.0 - rate)
+
+
+class DraftLength:
+    """Per-request policy: how deep a draft to ask for and to verify, given the model's forward costs."""
+
+    PROBE_EVERY = 8       # after this many steps that verified nothing, verify one drafted token to re-measure
+    DEPTH_PRIOR = 2.0     # steps' worth of weight of the pooled rate in each depth's rejection rate
+
+    def __init__(self, costs: ForwardCosts, prior_rate: float = 0.6, prior_steps: float = 3.0, decay: float = 0.9):
+        self.costs = costs
+        self.decay = decay
+        self.accepted = prior_rate * prior_steps    # decayed counts of accepted drafted tokens ...
+        self.trials = prior_steps                   # ... and of accept/reject trials
+        self.reached: list[float] = [0.0]           # [i]: decayed steps that verified depth i with 1..i-1 accepted
+        self.rejected: list[float] = [0.0]          # [i]: ... and whose run ended there
+        self._idle_steps = 0
+
+    @property
+    def rate(self) -> float:
+        return self.accepted / self.trials
+
+    def best_depth(self, max_depth: int, nodes_at_depth: Optional[list[int]] = None) -> int:
+        """The depth k in 0..max_depth with the most expected tokens per unit of forward cost.
+
+        nodes_at_depth[k] = nodes of the draft at depth <= k (a tree has several per depth); a chain by default.
+        """
+        expected = self.expected_tokens(max_depth)
+        best, best_value = 0, 1.0 / self.costs.relative(1)
+        for depth in range(1, max_depth + 1):
+            nodes = depth if nodes_at_depth is None else nodes_at_depth[depth]
+            value = expected[depth] / self.costs.relative(nodes + 1)
+            if value > best_value * (1 + 1e-9):
+                best, best_value = depth, value
+        return best
+
+    def expected_tokens(self, max_depth: int) -> list[float]:
+        """[k] = expected tokens of a step that verifies a chain of k drafted tokens, k = 0..max_depth."""
+        pooled = 1.0 - self.rate
+        survival, expected = 1.0, [1.0]
+        for depth in range(1, max_depth + 1):
+            reached = self.reached[depth] if depth < len(self.reached) else 0.0
+            rejected = self.rejected[depth] if depth < len(self.rejected) else 0.0
+            hazard = (rejected + self.DEPTH_PRIOR * pooled) / (reached + self.DEPTH_PRIOR)
+            survival *= 1.0 - hazard
+            expected.append(expected[-1] + survival)
+        return expected
+
+    def request_depth(self, max_depth: int) -> int:
+        """How deep a draft to ask the drafter for (as if it were a chain; at least 1, `choose` may still drop it)."""
+        return max(1, min(max_depth, self.best_depth(max_depth)))
+
+    def choose(self, depths: list[int]) -> int:
+        """How deep to verify the proposed draft, given its nodes' depths (1 = children of the root)."""
+        if not depths:
+            return 0
+        max_depth = max(depths)
+        nodes_at_depth = [0] * (max_depth + 1)
+        for depth in depths:
+            nodes_at_depth[depth] += 1
+        for depth in range(1, max_depth + 1):
+            nodes_at_depth[depth] += nodes_at_depth[depth - 1]
+        best = self.best_depth(max_depth, nodes_at_depth)
+        if best > 0:
+            self._idle_steps = 0
+            return best
+        self._idle_steps += 1
+        if self._idle_steps >= self.PROBE_EVERY:      # verify one token now and then, or the rate is never re-learnt
+            self._idle_steps = 0
+            return 1
+        return 0
+
+    def observe(self, drafted_depth: int, accepted: int) -> None:
+        """One verified step: `accepted` of a draft `drafted_depth` deep (a rejection ends the run)."""
+        if drafted_depth <= 0:
+            return
+        self.accepted = self.decay * self.accepted + accepted
+        self.trials = self.decay * self.trials + accepted + (1 if accepted < drafted_depth else 0)
+        while len(self.reached) <= drafted_depth:
+            self.reached.append(0.0)
+            self.rejected.append(0.0)
+        for depth in range(1, len(self.reached)):
+            self.reached[depth] *= self.decay
+            self.rejected[depth] *= self.decay
+        for depth in range(1, min(accepted + 1, drafted_depth) + 1):
+            self.reached[depth] += 1.0
+        if accepted < drafted_depth:
+            self.rejected[accepted + 1] += 1.0
+
+
+def check_mode(mode) -> str:
+    from multidraft.errors import InvalidOptionError
+
+    if mode not in MODES:
+        raise InvalidOptionError(f"draft_length must be one of {', '.join(MODES)}, got {mode!r}")
+    return mode

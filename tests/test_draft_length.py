@@ -1,0 +1,156 @@
+"""draft_length="adaptive": the policy picks the draft depth with the most tokens per unit of forward cost, and
+cutting drafts that way never changes a lossless method's output (greedy equality for every lossless method, and
+the whole loop's sampling law by a seeded chi-square test)."""
+
+import collections
+import itertools
+
+import pytest
+
+import multidraft
+from multidraft.decoders import speculative
+from multidraft.decoders.draft_length import DraftLength, ForwardCosts, expected_tokens, forward_costs
+from multidraft.methods import METHODS
+from multidraft.verify.multi_draft import MultiDraftVerifier
+from multidraft.decoders.output import OutputCollector
+from multidraft.drafters.draft_model import DraftModelDrafter
+from multidraft.sampling import PositionSampler, SamplingParams
+from multidraft.types import DecodeStats
+from tests.test_draft_model_sampling import LENGTH, PROMPT_IDS, TEMPERATURE, models  # noqa: F401 (a fixture)
+from tests.test_methods import LOSSLESS, PROMPTS, SAMPLED_ONLY, method_options, target  # noqa: F401
+from tests.test_sampling import chi_square_p_value
+
+
+class FrozenCosts(ForwardCosts):
+    """A fixed cost curve: records are ignored, so a test decides what the machine costs."""
+
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = dict(seconds)
+
+    def record(self, num_new, seconds):
+        pass
+
+
+STEEP = FrozenCosts({1: 1.0, 2: 2.0, 3: 2.6, 4: 2.9, 8: 3.7, 16: 5.0})   # an AVX2 CPU with MKL (fast_path.md)
+MODERATE = FrozenCosts({1: 1.0, 2: 1.1, 3: 1.3, 4: 1.6, 8: 2.5})       # depth 1 or 2 is best, as acceptance goes
+FLAT = FrozenCosts({n: 1.0 for n in range(1, 65)})                       # a launch-bound GPU
+
+
+def test_expected_tokens_is_the_mean_of_a_capped_geometric_run():
+    for rate, depth in itertools.product((0.0, 0.3, 0.9, 1.0), range(6)):
+        # P(run >= i) = rate**i for i <= depth; E = 1 (the verifier's token) + sum of those.
+        assert expected_tokens(rate, depth) == pytest.approx(1 + sum(rate ** i for i in range(1, depth + 1)))
+
+
+def test_costs_are_optimistic_and_monotone():
+    costs = ForwardCosts(smoothing=0.5)
+    assert costs.relative(8) == 1.0                  # nothing known: every size looks free, so it gets tried
+    costs.record(1, 1.0)
+    costs.record(4, 3.0)
+    assert costs.relative(2) == 1.0 and costs.relative(4) == 3.0
+    assert costs.relative(6) == 3.0                  # unseen: the nearest smaller size's cost
+    costs.record(8, 2.0)                             # noise: cheaper than 4 tokens
+    assert costs.relative(8) == 3.0                  # never below a smaller size's cost
+    costs.record(4, 1.0)
+    assert costs.relative(4) == pytest.approx(2.0)   # exponential average
+    costs.record(3, float("nan"))
+    costs.record(0, 1.0)
+    assert 3 not in costs.seconds and 0 not in costs.seconds
+
+
+def test_policy_drafts_long_when_forwards_are_flat_and_short_when_steep():
+    assert DraftLength(FLAT).request_depth(10) == 10
+    steep = DraftLength(STEEP)
+    assert 1 <= steep.request_depth(10) <= 3
+    for _ in range(30):                              # a request whose drafts are always fully accepted
+        steep.observe(10, 10)
+    assert steep.rate > 0.95 and steep.request_depth(15) >= 7       # long runs: long drafts pay even here
+
+
+def test_per_depth_rates_see_that_a_right_copy_stays_right():
+    """Runs that end at depth 1 or reach 8 (a copy is wrong at once or right throughout): E(k) = 1 + k/2 exactly;
+    one pooled per-token rate (80 accepted of 90 trials) would call it geometric and get every depth wrong."""
+    policy = DraftLength(STEEP, decay=1.0)
+    for accepted in [0, 8] * 10:
+        policy.observe(8, accepted)
+    expected = policy.expected_tokens(8)
+    for depth in range(9):
+        assert expected[depth] == pytest.approx(1 + depth / 2, abs=0.25), depth
+    assert abs(expected_tokens(policy.rate, 8) - 5) > 0.5
+
+
+def test_policy_stops_verifying_when_nothing_is_accepted_but_probes():
+    policy = DraftLength(STEEP)
+    for _ in range(20):
+        policy.observe(3, 0)
+    choices = [policy.choose([1, 2, 3]) for _ in range(DraftLength.PROBE_EVERY * 2)]
+    assert choices.count(0) == len(choices) - 2 and choices.count(1) == 2
+
+
+def test_tree_drafts_are_cut_where_their_nodes_make_the_forward_too_expensive():
+    policy = DraftLength(STEEP)
+    for _ in range(10):
+        policy.observe(4, 3)                         # rate 0.75
+    chain = policy.choose([1, 2, 3, 4])
+    wide = policy.choose([1] * 5 + [2] * 5 + [3] * 5)    # 5 branches: 5 nodes per depth
+    assert chain >= 3 and wide < chain
+
+
+@pytest.fixture
+def steep_costs(monkeypatch):
+    monkeypatch.setattr(speculative, "forward_costs", lambda lm: STEEP)
+
+
+@pytest.mark.parametrize("name", [n for n in LOSSLESS if n not in SAMPLED_ONLY and METHODS[n].make_drafter])
+def test_adaptive_drafts_keep_every_lossless_method_equal_to_greedy(target, steep_costs, name):  # noqa: F811
+    lm, artifacts = target
+    options = method_options(name, artifacts)
+    for prompt in PROMPTS:
+        want = multidraft.generate(lm, prompt, method="greedy", max_new_tokens=24).token_ids
+        fixed = multidraft.generate(lm, prompt, method=name, max_new_tokens=24, **options)
+        adaptive = multidraft.generate(lm, prompt, method=name, max_new_tokens=24, draft_length="adaptive",
+                                       **options)
+        assert adaptive.token_ids == want == fixed.token_ids, (name, prompt)
+        if fixed.stats.draft_tokens_proposed:        # the steep curve must actually have cut something
+            assert adaptive.stats.draft_tokens_proposed < fixed.stats.draft_tokens_proposed, name
+
+
+def test_adaptive_learns_the_costs_of_the_model_it_runs(target):  # noqa: F811
+    lm, _ = target
+    multidraft.generate(lm, PROMPTS[0], method="pld", max_new_tokens=16, draft_length="adaptive")
+    assert 1 in forward_costs(lm).seconds
+
+
+def test_unknown_draft_length_is_a_clear_error(target):  # noqa: F811
+    with pytest.raises(multidraft.InvalidOptionError, match="draft_length"):
+        multidraft.generate(target[0], PROMPTS[0], method="pld", draft_length="short")
+
+
+@pytest.mark.slow
+def test_adaptive_loop_samples_the_target_law(models):  # noqa: F811
+    """Depths chosen from the acceptance history (between 1 and 2 here) keep the law exact."""
+    target_lm, draft_lm, law = models
+    runs, counts, accepted, depths = 1000, collections.Counter(), 0, set()
+    for seed in range(runs):
+        stats, output = DecodeStats(), OutputCollector(target_lm, LENGTH)
+        drafter = DraftModelDrafter(draft_lm, 2, 3, [1.0, 1.3])
+        policy_depths = _recording_policy(depths)
+        speculative.draft_and_verify(target_lm, PROMPT_IDS, drafter, MultiDraftVerifier("specinfer"),
+                                     PositionSampler(SamplingParams(TEMPERATURE, seed=seed)), output, stats,
+                                     draft_length="adaptive", policy=policy_depths)
+        counts[tuple(output.token_ids)] += 1
+        accepted += stats.draft_tokens_accepted
+    assert accepted > runs // 4, f"only {accepted} draft tokens accepted: too few for this test to mean anything"
+    assert len(depths) > 1, f"the policy always asked for depth {depths}: nothing adaptive was tested"
+    p_value = chi_square_p_value(law, counts, runs)
+    assert p_value > 1e-3, f"adaptive draft length deviates from the target law (chi-square p = {p_value:.2e})"
+
+
+def _recording_policy(depths):
+    class Recording(DraftLength):
+        def request_depth(self, max_depth):
+            depth = super().request_depth(max_depth)
+            depths.add(depth)
+            return depth
+    return Recording(MODERATE)
