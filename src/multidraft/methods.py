@@ -2,7 +2,7 @@
 
 A row names the method, whether it is lossless, its options with defaults, the artifacts it needs, and how it
 runs: a drafter factory (plus an optional verifier factory; greedy match / sample-and-match otherwise) for the one
-loop of `multidraft.decoders.speculative`, or `run` for a method with its own decoder. Drafter modules only define
+loop of `multidraft.decoders.loop`, or `run` for a method with its own decoder. Drafter modules only define
 factories; nothing registers itself on import. To add a method: import its factory below and add one row to
 `_ROWS` (the parametrized tests in tests/test_methods.py then cover it).
 """
