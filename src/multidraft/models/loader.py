@@ -19,7 +19,7 @@ from typing import Optional, Union
 
 from multidraft.errors import CorruptCacheError, InvalidOptionError, ModelNotFoundError, MultidraftError
 from multidraft.fsutil import sha256_file
-from multidraft.models import cache, integrity, registry
+from multidraft.models import integrity, model_store, registry
 from multidraft.models.device import configure_cuda, parse_device
 from multidraft.models.pulling import convert_gguf, pull  # noqa: F401  (pull is part of this module's API)
 from multidraft.models.registry import ModelSpec
@@ -85,7 +85,7 @@ def resolve(name_or_path: Union[str, os.PathLike]) -> ResolvedModel:
     if not name.strip():
         raise ModelNotFoundError(_unknown_message(name))
     if registry.is_alias(name):
-        return ResolvedModel(name, "alias", cache.require_alias(name), registry.get_spec(name))
+        return ResolvedModel(name, "alias", model_store.require_alias(name), registry.get_spec(name))
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -129,9 +129,9 @@ def hf_folder(resolved: ResolvedModel, progress: bool = True) -> Path:
     if resolved.kind != "gguf":
         return resolved.path
     digest = sha256_file(resolved.path)
-    folder = cache.gguf_entry_dir(digest)
-    if not cache.check_entry(folder, digest).ok:
-        cache.sweep_partials(folder.parent, folder.name)
+    folder = model_store.gguf_entry_dir(digest)
+    if not model_store.check_entry(folder, digest).ok:
+        model_store.sweep_partials(folder.parent, folder.name)
         details = {"source": {"gguf_path": str(resolved.path), "gguf_size": resolved.path.stat().st_size}}
         convert_gguf(resolved.path, folder, digest, progress=progress, details=details)
     return folder
@@ -201,8 +201,8 @@ def load_tokenizer(name_or_path):
     with offline_env(), _read_errors(resolved, folder, tokenizer=True):
         if resolved.kind == "gguf":
             digest = sha256_file(resolved.path)
-            folder = cache.gguf_entry_dir(digest)
-            if not cache.check_entry(folder, digest).ok:  # not converted yet: read the GGUF's own tokenizer
+            folder = model_store.gguf_entry_dir(digest)
+            if not model_store.check_entry(folder, digest).ok:  # not converted yet: read the GGUF's own tokenizer
                 return AutoTokenizer.from_pretrained(str(resolved.path.parent), gguf_file=resolved.path.name,
                                                      local_files_only=True)
         return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
@@ -237,9 +237,9 @@ def load_hf_model(name_or_path, dtype=None, device=None, attn_implementation: st
 
 def _repair(resolved: ResolvedModel) -> str:
     if resolved.kind == "alias":
-        return cache.repair_hint(resolved.name)
+        return model_store.repair_hint(resolved.name)
     if resolved.kind == "gguf":
-        return f"delete {cache.gguf_entry_dir(sha256_file(resolved.path))} and load the GGUF file again to reconvert it"
+        return f"delete {model_store.gguf_entry_dir(sha256_file(resolved.path))} and load the GGUF file again to reconvert it"
     return "download or save the model folder again"
 
 
