@@ -186,7 +186,7 @@ def _cached(key, make):
 def resolve_rescorer(lm, rescorer):
     """A neural rescoring LM (alias, path or LM) that must share lm's tokenizer."""
     if isinstance(rescorer, (str, Path)):
-        from multidraft.models.load import load_model
+        from multidraft.models.loader import load_model
 
         rescorer = _cached(("lm", str(rescorer)), lambda: load_model(str(rescorer), dtype=lm.dtype))
     if model_vocab_fingerprint(rescorer) != model_vocab_fingerprint(lm):

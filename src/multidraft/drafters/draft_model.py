@@ -332,7 +332,7 @@ def resolve_draft_model(draft_model, target: LM, method: str) -> LM:
     if isinstance(draft_model, (str, os.PathLike)):
         key = (os.fspath(draft_model), str(target.dtype), str(target.device))
         if key not in _loaded_drafts:
-            from multidraft.models.load import load_model
+            from multidraft.models.loader import load_model
             _loaded_drafts.clear()          # keep at most one loaded draft model alive
             _loaded_drafts[key] = load_model(os.fspath(draft_model), dtype=target.dtype, device=target.device,
                                              runner=getattr(target, "runner", "eager"))

@@ -46,7 +46,7 @@ def _train(args) -> int:
     from multidraft.heads.data import build_hidden_cache, load_hidden_cache
     from multidraft.heads.store import default_heads_path
     from multidraft.heads.train import TrainConfig, train_heads
-    from multidraft.models.load import load_model
+    from multidraft.models.loader import load_model
 
     if args.tokens < 1024:
         raise InvalidOptionError(f"--tokens must be >= 1024, got {args.tokens}")

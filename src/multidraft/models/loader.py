@@ -21,30 +21,12 @@ from multidraft.errors import CorruptCacheError, InvalidOptionError, ModelNotFou
 from multidraft.fsutil import sha256_file
 from multidraft.models import integrity, model_store, registry
 from multidraft.models.device import configure_cuda, parse_device
+from multidraft.models.offline import offline_env
 from multidraft.models.pulling import convert_gguf, pull  # noqa: F401  (pull is part of this module's API)
 from multidraft.models.registry import ModelSpec
 from multidraft.tokenizer_identity import vocab_fingerprint
 
-_OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-for _var in _OFFLINE_VARS:
-    os.environ.setdefault(_var, "1")
-
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-
-
-@contextlib.contextmanager
-def offline_env():
-    """Force the HF libraries offline for the duration of the block."""
-    saved = {var: os.environ.get(var) for var in _OFFLINE_VARS}
-    os.environ.update({var: "1" for var in _OFFLINE_VARS})
-    try:
-        yield
-    finally:
-        for var, value in saved.items():
-            if value is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = value
 
 
 @dataclass(frozen=True)
@@ -206,6 +188,17 @@ def load_tokenizer(name_or_path):
                 return AutoTokenizer.from_pretrained(str(resolved.path.parent), gguf_file=resolved.path.name,
                                                      local_files_only=True)
         return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+
+
+def load_model(name_or_path, dtype=None, device=None, runner: str = "eager", **kwargs) -> "LM":  # noqa: F821
+    """The HF model and tokenizer of `load_hf_model` wrapped in the `LM` runner. runner: "eager", "fast" or "auto"
+    (see `LM.use_runner`)."""
+    from transformers.utils import logging as hf_logging
+
+    from multidraft.models.runner import LM    # here, not at the top: `multidraft.models` stays light to import
+    hf_logging.disable_progress_bar()          # our own progress bars cover the long steps (pull, convert)
+    model, tokenizer, info = load_hf_model(name_or_path, dtype=dtype, device=device, **kwargs)
+    return LM(model, tokenizer, name=getattr(info, "name", str(name_or_path)), info=info, runner=runner)
 
 
 def load_hf_model(name_or_path, dtype=None, device=None, attn_implementation: str = "sdpa", progress: bool = True):

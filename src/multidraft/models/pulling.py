@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 from multidraft.errors import CorruptCacheError, MultidraftError
 from multidraft.fsutil import atomic_path, sha256_file
 from multidraft.models import model_store
+from multidraft.models.offline import offline_env
 from multidraft.models.registry import Chunk, ModelSpec, get_spec
 
 _BLOCK = 1 << 20
@@ -186,8 +187,6 @@ def _convert_into(gguf: Path, folder: Path, bar) -> dict:
     """The transformers part of the conversion: GGUF -> bf16 HF weights + tokenizer saved in `folder`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from multidraft.models.loader import offline_env
 
     if getattr(bar, "disable", False):          # --no-progress: transformers' own bars ("Writing model shards") too
         from transformers.utils import logging as hf_logging
