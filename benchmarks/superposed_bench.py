@@ -5,7 +5,7 @@ larger model. Runs `multidraft.eval.superposed_eval` and prints a markdown repor
     python benchmarks/superposed_bench.py --model smollm2-135m --quality-prefixes 0   # latency only
     python benchmarks/superposed_bench.py --latency-prefixes 0 --quality-prefixes 100
 
-Needs the default n-gram file: `python -m multidraft.ngram_defaults --model qwen2.5-coder-0.5b`.
+Needs the default n-gram file: `multidraft ngram build-default --model qwen2.5-coder-0.5b`.
 Times are wall clock; the machine's load average at start and end is printed beside them (on a shared
 machine only ratios measured side by side in one run mean anything).
 """

@@ -62,7 +62,7 @@ def test_missing_ngram_files_name_the_build_command(tiny_llama, tmp_path, monkey
     with pytest.raises(DataNotFoundError, match="multidraft ngram build"):
         multidraft.generate(tiny_llama, "the cat", method="blockwise", max_new_tokens=4, heads=heads,
                             ngram_path=str(tmp_path / "missing.ngram"))
-    with pytest.raises(DataNotFoundError, match="multidraft.ngram_defaults --model"):
+    with pytest.raises(DataNotFoundError, match="multidraft ngram build-default --model"):
         multidraft.generate(tiny_llama, "the cat", method="blockwise", max_new_tokens=4, heads=heads)
 
 

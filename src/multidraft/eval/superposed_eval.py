@@ -43,7 +43,7 @@ def _usable_paragraph(text: str, min_chars: int = 120) -> Optional[str]:
 def eval_prefixes(tokenizer, count: int, length: int = 15, corpora: Sequence[str] = ("sharegpt", "linux-doc"),
                   skip: int = 0) -> list[list[int]]:
     """`count` prefixes of `length` tokens, one per held-out document, alternating between corpora."""
-    from multidraft.ngram_defaults import iter_corpus_documents
+    from multidraft.ngram.defaults import iter_corpus_documents
 
     # ShareGPT: the first assistant answer of each held-out conversation (one prefix per conversation).
     streams = [iter_corpus_documents(name, held_out=True, roles=("gpt",), first_message_only=True)
@@ -194,7 +194,7 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--scorer", default="qwen2.5-coder-1.5b", help="larger model with the same tokenizer")
-    parser.add_argument("--ngram", help="n-gram file (default: the model's default file, see multidraft.ngram_defaults)")
+    parser.add_argument("--ngram", help="n-gram file (default: the model's default file, built by `multidraft ngram build-default`)")
     parser.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3, 4, 8])
     parser.add_argument("--k", type=int, default=3, help="drafts in the quality evaluation")
     parser.add_argument("--prefix-tokens", type=int, default=15)
