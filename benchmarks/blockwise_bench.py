@@ -20,10 +20,10 @@ import numpy as np
 import torch
 
 import multidraft
-from multidraft.drafters.blockwise import BlockwiseStrategy, NeuralScorer, NGramScorer
+from multidraft.blockwise import load_heads
+from multidraft.blockwise.drafter import BlockwiseStrategy, NeuralScorer, NGramScorer
+from multidraft.blockwise.evaluation import OfflineRun, analyse, h_max
 from multidraft.ngram.resolve import resolve_ngram
-from multidraft.eval.blockwise_eval import OfflineRun, analyse, h_max
-from multidraft.heads import load_heads
 
 
 def prompts(task: str, limit: int):

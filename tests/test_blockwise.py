@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import multidraft
-from multidraft.drafters.blockwise import BlockwiseStrategy
-from multidraft.drafters.lattice import oracle_length
+from multidraft.blockwise.drafter import BlockwiseStrategy
+from multidraft.blockwise.lattice import oracle_length
 from multidraft.errors import InvalidOptionError, MultidraftError
-from multidraft.eval.blockwise_eval import OfflineRun, analyse
+from multidraft.blockwise.evaluation import OfflineRun, analyse
 from multidraft.ngram import NGramModel, build
 from multidraft.ngram.corpus import tokenizer_fingerprint
 from multidraft.models.runner import LM
@@ -140,7 +140,7 @@ _SAVED = {}
 def _saved(heads, lm):
     import tempfile
 
-    from multidraft.heads import save_heads
+    from multidraft.blockwise import save_heads
     if "path" not in _SAVED:
         _SAVED["path"] = save_heads(heads, tempfile.mkdtemp() + "/h.pt", lm)
     return str(_SAVED["path"])
@@ -152,9 +152,9 @@ def test_smollm_trained_heads_greedy_equality(smollm, tmp_path):
     whatever their quality), an n-gram counted on real text, and a neural rescorer: every mode equals greedy."""
     import inspect
 
-    from multidraft.heads import load_heads
-    from multidraft.heads.data import hidden_rows
-    from multidraft.heads.train import TrainConfig, train_heads
+    from multidraft.blockwise import load_heads
+    from multidraft.blockwise.heads_data import hidden_rows
+    from multidraft.blockwise.heads_train import TrainConfig, train_heads
 
     texts = [inspect.getsource(module) for module in (copy, inspect)]
     data = hidden_rows(smollm, [smollm.encode(text)[:192] for text in texts])

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import multidraft
-from multidraft.decoders.superposed_ngram import interpolate
+from multidraft.superposed.ngram_mixture import interpolate
 from multidraft.errors import DataNotFoundError, InvalidOptionError, TokenizerMismatchError
 from multidraft.models.runner import LM
 from multidraft.ngram import build

@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 # Leaf modules only (never the package root `multidraft`, which imports api -> this module).
+from multidraft.blockwise import drafter as blockwise
 from multidraft.decoders.builtin_methods import check_beam, check_pld, make_pld_drafter, run_autoregressive, run_beam
-from multidraft.decoders.superposed import OPTIONS as SUPERPOSED_OPTIONS
-from multidraft.decoders.superposed import _run_superposed as run_superposed
-from multidraft.decoders.superposed import check_options as check_superposed
-from multidraft.drafters import bild, blockwise, draft_model, pld_plus, suffix
+from multidraft.drafters import bild, draft_model, pld_plus, suffix
 from multidraft.errors import InvalidOptionError, UnknownMethodError
+from multidraft.superposed.decoder import OPTIONS as SUPERPOSED_OPTIONS
+from multidraft.superposed.decoder import check_options as check_superposed
+from multidraft.superposed.decoder import run_superposed
 from multidraft.verify.bild import BiLDVerifier
 from multidraft.verify.mtad import MTADVerifier
 from multidraft.verify.multi_draft import SELECTION_SCHEMES, MultiDraftVerifier

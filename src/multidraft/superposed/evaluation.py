@@ -1,7 +1,7 @@
 """Superposed Decoding evaluation (spd.md §5): latency vs k and draft quality, as in the paper's setting
 (15-token prefixes of real text, 10 new tokens, batch size 1).
 
-    python -m multidraft.eval.superposed_eval --model qwen2.5-coder-0.5b --scorer qwen2.5-coder-1.5b \\
+    python -m multidraft.superposed.evaluation --model qwen2.5-coder-0.5b --scorer qwen2.5-coder-1.5b \\
         --ks 1 2 3 4 8 --latency-prefixes 5 --quality-prefixes 100 --out spd_eval.json
 
 Latency: mean wall time per prefix for k drafts by SPD (one pass), by k sequential nucleus runs (HF
@@ -190,7 +190,7 @@ def quality(lm, scorer, prefixes, k: int = 3, G: int = 10, ngram=None, seed: int
 def main(argv=None) -> int:
     from multidraft.errors import MultidraftError
 
-    parser = argparse.ArgumentParser(prog="python -m multidraft.eval.superposed_eval", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m multidraft.superposed.evaluation", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--scorer", default="qwen2.5-coder-1.5b", help="larger model with the same tokenizer")
