@@ -8,9 +8,9 @@ import torch
 
 import multidraft
 from multidraft.blockwise.drafter import BlockwiseStrategy
-from multidraft.blockwise.lattice import oracle_length
-from multidraft.errors import InvalidOptionError, MultidraftError
 from multidraft.blockwise.evaluation import OfflineRun, analyse
+from multidraft.blockwise.lattice import matched_length, oracle_length
+from multidraft.errors import InvalidOptionError, MultidraftError
 from multidraft.ngram import NGramModel, build
 from multidraft.ngram.corpus import tokenizer_fingerprint
 from multidraft.models.runner import LM
@@ -101,6 +101,21 @@ def test_offline_evaluator_matches_online_loop(tiny_llama, tiny_ngram):
     for decided in range(1, run.total):
         gains = [oracle_length(run.lattice(decided, k), run.future(decided)) for k in (1, 2, 4)]
         assert gains == sorted(gains), (decided, gains)
+    # ... and the oracle path of a lattice matches at least as far as any strategy's drafts through that lattice.
+    strategies = [BlockwiseStrategy("none", 4, 3), BlockwiseStrategy("ngram", 4, 3, 1.0, tiny_ngram, 3),
+                  BlockwiseStrategy("ngram", 2, 1, 1.0, tiny_ngram, 2)]
+    checked = 0
+    for decided in range(run.total):
+        future = run.future(decided)
+        for strategy in strategies:
+            lattice = run.lattice(decided, strategy.lattice_k)
+            if lattice is None:
+                continue
+            drafts = strategy.drafts(lattice, run.context(decided))
+            best = max(matched_length(draft, future) for draft in drafts)
+            assert oracle_length(lattice, future) >= best, (decided, strategy.rescoring)
+            checked += 1
+    assert checked >= len(strategies) * (run.total - 1)
     wtl = report["win_tie_loss"]
     assert wtl["wins"] + wtl["ties"] + wtl["losses"] == report["steps"] - (1 if len(lm.encode(PROMPTS[-1])) < 2 else 0)
 
