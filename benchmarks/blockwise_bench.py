@@ -20,10 +20,10 @@ import numpy as np
 import torch
 
 import multidraft
-from multidraft.drafters.blockwise import BlockwiseStrategy, NeuralScorer, NGramScorer
+from multidraft.blockwise import load_heads
+from multidraft.blockwise.drafter import BlockwiseStrategy, NeuralScorer, NGramScorer
+from multidraft.blockwise.evaluation import OfflineRun, analyse, h_max
 from multidraft.ngram.resolve import resolve_ngram
-from multidraft.eval.blockwise_eval import OfflineRun, analyse, h_max
-from multidraft.heads import load_heads
 
 
 def prompts(task: str, limit: int):
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rescorer", help="smaller LM with the same tokenizer for neural local rescoring "
                                        "(default: the n-gram model stands in)")
     ap.add_argument("--dtype", default="auto", help="auto (bf16 where the CPU has it), bfloat16 or float32")
-    ap.add_argument("--ngram-path", help="n-gram file (default: multidraft.ngram_defaults' file)")
+    ap.add_argument("--ngram-path", help="n-gram file (default: the file of `multidraft ngram build-default`)")
     ap.add_argument("--ngram-order", type=int, default=3)
     ap.add_argument("--alpha", type=float, default=1.0)
     ap.add_argument("--alphas", default="0.25,0.5,1,2", help="alpha sweep for ngram 1-best (same prompts)")

@@ -124,7 +124,7 @@ def load(spec: str, dtype: str) -> tuple[LM, list]:
 
 def heads_for(lm: LM):
     """Random blockwise heads (greedy matching keeps the output exact whatever the heads draft)."""
-    from multidraft.heads import BlockwiseHeads
+    from multidraft.blockwise import BlockwiseHeads
 
     torch.manual_seed(0)
     heads = BlockwiseHeads(4, lm.hidden_size, 64)

@@ -1,11 +1,11 @@
 """Superposed Decoding benchmark: latency vs k against nucleus sampling, and draft quality scored by a
-larger model. Runs `multidraft.eval.superposed_eval` and prints a markdown report.
+larger model. Runs `multidraft.superposed.evaluation` and prints a markdown report.
 
     python benchmarks/superposed_bench.py                                  # qwen2.5-coder-0.5b, 1.5b scores
     python benchmarks/superposed_bench.py --model smollm2-135m --quality-prefixes 0   # latency only
     python benchmarks/superposed_bench.py --latency-prefixes 0 --quality-prefixes 100
 
-Needs the default n-gram file: `python -m multidraft.ngram_defaults --model qwen2.5-coder-0.5b`.
+Needs the default n-gram file: `multidraft ngram build-default --model qwen2.5-coder-0.5b`.
 Times are wall clock; the machine's load average at start and end is printed beside them (on a shared
 machine only ratios measured side by side in one run mean anything).
 """
@@ -51,7 +51,7 @@ def report(results: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from multidraft.eval import superposed_eval
+    from multidraft.superposed import evaluation as superposed_eval
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")

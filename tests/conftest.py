@@ -41,7 +41,7 @@ def tiny_ngram(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def smollm():
-    from multidraft.models.load import load_model
+    from multidraft.models.loader import load_model
     from multidraft.errors import ModelNotFoundError
     try:
         return load_model("smollm2-135m", dtype=torch.float32)

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import multidraft
-from multidraft.drafters.blockwise import BlockwiseStrategy
-from multidraft.drafters.lattice import oracle_length
+from multidraft.blockwise.drafter import BlockwiseStrategy
+from multidraft.blockwise.evaluation import OfflineRun, analyse
+from multidraft.blockwise.lattice import matched_length, oracle_length
 from multidraft.errors import InvalidOptionError, MultidraftError
-from multidraft.eval.blockwise_eval import OfflineRun, analyse
 from multidraft.ngram import NGramModel, build
 from multidraft.ngram.corpus import tokenizer_fingerprint
 from multidraft.models.runner import LM
@@ -62,7 +62,7 @@ def test_missing_ngram_files_name_the_build_command(tiny_llama, tmp_path, monkey
     with pytest.raises(DataNotFoundError, match="multidraft ngram build"):
         multidraft.generate(tiny_llama, "the cat", method="blockwise", max_new_tokens=4, heads=heads,
                             ngram_path=str(tmp_path / "missing.ngram"))
-    with pytest.raises(DataNotFoundError, match="multidraft.ngram_defaults --model"):
+    with pytest.raises(DataNotFoundError, match="multidraft ngram build-default --model"):
         multidraft.generate(tiny_llama, "the cat", method="blockwise", max_new_tokens=4, heads=heads)
 
 
@@ -101,6 +101,21 @@ def test_offline_evaluator_matches_online_loop(tiny_llama, tiny_ngram):
     for decided in range(1, run.total):
         gains = [oracle_length(run.lattice(decided, k), run.future(decided)) for k in (1, 2, 4)]
         assert gains == sorted(gains), (decided, gains)
+    # ... and the oracle path of a lattice matches at least as far as any strategy's drafts through that lattice.
+    strategies = [BlockwiseStrategy("none", 4, 3), BlockwiseStrategy("ngram", 4, 3, 1.0, tiny_ngram, 3),
+                  BlockwiseStrategy("ngram", 2, 1, 1.0, tiny_ngram, 2)]
+    checked = 0
+    for decided in range(run.total):
+        future = run.future(decided)
+        for strategy in strategies:
+            lattice = run.lattice(decided, strategy.lattice_k)
+            if lattice is None:
+                continue
+            drafts = strategy.drafts(lattice, run.context(decided))
+            best = max(matched_length(draft, future) for draft in drafts)
+            assert oracle_length(lattice, future) >= best, (decided, strategy.rescoring)
+            checked += 1
+    assert checked >= len(strategies) * (run.total - 1)
     wtl = report["win_tie_loss"]
     assert wtl["wins"] + wtl["ties"] + wtl["losses"] == report["steps"] - (1 if len(lm.encode(PROMPTS[-1])) < 2 else 0)
 
@@ -140,7 +155,7 @@ _SAVED = {}
 def _saved(heads, lm):
     import tempfile
 
-    from multidraft.heads import save_heads
+    from multidraft.blockwise import save_heads
     if "path" not in _SAVED:
         _SAVED["path"] = save_heads(heads, tempfile.mkdtemp() + "/h.pt", lm)
     return str(_SAVED["path"])
@@ -152,9 +167,9 @@ def test_smollm_trained_heads_greedy_equality(smollm, tmp_path):
     whatever their quality), an n-gram counted on real text, and a neural rescorer: every mode equals greedy."""
     import inspect
 
-    from multidraft.heads import load_heads
-    from multidraft.heads.data import hidden_rows
-    from multidraft.heads.train import TrainConfig, train_heads
+    from multidraft.blockwise import load_heads
+    from multidraft.blockwise.heads_data import hidden_rows
+    from multidraft.blockwise.heads_train import TrainConfig, train_heads
 
     texts = [inspect.getsource(module) for module in (copy, inspect)]
     data = hidden_rows(smollm, [smollm.encode(text)[:192] for text in texts])

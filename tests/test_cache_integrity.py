@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from multidraft.errors import CorruptCacheError
-from multidraft.models import cache, integrity, loader
+from multidraft.models import integrity, loader, model_store
 from tests.test_models_loader import FAKE, fake, home, models_cli, tiny_hf_folder  # noqa: F401  (fixtures)
 
 HINT = f"multidraft models pull {FAKE} --force"
@@ -87,7 +87,7 @@ def test_cheap_checks_catch_damage_at_load_list_and_pull(fake, home, damage, cap
     assert models_cli(["models", "pull", FAKE, "--no-progress"]) == 0      # repairs without --force
     out = capsys.readouterr().out
     assert "already pulled" not in out and f"{FAKE}: pulled in" in out
-    assert len(fake.conversions) == 2 and cache.alias_status(FAKE, full=True).ok
+    assert len(fake.conversions) == 2 and model_store.alias_status(FAKE, full=True).ok
     model, _, _ = loader.load_hf_model(FAKE)
     assert model is not None
 
@@ -99,7 +99,7 @@ def test_a_large_tokenizer_broken_inside_fails_at_load_in_one_line(fake, home, m
     folder = loader.pull(FAKE, progress=False)
     break_tokenizer_middle(folder)
     assert integrity.folder_problem(folder) is None
-    status = cache.alias_status(FAKE)
+    status = model_store.alias_status(FAKE)
     assert status.state == "corrupt" and "tokenizer.json fails its sha256 check" in status.reason
     with pytest.raises(CorruptCacheError, match="download or save the model folder again") as error:
         loader.load_hf_model(str(folder))                   # by path: no manifest consulted
@@ -110,7 +110,7 @@ def test_weights_overwritten_with_the_time_kept_are_found_by_verify_only(fake, h
     folder = loader.pull(FAKE, progress=False)
     path = folder / "model.safetensors"
     overwrite(path, path.stat().st_size - 64, b"\xff" * 64, keep_mtime=True)
-    assert cache.alias_status(FAKE).ok                    # what the cheap checks cannot see
+    assert model_store.alias_status(FAKE).ok                    # what the cheap checks cannot see
     assert models_cli(["models", "verify", FAKE]) == 1
     out = capsys.readouterr().out.strip()
     assert out == (f"{FAKE}: FAILED (model.safetensors fails its sha256 check); run `{HINT}` to fetch and "
@@ -131,8 +131,8 @@ def test_verify_every_pulled_model(fake, home, capsys):
 
 def test_the_manifest_records_size_sha256_and_time_of_every_file(fake, home):
     folder = loader.pull(FAKE, progress=False)
-    marker = json.loads((folder / cache.MARKER).read_text())
-    assert set(marker["files"]) == {p.name for p in folder.iterdir() if p.is_file() and p.name != cache.MARKER}
+    marker = json.loads((folder / model_store.MARKER).read_text())
+    assert set(marker["files"]) == {p.name for p in folder.iterdir() if p.is_file() and p.name != model_store.MARKER}
     for name, entry in marker["files"].items():
         stat = (folder / name).stat()
         assert entry["size"] == stat.st_size and len(entry["sha256"]) == 64 and entry["mtime_ns"] == stat.st_mtime_ns
@@ -142,14 +142,14 @@ def test_a_manifest_from_before_times_were_recorded_still_loads_and_verify_adds_
     """Caches pulled before this change have sizes and sha256 but no mtime_ns: they load as before (sizes and
     parse checks), and the first successful verify records the times."""
     folder = loader.pull(FAKE, progress=False)
-    marker = json.loads((folder / cache.MARKER).read_text())
+    marker = json.loads((folder / model_store.MARKER).read_text())
     for entry in marker["files"].values():
         del entry["mtime_ns"]
-    (folder / cache.MARKER).write_text(json.dumps(marker))
-    assert cache.alias_status(FAKE).ok
-    assert "mtime_ns" not in json.loads((folder / cache.MARKER).read_text())["files"]["config.json"]
-    assert cache.alias_status(FAKE, full=True).ok
-    assert "mtime_ns" in json.loads((folder / cache.MARKER).read_text())["files"]["config.json"]
+    (folder / model_store.MARKER).write_text(json.dumps(marker))
+    assert model_store.alias_status(FAKE).ok
+    assert "mtime_ns" not in json.loads((folder / model_store.MARKER).read_text())["files"]["config.json"]
+    assert model_store.alias_status(FAKE, full=True).ok
+    assert "mtime_ns" in json.loads((folder / model_store.MARKER).read_text())["files"]["config.json"]
 
 
 def test_a_touched_but_intact_file_is_rehashed_once(fake, home, monkeypatch):
@@ -158,10 +158,10 @@ def test_a_touched_but_intact_file_is_rehashed_once(fake, home, monkeypatch):
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10 ** 10))
     hashed = []
-    real = cache.sha256_file
-    monkeypatch.setattr(cache, "sha256_file", lambda p: hashed.append(Path(p).name) or real(p))
-    assert cache.alias_status(FAKE).ok and hashed == ["model.safetensors"]
-    assert cache.alias_status(FAKE).ok and hashed == ["model.safetensors"]   # the new time was recorded
+    real = model_store.sha256_file
+    monkeypatch.setattr(model_store, "sha256_file", lambda p: hashed.append(Path(p).name) or real(p))
+    assert model_store.alias_status(FAKE).ok and hashed == ["model.safetensors"]
+    assert model_store.alias_status(FAKE).ok and hashed == ["model.safetensors"]   # the new time was recorded
 
 
 @pytest.mark.parametrize("damage", [garble_header, break_config])

@@ -48,7 +48,7 @@ def ngram(lm, tmp_path_factory):
 
 
 def random_heads(lm):
-    from multidraft.heads import BlockwiseHeads
+    from multidraft.blockwise import BlockwiseHeads
 
     torch.manual_seed(0)
     heads = BlockwiseHeads(4, lm.hidden_size, 32)
@@ -132,9 +132,9 @@ def test_bf16_runs_every_kind_of_forward(draft):
 
 
 def test_heads_train_on_the_gpu_and_drafts_stay_exact(lm, tmp_path):
-    from multidraft.heads import load_heads
-    from multidraft.heads.data import hidden_rows
-    from multidraft.heads.train import TrainConfig, train_heads
+    from multidraft.blockwise import load_heads
+    from multidraft.blockwise.heads_data import hidden_rows
+    from multidraft.blockwise.heads_train import TrainConfig, train_heads
 
     sequences = [multidraft.generate(lm, p, max_new_tokens=40).token_ids + lm.encode(p) for p in PROMPTS] * 4
     data = hidden_rows(lm, sequences)

@@ -7,7 +7,7 @@ import torch
 
 import multidraft
 from multidraft.decoders.output import OutputCollector
-from multidraft.decoders.speculative import draft_and_verify
+from multidraft.decoders.loop import draft_and_verify
 from multidraft.drafters.base import Drafter
 from multidraft.sampling import PositionSampler, SamplingParams
 from multidraft.types import DecodeStats, Draft

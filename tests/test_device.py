@@ -42,7 +42,7 @@ def ngram(lm, tmp_path_factory):
 
 
 def random_heads(lm):
-    from multidraft.heads import BlockwiseHeads
+    from multidraft.blockwise import BlockwiseHeads
 
     torch.manual_seed(0)
     heads = BlockwiseHeads(4, lm.hidden_size, 32)
@@ -117,9 +117,9 @@ def test_the_fake_device_fails_where_a_gpu_fails(lm):
 
 
 def test_heads_training_and_pld_plus_calibration_follow_the_model_device(lm, tmp_path):
-    from multidraft.heads import load_heads
-    from multidraft.heads.data import hidden_rows
-    from multidraft.heads.train import TrainConfig, train_heads
+    from multidraft.blockwise import load_heads
+    from multidraft.blockwise.heads_data import hidden_rows
+    from multidraft.blockwise.heads_train import TrainConfig, train_heads
     from multidraft.pldplus import heads as pldplus_heads
 
     eager = make_tiny_lm("llama", seed=2)

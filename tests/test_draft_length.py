@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 import multidraft
-from multidraft.decoders import speculative
+from multidraft.decoders import loop
 from multidraft.decoders.draft_length import DraftLength, ForwardCosts, expected_tokens, forward_costs
 from multidraft.methods import METHODS
 from multidraft.verify.multi_draft import MultiDraftVerifier
@@ -99,7 +99,7 @@ def test_tree_drafts_are_cut_where_their_nodes_make_the_forward_too_expensive():
 
 @pytest.fixture
 def steep_costs(monkeypatch):
-    monkeypatch.setattr(speculative, "forward_costs", lambda lm: STEEP)
+    monkeypatch.setattr(loop, "forward_costs", lambda lm: STEEP)
 
 
 @pytest.mark.parametrize("name", [n for n in LOSSLESS if n not in SAMPLED_ONLY and METHODS[n].make_drafter])
@@ -136,7 +136,7 @@ def test_adaptive_loop_samples_the_target_law(models):  # noqa: F811
         stats, output = DecodeStats(), OutputCollector(target_lm, LENGTH)
         drafter = DraftModelDrafter(draft_lm, 2, 3, [1.0, 1.3])
         policy_depths = _recording_policy(depths)
-        speculative.draft_and_verify(target_lm, PROMPT_IDS, drafter, MultiDraftVerifier("specinfer"),
+        loop.draft_and_verify(target_lm, PROMPT_IDS, drafter, MultiDraftVerifier("specinfer"),
                                      PositionSampler(SamplingParams(TEMPERATURE, seed=seed)), output, stats,
                                      draft_length="adaptive", policy=policy_depths)
         counts[tuple(output.token_ids)] += 1

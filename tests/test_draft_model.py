@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import multidraft
-from multidraft.drafters.draft_model import DraftSession
+from multidraft.drafters.draft_session import DraftSession
 from multidraft.errors import InvalidOptionError, TokenizerMismatchError
 from multidraft.models.runner import LM
 from multidraft.types import DecodeStats

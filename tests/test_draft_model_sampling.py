@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from multidraft.decoders.output import OutputCollector
-from multidraft.decoders.speculative import draft_and_verify
+from multidraft.decoders.loop import draft_and_verify
 from multidraft.drafters.draft_model import DraftModelDrafter
 from multidraft.models.runner import LM
 from multidraft.sampling import PositionSampler, SamplingParams, draw

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from multidraft.errors import CorruptCacheError, InvalidOptionError, ModelNotFoundError, TokenizerMismatchError
-from multidraft.heads import BlockwiseHeads, load_heads, save_heads
-from multidraft.heads.data import build_hidden_cache, load_hidden_cache
-from multidraft.heads.train import IGNORE, TrainConfig, make_targets, train_heads
+from multidraft.blockwise import BlockwiseHeads, load_heads, save_heads
+from multidraft.blockwise.heads_data import build_hidden_cache, load_hidden_cache
+from multidraft.blockwise.heads_train import IGNORE, TrainConfig, make_targets, train_heads
 from tests.tiny_models import WORDS, make_tiny_lm
 
 

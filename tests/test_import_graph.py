@@ -2,9 +2,8 @@
 
 The graph is read from the source with `ast`, without importing anything. Two graphs are checked:
 - module-level imports (what runs at import time; a cycle there breaks or half-initialises a module): no cycle at all;
-- every import, including those deferred inside functions: no cycle beyond the known ones below, which live in files
-  other work owns right now and are to be broken there (#18). A deferred import hides a cycle, it does not remove
-  the tangle, so a new one fails this test too.
+- every import, including those deferred inside functions: no cycle either. A deferred import hides a cycle, it does
+  not remove the tangle.
 
 An edge goes to the module named: `from multidraft.a import b` -> `multidraft.a.b` when b is a submodule, else
 `multidraft.a`. Importing a module also runs its parent packages' __init__, but that is no edge here: Python
@@ -14,15 +13,8 @@ initialises parents first, so only the names imported decide whether an import c
 import ast
 from pathlib import Path
 
-import pytest
-
 SOURCE = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "multidraft"
-
-# Cycles through deferred imports that remain in files owned by other work; each is a sorted tuple of its modules.
-KNOWN_DEFERRED_CYCLES = {
-    ("multidraft.models.loader", "multidraft.models.pulling"),      # #18: loader <-> pulling
-}
 
 
 def module_files() -> dict[str, Path]:
@@ -131,7 +123,7 @@ def describe(graph, found) -> str:
 def test_the_graph_sees_the_package():
     graph = import_graph(deferred=False)
     assert "multidraft.api" in graph["multidraft"] and "multidraft.methods" in graph["multidraft.api"]
-    assert "multidraft.decoders.speculative" in graph["multidraft.api"]
+    assert "multidraft.decoders.loop" in graph["multidraft.api"]
 
 
 def test_cycle_finder_reports_a_cycle():
@@ -146,14 +138,7 @@ def test_no_import_cycle_at_module_level():
     assert not found, "import cycles at module level:\n" + describe(graph, found)
 
 
-def test_no_new_import_cycle_through_deferred_imports():
+def test_no_import_cycle_through_deferred_imports():
     graph = import_graph(deferred=True)
-    new = [component for component in cycles(graph) if tuple(component) not in KNOWN_DEFERRED_CYCLES]
-    assert not new, "import cycles (counting imports inside functions):\n" + describe(graph, new)
-
-
-@pytest.mark.parametrize("known", sorted(KNOWN_DEFERRED_CYCLES))
-def test_known_cycles_are_still_there(known):
-    """Once a known cycle is broken, drop it from KNOWN_DEFERRED_CYCLES so it cannot come back unnoticed."""
-    found = {tuple(component) for component in cycles(import_graph(deferred=True))}
-    assert known in found, f"{known} is no longer a cycle: remove it from KNOWN_DEFERRED_CYCLES"
+    found = cycles(graph)
+    assert not found, "import cycles (counting imports inside functions):\n" + describe(graph, found)

@@ -5,9 +5,9 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from multidraft.drafters.lattice import (Lattice, LocalScorer, brute_force_paths, build_lattice, local_rescore,
+from multidraft.blockwise.lattice import (Lattice, LocalScorer, brute_force_paths, build_lattice, local_rescore,
                                          oracle_length, paths_to_tree, pbest_paths)
-from multidraft.eval.blockwise_eval import consecutive_stats, h_max, win_tie_loss
+from multidraft.blockwise.evaluation import consecutive_stats, h_max, win_tie_loss
 
 VOCAB = 6
 

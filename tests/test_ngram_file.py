@@ -136,3 +136,26 @@ def test_cli_build_and_info(tmp_path, capsys, monkeypatch):
     assert main(["ngram", "info", str(out)]) == 0
     assert main(["ngram", "build", "--tokenizer", str(folder), "--corpus", str(corpus), "--orders", "0-x",
                  "--out", str(out)]) == 2
+
+
+@pytest.mark.real_model
+def test_cli_build_default(tmp_path, capsys):
+    """`multidraft ngram build-default`: counts every document but the held-out ones, orders 2-6, and the resolver's
+    error names this very command."""
+    from multidraft.cli import main
+    from multidraft.ngram.defaults import HOLDOUT, build_command
+
+    out = tmp_path / "default.ngram"
+    assert main(["ngram", "build-default", "--model", "smollm2-135m", "--corpus", "humaneval", "--out", str(out),
+                 "--quiet"]) == 0
+    model = NGramModel.load(out)
+    held_out = len(range(0, 164, HOLDOUT))                # HumanEval has 164 problems
+    assert model.header["num_documents"] == 164 - held_out
+    assert model.header["orders"] == [2, 3, 4, 5, 6] and model.header["tokenizer"] == "smollm2-135m"
+    capsys.readouterr()
+    assert main(["ngram", "build-default", "--model", "smollm2-135m", "--corpus", "humaneval", "--out",
+                 str(out)]) == 0
+    assert "exists (use --force to rebuild)" in capsys.readouterr().out
+    assert main(["ngram", "build-default", "--model", "no-such-model", "--out", str(tmp_path / "x.ngram")]) == 2
+    assert "no model named 'no-such-model'" in capsys.readouterr().err
+    assert build_command("smollm2-135m") == "multidraft ngram build-default --model smollm2-135m"

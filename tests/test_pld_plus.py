@@ -6,7 +6,7 @@ import torch
 
 import multidraft
 from multidraft.decoders.output import OutputCollector
-from multidraft.decoders.speculative import draft_and_verify
+from multidraft.decoders.loop import draft_and_verify
 from multidraft.drafters.base import LoopState
 from multidraft.drafters.pld_plus import PLDPlusDrafter
 from multidraft.drafters.prompt_lookup import lookup

@@ -20,7 +20,7 @@ HAND_PROMPTS = [
 @pytest.fixture(scope="module")
 def smollm_eager():
     from multidraft.errors import ModelNotFoundError
-    from multidraft.models.load import load_model
+    from multidraft.models.loader import load_model
     try:
         return load_model("smollm2-135m", dtype=torch.float32, attn_implementation="eager")
     except ModelNotFoundError as exc:
@@ -61,7 +61,7 @@ def test_sampling_equals_plain_sampling(smollm_eager):
 def test_attention_ranking_without_the_eager_kernel(smollm_eager):
     """On sdpa the runner computes the induction heads' rows from queries and keys: equal to eager's weights, and
     PLD+(attention) stays token-identical to greedy on that kernel."""
-    from multidraft.models.load import load_model
+    from multidraft.models.loader import load_model
     from multidraft.pldplus.heads import default_heads
     sdpa = load_model("smollm2-135m", dtype=torch.float32)
     assert sdpa.attn_implementation == "sdpa"

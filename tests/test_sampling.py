@@ -67,7 +67,7 @@ def chi_square_p_value(law, counts, runs):
 
 def sample_pld_runs(lm, prompt_ids, length, temperature, runs, verifier=None):
     from multidraft.decoders.output import OutputCollector
-    from multidraft.decoders.speculative import draft_and_verify
+    from multidraft.decoders.loop import draft_and_verify
     from multidraft.drafters import PromptLookupDrafter
     from multidraft.sampling import PositionSampler
     from multidraft.types import DecodeStats

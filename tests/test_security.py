@@ -370,10 +370,9 @@ class SlowLayers:
     """Every decoder layer of a tiny model sleeps: one forward takes a while, as on a big model."""
 
     def __init__(self, lm, seconds):
-        from multidraft.server.worker import _decoder_layers
         self.calls = 0
         self.handles = []
-        for layer in _decoder_layers(lm.model):
+        for layer in lm._find_layers():
             self.handles.append(layer.register_forward_pre_hook(self._slow))
         self.seconds = seconds
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import multidraft
-from multidraft.decoders.superposed import SuperposedConfig, superpose, superposed_decode
+from multidraft.superposed.decoder import SuperposedConfig, superpose, superposed_decode
 from multidraft.ngram import NGramModel, build
 from tests.tiny_models import make_tiny_lm
 

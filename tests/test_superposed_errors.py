@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import multidraft
-from multidraft.decoders.superposed_ngram import interpolate
+from multidraft.superposed.ngram_mixture import interpolate
 from multidraft.errors import DataNotFoundError, InvalidOptionError, TokenizerMismatchError
 from multidraft.models.runner import LM
 from multidraft.ngram import build
@@ -41,7 +41,7 @@ def test_sampling_temperature_is_refused(lm):
 
 def test_missing_default_ngram_file_names_the_build_command(lm, tmp_path, monkeypatch):
     monkeypatch.setenv("MULTIDRAFT_HOME", str(tmp_path))
-    with pytest.raises(DataNotFoundError, match="python -m multidraft.ngram_defaults --model"):
+    with pytest.raises(DataNotFoundError, match="multidraft ngram build-default --model"):
         spd(lm)  # alpha defaults to 0.54: an n-gram file is needed
     assert len(spd(lm, alpha=0.0).drafts) == 3  # alpha = 0 needs none
 

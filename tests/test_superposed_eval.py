@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from multidraft.eval.superposed_eval import latency, quality
+from multidraft.superposed.evaluation import latency, quality
 from multidraft.ngram import NGramModel, build
 from tests.tiny_models import make_tiny_lm
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from multidraft.decoders.superposed import SuperposedConfig, superposed_decode
+from multidraft.superposed.decoder import SuperposedConfig, superposed_decode
 from multidraft.models.runner import LM
 from tests.tiny_models import make_tokenizer
 

@@ -64,7 +64,7 @@ def perturbed_copy(lm, scale, seed=0, name=None) -> LM:
 
 def random_heads(lm, num_heads=4, seed=0, scale=0.5):
     """Blockwise heads with random second layers (scale 0: every head repeats head 1), bound to `lm`."""
-    from multidraft.heads import BlockwiseHeads
+    from multidraft.blockwise import BlockwiseHeads
 
     torch.manual_seed(seed)
     heads = BlockwiseHeads(num_heads, lm.hidden_size, 32)

@@ -26,7 +26,7 @@ from multidraft.types import DecodeStats, Draft, Generation
 
 def load_model(name_or_path, dtype=None, device=None, **kwargs) -> LM:
     """Load a registry alias, a local HF folder, a GGUF file or a cached HF id as an `LM` (offline)."""
-    from multidraft.models.load import load_model as _load
+    from multidraft.models.loader import load_model as _load
     return _load(name_or_path, dtype=dtype, device=device, **kwargs)
 
 

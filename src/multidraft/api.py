@@ -7,7 +7,7 @@ from typing import Callable, Optional, Sequence, Union
 
 from multidraft.decoders.output import OutputCollector
 from multidraft.decoders.draft_length import check_mode as check_draft_length
-from multidraft.decoders.speculative import draft_and_verify
+from multidraft.decoders.loop import draft_and_verify
 from multidraft import validation
 from multidraft.errors import InvalidOptionError
 from multidraft.methods import get_method

@@ -19,7 +19,7 @@ COMMAND_MODULES = [
     "multidraft.pldplus.cli",
     "multidraft.server.cli",
     "multidraft.eval.bench_cli",
-    "multidraft.heads.cli",
+    "multidraft.blockwise.cli",
 ]
 
 

@@ -2,7 +2,7 @@
 
 A row names the method, whether it is lossless, its options with defaults, the artifacts it needs, and how it
 runs: a drafter factory (plus an optional verifier factory; greedy match / sample-and-match otherwise) for the one
-loop of `multidraft.decoders.speculative`, or `run` for a method with its own decoder. Drafter modules only define
+loop of `multidraft.decoders.loop`, or `run` for a method with its own decoder. Drafter modules only define
 factories; nothing registers itself on import. To add a method: import its factory below and add one row to
 `_ROWS` (the parametrized tests in tests/test_methods.py then cover it).
 """
@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 # Leaf modules only (never the package root `multidraft`, which imports api -> this module).
+from multidraft.blockwise import drafter as blockwise
 from multidraft.decoders.builtin_methods import check_beam, check_pld, make_pld_drafter, run_autoregressive, run_beam
-from multidraft.decoders.superposed import OPTIONS as SUPERPOSED_OPTIONS
-from multidraft.decoders.superposed import _run_superposed as run_superposed
-from multidraft.decoders.superposed import check_options as check_superposed
-from multidraft.drafters import bild, blockwise, draft_model, pld_plus, suffix
+from multidraft.drafters import bild, draft_model_options, pld_plus, suffix
 from multidraft.errors import InvalidOptionError, UnknownMethodError
+from multidraft.superposed.decoder import OPTIONS as SUPERPOSED_OPTIONS
+from multidraft.superposed.decoder import check_options as check_superposed
+from multidraft.superposed.decoder import run_superposed
 from multidraft.verify.bild import BiLDVerifier
 from multidraft.verify.mtad import MTADVerifier
 from multidraft.verify.multi_draft import SELECTION_SCHEMES, MultiDraftVerifier
@@ -111,16 +112,17 @@ _ROWS = (
                        "residual; greedy match at temperature 0); lossless",
            options={"draft_model": None, "num_draft_tokens": 4, "adaptive": False, "draft_temperature": None,
                     "stop_below": 0.0},
-           make_drafter=draft_model._make_speculative_drafter, make_verifier=_speculative_verifier,
-           artifacts=("draft_model",), check_options=draft_model.check_options),
+           make_drafter=draft_model_options.make_speculative_drafter, make_verifier=_speculative_verifier,
+           artifacts=("draft_model",), check_options=draft_model_options.check_options),
     Method("multi_draft", lossless=True,
            description="num_drafts chains from a draft model verified as one tree in one target forward, token "
                        f"chosen by a selection scheme ({', '.join(SELECTION_SCHEMES)}; is_lp_truncated is seed 002's 'IS'); "
                        "lossless",
            options={"draft_model": None, "num_drafts": 2, "num_draft_tokens": 4, "selection": "specinfer",
                     "draft_temperatures": None, "selection_options": None, "adaptive": False, "stop_below": 0.0},
-           make_drafter=draft_model._make_multi_draft_drafter, make_verifier=draft_model._make_multi_draft_verifier,
-           artifacts=("draft_model",), check_options=draft_model.check_options),
+           make_drafter=draft_model_options.make_multi_draft_drafter,
+           make_verifier=draft_model_options.make_multi_draft_verifier,
+           artifacts=("draft_model",), check_options=draft_model_options.check_options),
     Method("mtad", lossless=False,
            description="LOSSY multi-token assisted decoding: draft beam search, longest prefix whose target/draft "
                        "joint likelihood ratio passes accept_threshold, then one target token (biased toward high "
@@ -128,8 +130,8 @@ _ROWS = (
                        "law (the paper's greedy-MTJD approximation), not greedy decoding",
            options={"draft_model": None, "num_beams": 8, "num_draft_tokens": 4, "accept_threshold": 0.1,
                     "threshold_semantics": "paper", "deterministic": False},
-           make_drafter=draft_model._make_mtad_drafter, make_verifier=_mtad_verifier,
-           artifacts=("draft_model",), check_options=draft_model.check_options),
+           make_drafter=draft_model_options.make_mtad_drafter, make_verifier=_mtad_verifier,
+           artifacts=("draft_model",), check_options=draft_model_options.check_options),
     Method("bild", lossless=False,
            description="LOSSY Big Little Decoder: the draft model writes until its top probability falls below "
                        "fallback_threshold (or max_draft_tokens), the target keeps the tokens before the first one "

@@ -1,4 +1,4 @@
-"""The drafter interface used by the one draft-and-verify loop (multidraft.decoders.speculative)."""
+"""The drafter interface used by the one draft-and-verify loop (multidraft.decoders.loop)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import Optional
 
 from multidraft.drafters.base import Drafter
-from multidraft.drafters.draft_model import DraftSession, positive_int, resolve_draft_model
+from multidraft.drafters.draft_model_options import positive_int
+from multidraft.drafters.draft_model_resolve import resolve_draft_model
+from multidraft.drafters.draft_session import DraftSession
 from multidraft.errors import InvalidOptionError
 from multidraft.sampling import SamplingParams, draw, logits_to_probs
 from multidraft.types import Draft

@@ -142,7 +142,7 @@ def warm_up(lm, draft_lm, item, methods: list[BenchMethod], config) -> None:
 
 
 def load_models(config):
-    from multidraft.models.load import load_model
+    from multidraft.models.loader import load_model
     lm = load_model(config.model, dtype=config.dtype, device=config.device, runner=config.runner)
     lm.draft_length = config.draft_length
     draft_lm = load_model(config.draft, dtype=config.dtype, device=config.device, runner=config.runner) if config.draft else None

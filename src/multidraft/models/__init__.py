@@ -4,6 +4,7 @@ from multidraft.models.loader import (
     ModelInfo,
     ResolvedModel,
     load_hf_model,
+    load_model,
     load_tokenizer,
     pull,
     resolve,

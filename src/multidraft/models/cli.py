@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from multidraft.errors import CorruptCacheError
-from multidraft.models import cache, registry
+from multidraft.models import model_store, registry
 
 
 def register(subparsers) -> None:
@@ -44,8 +44,8 @@ def _size(num_bytes: int) -> str:
 def cmd_list(args) -> int:
     rows = [("ALIAS", "MODEL", "PARAMS", "DOWNLOAD", "STATUS")]
     for spec in registry.MODELS.values():
-        status = cache.alias_status(spec.alias)
-        state = {"pulled": f"pulled ({_size(cache.folder_size(status.path))})",
+        status = model_store.alias_status(spec.alias)
+        state = {"pulled": f"pulled ({_size(model_store.folder_size(status.path))})",
                  "missing": "not pulled",
                  "corrupt": f"corrupt: {status.reason}; run `multidraft models pull {spec.alias} --force`"}[status.state]
         rows.append((spec.alias, spec.display_name, spec.params, _size(spec.download_size), state))
@@ -61,7 +61,7 @@ def cmd_pull(args) -> int:
     specs = [registry.get_spec(name) for name in args.names]  # reject unknown names before any download
     for spec in specs:
         started = time.perf_counter()
-        already = cache.alias_status(spec.alias).ok and not args.force
+        already = model_store.alias_status(spec.alias).ok and not args.force
         folder = pull(spec.alias, progress=not args.no_progress, force=args.force)
         verb = "already pulled" if already else f"pulled in {time.perf_counter() - started:.0f} s"
         print(f"{spec.alias}: {verb} -> {folder}")
@@ -76,7 +76,7 @@ def cmd_info(args) -> int:
         print(f"name:      {resolved.name}\nkind:      {resolved.kind}\npath:      {resolved.path}")
         return 0
     spec = registry.get_spec(args.name)
-    status = cache.alias_status(spec.alias, full=args.verify)
+    status = model_store.alias_status(spec.alias, full=args.verify)
     lines = [
         ("alias", spec.alias),
         ("model", spec.display_name),
@@ -92,35 +92,35 @@ def cmd_info(args) -> int:
                     "corrupt": f"corrupt ({status.reason})"}[status.state]),
     ]
     if status.ok:
-        lines.append(("path", f"{status.path} ({_size(cache.folder_size(status.path))})"))
+        lines.append(("path", f"{status.path} ({_size(model_store.folder_size(status.path))})"))
     if spec.notes:
         lines.append(("notes", spec.notes))
     width = max(len(key) for key, _ in lines)
     for key, value in lines:
         print(f"{key + ':':<{width + 2}}{value}")
     if status.state == "corrupt":
-        raise CorruptCacheError(f"{spec.alias} is partial or corrupt ({status.reason}); {cache.repair_hint(spec.alias)}")
+        raise CorruptCacheError(f"{spec.alias} is partial or corrupt ({status.reason}); {model_store.repair_hint(spec.alias)}")
     return 0
 
 
 def cmd_verify(args) -> int:
     """OK / FAILED per model, with the repair command; exit status 1 when any model fails (0 when all pass)."""
     specs = [registry.get_spec(name) for name in args.names]
-    entries = [(spec.alias, cache.entry_dir(spec.alias), spec.gguf_sha256, True) for spec in specs]
+    entries = [(spec.alias, model_store.entry_dir(spec.alias), spec.gguf_sha256, True) for spec in specs]
     if not specs:
-        entries = [(spec.alias, cache.entry_dir(spec.alias), spec.gguf_sha256, True) for spec in registry.MODELS.values()
-                   if cache.entry_dir(spec.alias).exists()]
-        converted = cache.models_root() / "from-gguf"
+        entries = [(spec.alias, model_store.entry_dir(spec.alias), spec.gguf_sha256, True) for spec in registry.MODELS.values()
+                   if model_store.entry_dir(spec.alias).exists()]
+        converted = model_store.models_root() / "from-gguf"
         if converted.is_dir():
             entries += [(f"from-gguf/{folder.name}", folder, None, False) for folder in sorted(converted.iterdir())
                         if folder.is_dir() and not folder.name.startswith(".")]
         if not entries:
-            print(f"no pulled models under {cache.models_root()}; pull one with `multidraft models pull NAME`")
+            print(f"no pulled models under {model_store.models_root()}; pull one with `multidraft models pull NAME`")
             return 0
     failed = 0
     for name, folder, source_sha256, is_alias in entries:
         started = time.perf_counter()
-        status = cache.check_entry(folder, source_sha256, full=True)
+        status = model_store.check_entry(folder, source_sha256, full=True)
         if status.ok:
             count = len(status.marker.get("files", {}))
             print(f"{name}: OK ({count} files, sha256 checked in {time.perf_counter() - started:.1f} s)")
@@ -129,7 +129,7 @@ def cmd_verify(args) -> int:
         if status.state == "missing":
             print(f"{name}: FAILED (not pulled); run `multidraft models pull {name}`")
         elif is_alias:
-            print(f"{name}: FAILED ({status.reason}); {cache.repair_hint(name)}")
+            print(f"{name}: FAILED ({status.reason}); {model_store.repair_hint(name)}")
         else:
             print(f"{name}: FAILED ({status.reason}); delete {folder} and load its GGUF file again to reconvert it")
     return 1 if failed else 0

@@ -19,32 +19,14 @@ from typing import Optional, Union
 
 from multidraft.errors import CorruptCacheError, InvalidOptionError, ModelNotFoundError, MultidraftError
 from multidraft.fsutil import sha256_file
-from multidraft.models import cache, integrity, registry
+from multidraft.models import integrity, model_store, registry
 from multidraft.models.device import configure_cuda, parse_device
+from multidraft.models.offline import offline_env
 from multidraft.models.pulling import convert_gguf, pull  # noqa: F401  (pull is part of this module's API)
 from multidraft.models.registry import ModelSpec
 from multidraft.tokenizer_identity import vocab_fingerprint
 
-_OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-for _var in _OFFLINE_VARS:
-    os.environ.setdefault(_var, "1")
-
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-
-
-@contextlib.contextmanager
-def offline_env():
-    """Force the HF libraries offline for the duration of the block."""
-    saved = {var: os.environ.get(var) for var in _OFFLINE_VARS}
-    os.environ.update({var: "1" for var in _OFFLINE_VARS})
-    try:
-        yield
-    finally:
-        for var, value in saved.items():
-            if value is None:
-                os.environ.pop(var, None)
-            else:
-                os.environ[var] = value
 
 
 @dataclass(frozen=True)
@@ -85,7 +67,7 @@ def resolve(name_or_path: Union[str, os.PathLike]) -> ResolvedModel:
     if not name.strip():
         raise ModelNotFoundError(_unknown_message(name))
     if registry.is_alias(name):
-        return ResolvedModel(name, "alias", cache.require_alias(name), registry.get_spec(name))
+        return ResolvedModel(name, "alias", model_store.require_alias(name), registry.get_spec(name))
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -129,9 +111,9 @@ def hf_folder(resolved: ResolvedModel, progress: bool = True) -> Path:
     if resolved.kind != "gguf":
         return resolved.path
     digest = sha256_file(resolved.path)
-    folder = cache.gguf_entry_dir(digest)
-    if not cache.check_entry(folder, digest).ok:
-        cache.sweep_partials(folder.parent, folder.name)
+    folder = model_store.gguf_entry_dir(digest)
+    if not model_store.check_entry(folder, digest).ok:
+        model_store.sweep_partials(folder.parent, folder.name)
         details = {"source": {"gguf_path": str(resolved.path), "gguf_size": resolved.path.stat().st_size}}
         convert_gguf(resolved.path, folder, digest, progress=progress, details=details)
     return folder
@@ -201,11 +183,22 @@ def load_tokenizer(name_or_path):
     with offline_env(), _read_errors(resolved, folder, tokenizer=True):
         if resolved.kind == "gguf":
             digest = sha256_file(resolved.path)
-            folder = cache.gguf_entry_dir(digest)
-            if not cache.check_entry(folder, digest).ok:  # not converted yet: read the GGUF's own tokenizer
+            folder = model_store.gguf_entry_dir(digest)
+            if not model_store.check_entry(folder, digest).ok:  # not converted yet: read the GGUF's own tokenizer
                 return AutoTokenizer.from_pretrained(str(resolved.path.parent), gguf_file=resolved.path.name,
                                                      local_files_only=True)
         return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+
+
+def load_model(name_or_path, dtype=None, device=None, runner: str = "eager", **kwargs) -> "LM":  # noqa: F821
+    """The HF model and tokenizer of `load_hf_model` wrapped in the `LM` runner. runner: "eager", "fast" or "auto"
+    (see `LM.use_runner`)."""
+    from transformers.utils import logging as hf_logging
+
+    from multidraft.models.runner import LM    # here, not at the top: `multidraft.models` stays light to import
+    hf_logging.disable_progress_bar()          # our own progress bars cover the long steps (pull, convert)
+    model, tokenizer, info = load_hf_model(name_or_path, dtype=dtype, device=device, **kwargs)
+    return LM(model, tokenizer, name=getattr(info, "name", str(name_or_path)), info=info, runner=runner)
 
 
 def load_hf_model(name_or_path, dtype=None, device=None, attn_implementation: str = "sdpa", progress: bool = True):
@@ -237,9 +230,9 @@ def load_hf_model(name_or_path, dtype=None, device=None, attn_implementation: st
 
 def _repair(resolved: ResolvedModel) -> str:
     if resolved.kind == "alias":
-        return cache.repair_hint(resolved.name)
+        return model_store.repair_hint(resolved.name)
     if resolved.kind == "gguf":
-        return f"delete {cache.gguf_entry_dir(sha256_file(resolved.path))} and load the GGUF file again to reconvert it"
+        return f"delete {model_store.gguf_entry_dir(sha256_file(resolved.path))} and load the GGUF file again to reconvert it"
     return "download or save the model folder again"
 
 

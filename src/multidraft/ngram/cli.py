@@ -1,4 +1,4 @@
-"""`multidraft ngram build` and `multidraft ngram info`."""
+"""`multidraft ngram build`, `multidraft ngram build-default` and `multidraft ngram info`."""
 
 import re
 import resource
@@ -59,6 +59,14 @@ def _build(args) -> int:
     return 0
 
 
+def _build_default(args) -> int:
+    from multidraft.ngram.defaults import DEFAULT_CORPORA, build_default
+
+    for model in args.model:
+        build_default(model, args.corpus or DEFAULT_CORPORA, args.out, args.force, progress=not args.quiet)
+    return 0
+
+
 def _info(args) -> int:
     from multidraft.ngram.model import NGramModel
 
@@ -85,6 +93,15 @@ def register(subparsers) -> None:
     b.add_argument("--chunk-tokens", type=int, default=1 << 22, help="tokens counted per chunk (memory knob)")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     b.set_defaults(func=_build)
+    d = sub.add_parser("build-default", help="build the default n-gram file of a model's tokenizer (Superposed "
+                       "Decoding and blockwise rescoring use it when no ngram= is given)")
+    d.add_argument("--model", action="append", required=True,
+                   help="model alias whose tokenizer the file is for (repeatable)")
+    d.add_argument("--corpus", nargs="+", help="pulled corpora to count (default: sharegpt linux-doc)")
+    d.add_argument("--out", help="output file (default: <cache>/ngram/spd-<vocab family>.ngram)")
+    d.add_argument("--force", action="store_true", help="rebuild even if the file exists")
+    d.add_argument("--quiet", action="store_true", help="no progress bar")
+    d.set_defaults(func=_build_default)
     i = sub.add_parser("info", help="show the header of an n-gram file and check its checksum")
     i.add_argument("file")
     i.add_argument("--no-verify", action="store_true", help="skip the sha256 check")

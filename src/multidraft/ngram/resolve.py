@@ -13,7 +13,7 @@ from pathlib import Path
 
 from multidraft.errors import DataNotFoundError, InvalidOptionError
 from multidraft.ngram.model import NGramModel
-from multidraft.ngram_defaults import build_command, default_path, vocab_family_of
+from multidraft.ngram.defaults import build_command, default_path, vocab_family_of
 
 DEFAULT_NAMES = ("", "default", "auto")
 

@@ -50,7 +50,7 @@ def suggestion_defaults(config: ServerConfig, lm=None) -> dict:
 
 def _has_default_ngram(lm) -> bool:
     try:
-        from multidraft.ngram_defaults import default_path, vocab_family_of
+        from multidraft.ngram.defaults import default_path, vocab_family_of
         return default_path(vocab_family_of(lm)).exists()
     except Exception:          # no n-gram support, or a tokenizer it cannot fingerprint: LM-only drafts
         return False

@@ -56,13 +56,6 @@ class Job:
             raise JobTimedOut()
 
 
-def _decoder_layers(model) -> list:
-    """The repeated blocks of a transformer (the longest ModuleList), whose count sets a forward's length."""
-    import torch
-    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
-    return list(max(lists, key=len)) if lists else []
-
-
 class ModelWorker:
     """A daemon thread running jobs in arrival order from a queue of at most `max_queue` waiting jobs."""
 
@@ -126,7 +119,8 @@ class ModelWorker:
             model = getattr(lm, "model", None)
             if model is None or not hasattr(model, "register_forward_pre_hook"):
                 continue
-            modules = [model, *_decoder_layers(model)]
+            layers = lm._find_layers() if hasattr(lm, "_find_layers") else None   # the LM knows where its layers are
+            modules = [model, *(layers or [])]
             for module in modules:
                 handles.append(module.register_forward_pre_hook(lambda _module, _args: self.check_current()))
         return handles

@@ -16,7 +16,7 @@ import torch
 from multidraft import paths
 from multidraft.errors import CorruptCacheError, InvalidOptionError, ModelNotFoundError, TokenizerMismatchError
 from multidraft.fsutil import atomic_path
-from multidraft.heads.model import BlockwiseHeads, model_fingerprint
+from multidraft.blockwise.heads import BlockwiseHeads, model_fingerprint
 from multidraft.tokenizer_identity import model_vocab_fingerprint
 
 FORMAT = 1

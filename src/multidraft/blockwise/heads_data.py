@@ -18,7 +18,7 @@ import torch
 
 from multidraft import paths
 from multidraft.fsutil import atomic_path
-from multidraft.heads.model import model_fingerprint
+from multidraft.blockwise.heads import model_fingerprint
 
 SHARD_SEQUENCES = 8
 MIN_SEQUENCE = 32

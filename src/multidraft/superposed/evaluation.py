@@ -1,7 +1,7 @@
 """Superposed Decoding evaluation (spd.md §5): latency vs k and draft quality, as in the paper's setting
 (15-token prefixes of real text, 10 new tokens, batch size 1).
 
-    python -m multidraft.eval.superposed_eval --model qwen2.5-coder-0.5b --scorer qwen2.5-coder-1.5b \\
+    python -m multidraft.superposed.evaluation --model qwen2.5-coder-0.5b --scorer qwen2.5-coder-1.5b \\
         --ks 1 2 3 4 8 --latency-prefixes 5 --quality-prefixes 100 --out spd_eval.json
 
 Latency: mean wall time per prefix for k drafts by SPD (one pass), by k sequential nucleus runs (HF
@@ -43,7 +43,7 @@ def _usable_paragraph(text: str, min_chars: int = 120) -> Optional[str]:
 def eval_prefixes(tokenizer, count: int, length: int = 15, corpora: Sequence[str] = ("sharegpt", "linux-doc"),
                   skip: int = 0) -> list[list[int]]:
     """`count` prefixes of `length` tokens, one per held-out document, alternating between corpora."""
-    from multidraft.ngram_defaults import iter_corpus_documents
+    from multidraft.ngram.defaults import iter_corpus_documents
 
     # ShareGPT: the first assistant answer of each held-out conversation (one prefix per conversation).
     streams = [iter_corpus_documents(name, held_out=True, roles=("gpt",), first_message_only=True)
@@ -190,11 +190,11 @@ def quality(lm, scorer, prefixes, k: int = 3, G: int = 10, ngram=None, seed: int
 def main(argv=None) -> int:
     from multidraft.errors import MultidraftError
 
-    parser = argparse.ArgumentParser(prog="python -m multidraft.eval.superposed_eval", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m multidraft.superposed.evaluation", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--scorer", default="qwen2.5-coder-1.5b", help="larger model with the same tokenizer")
-    parser.add_argument("--ngram", help="n-gram file (default: the model's default file, see multidraft.ngram_defaults)")
+    parser.add_argument("--ngram", help="n-gram file (default: the model's default file, built by `multidraft ngram build-default`)")
     parser.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3, 4, 8])
     parser.add_argument("--k", type=int, default=3, help="drafts in the quality evaluation")
     parser.add_argument("--prefix-tokens", type=int, default=15)

@@ -23,7 +23,7 @@ import torch
 
 from multidraft import validation
 from multidraft.drafters.base import Drafter, LoopState
-from multidraft.drafters.lattice import (Lattice, LocalScorer, build_lattice, check_width, local_rescore,
+from multidraft.blockwise.lattice import (Lattice, LocalScorer, build_lattice, check_width, local_rescore,
                                          paths_to_tree, pbest_paths)
 from multidraft.errors import InvalidOptionError, TokenizerMismatchError
 from multidraft.ngram.resolve import resolve_ngram
@@ -187,7 +187,7 @@ def _cached(key, make):
 def resolve_rescorer(lm, rescorer):
     """A neural rescoring LM (alias, path or LM) that must share lm's tokenizer."""
     if isinstance(rescorer, (str, Path)):
-        from multidraft.models.load import load_model
+        from multidraft.models.loader import load_model
 
         rescorer = _cached(("lm", str(rescorer)), lambda: load_model(str(rescorer), dtype=lm.dtype))
     if model_vocab_fingerprint(rescorer) != model_vocab_fingerprint(lm):
@@ -216,7 +216,7 @@ def make_strategy(lm, options: dict) -> BlockwiseStrategy:
 
 def check_options(options: dict) -> None:
     """Every check that needs no model or file: types and ranges (heads, n-gram and rescorer are loaded later)."""
-    from multidraft.heads.model import BlockwiseHeads
+    from multidraft.blockwise.heads import BlockwiseHeads
 
     heads = options["heads"]
     if heads is not None and not isinstance(heads, (str, Path, BlockwiseHeads)):
@@ -238,7 +238,7 @@ def check_options(options: dict) -> None:
 
 
 def make_drafter(lm, sampler, options: dict) -> BlockwiseDrafter:
-    from multidraft.heads import load_heads
+    from multidraft.blockwise.heads_store import load_heads
 
     if not sampler.params.greedy:
         raise InvalidOptionError("method='blockwise' verifies by greedy matching; use temperature=0")

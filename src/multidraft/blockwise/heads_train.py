@@ -23,8 +23,8 @@ import torch.nn.functional as F
 
 from multidraft.errors import InvalidOptionError
 from multidraft.fsutil import atomic_path
-from multidraft.heads.model import BlockwiseHeads
-from multidraft.heads.store import save_heads
+from multidraft.blockwise.heads import BlockwiseHeads
+from multidraft.blockwise.heads_store import save_heads
 
 IGNORE = -100
 

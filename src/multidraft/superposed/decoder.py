@@ -25,8 +25,9 @@ import numpy as np
 import torch
 
 from multidraft import validation
-from multidraft.decoders.superposed_ngram import PAPER_WEIGHTS, DraftNGram, interpolate, load_ngram
 from multidraft.errors import InvalidOptionError
+from multidraft.ngram.resolve import resolve_ngram
+from multidraft.superposed.ngram_mixture import PAPER_WEIGHTS, DraftNGram, interpolate
 from multidraft.types import Generation
 
 FIRST_STEPS = ("interpolated", "lm_only")
@@ -261,13 +262,13 @@ def check_options(options: dict) -> None:
         raise InvalidOptionError(f"ngram must be a path or an NGramModel, got {type(ngram).__name__}")
 
 
-def _run_superposed(lm, prompt_ids, sampler, output, stats, options):
+def run_superposed(lm, prompt_ids, sampler, output, stats, options):
     config = config_from_options(options)
     if not sampler.params.greedy:
         raise InvalidOptionError("superposed decoding is deterministic and has its own temperature `tau`; "
                                  "leave temperature unset (0) and pass tau=... instead")
     check_inputs_embeds(lm)
-    ngram = load_ngram(lm, options.get("ngram")) if config.alpha > 0 else None
+    ngram = resolve_ngram(lm, options.get("ngram")) if config.alpha > 0 else None
     started = time.perf_counter()
     result = superposed_decode(lm, prompt_ids, output.max_new_tokens, config, ngram, seed=sampler.params.seed)
     stats.total_time = time.perf_counter() - started

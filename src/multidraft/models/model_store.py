@@ -1,4 +1,4 @@
-"""The model cache: where pulled and converted models live, and how a complete entry is recognised.
+"""The model store on disk: where pulled and converted models live, and how a complete entry is recognised.
 
 Layout under `multidraft.paths.subdir("models")` (~/.cache/multidraft/models, or $MULTIDRAFT_HOME/models):
 

@@ -14,7 +14,6 @@ import numpy as np
 import torch
 
 from multidraft.errors import InvalidOptionError
-from multidraft.ngram.resolve import resolve_ngram as load_ngram  # noqa: F401  (the one resolver; decoders.superposed)
 
 PAPER_WEIGHTS = (0.01, 0.04, 0.15, 0.18, 0.12)  # lambda for orders 2..6 (spd.md §5.1)
 

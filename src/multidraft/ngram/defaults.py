@@ -1,7 +1,7 @@
-"""Default n-gram files for Superposed Decoding: where they live and the one command that builds them.
+"""Default n-gram files (Superposed Decoding, blockwise rescoring): where they live and how they are built.
 
-    python -m multidraft.ngram_defaults --model qwen2.5-coder-0.5b      # also serves qwen2.5-coder-1.5b
-    python -m multidraft.ngram_defaults --model smollm2-135m --corpus linux-doc
+    multidraft ngram build-default --model qwen2.5-coder-0.5b      # also serves qwen2.5-coder-1.5b
+    multidraft ngram build-default --model smollm2-135m --corpus linux-doc
 
 One file per tokenizer (vocab family): <cache>/ngram/spd-<vocab_family>.ngram, orders 2..6, counted on
 the pulled corpora (`multidraft data pull sharegpt linux-doc` first). Every HOLDOUT-th document is left
@@ -11,8 +11,6 @@ never saw the text they are asked to continue.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -24,7 +22,7 @@ HOLDOUT = 100  # document i is held out (never counted) when i % HOLDOUT == 0
 
 
 def build_command(model: str = "<model alias>") -> str:
-    return f"python -m multidraft.ngram_defaults --model {model}"
+    return f"multidraft ngram build-default --model {model}"
 
 
 def default_path(vocab_family: str) -> Path:
@@ -97,28 +95,3 @@ def _family_of_alias(model: str):
     except Exception:  # a local folder or HF id: fall back to the vocab fingerprint
         return None
     return getattr(spec, "vocab_family", None)
-
-
-def main(argv=None) -> int:
-    from multidraft.errors import MultidraftError
-
-    parser = argparse.ArgumentParser(prog="python -m multidraft.ngram_defaults", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", action="append", required=True,
-                        help="model alias whose tokenizer the file is for (repeatable)")
-    parser.add_argument("--corpus", nargs="+", default=list(DEFAULT_CORPORA), help="pulled corpora to count")
-    parser.add_argument("--out", help="output file (default: <cache>/ngram/spd-<vocab family>.ngram)")
-    parser.add_argument("--force", action="store_true", help="rebuild even if the file exists")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    args = parser.parse_args(argv)
-    try:
-        for model in args.model:
-            build_default(model, args.corpus, args.out, args.force, progress=not args.quiet)
-    except MultidraftError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -43,10 +43,10 @@ def _train(args) -> int:
     import torch
 
     from multidraft.errors import InvalidOptionError
-    from multidraft.heads.data import build_hidden_cache, load_hidden_cache
-    from multidraft.heads.store import default_heads_path
-    from multidraft.heads.train import TrainConfig, train_heads
-    from multidraft.models.load import load_model
+    from multidraft.blockwise.heads_data import build_hidden_cache, load_hidden_cache
+    from multidraft.blockwise.heads_store import default_heads_path
+    from multidraft.blockwise.heads_train import TrainConfig, train_heads
+    from multidraft.models.loader import load_model
 
     if args.tokens < 1024:
         raise InvalidOptionError(f"--tokens must be >= 1024, got {args.tokens}")
@@ -67,7 +67,7 @@ def _train(args) -> int:
 
 
 def _list(args) -> int:
-    from multidraft.heads.store import heads_dir, list_heads
+    from multidraft.blockwise.heads_store import heads_dir, list_heads
 
     rows = list_heads()
     if not rows:
@@ -82,7 +82,7 @@ def _list(args) -> int:
 
 
 def _info(args) -> int:
-    from multidraft.heads.store import describe
+    from multidraft.blockwise.heads_store import describe
 
     print(describe(args.path))
     return 0

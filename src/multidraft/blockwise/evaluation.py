@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from multidraft.drafters.lattice import Lattice, build_lattice, matched_length, oracle_length
+from multidraft.blockwise.lattice import Lattice, build_lattice, matched_length, oracle_length
 
 
 @dataclass

@@ -1,0 +1,117 @@
+"""The draft model's KV cache during one generation, shared by every helper-model drafter (draft_model.py, bild.py).
+
+`DraftSession` keeps the draft model's cache in step with the committed sequence across steps: each step it feeds
+only the tokens the cache lacks, then grows a token tree level by level (one draft forward per depth, whatever the
+number of branches, with a 4D mask so each node sees only its ancestors), and after verification keeps just the
+accepted path.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from multidraft.errors import PromptError
+from multidraft.models.runner import LM
+from multidraft.sampling import check_finite
+
+
+class DraftSession:
+    """The draft model's cache: the committed chain `chain_ids`, then this step's tree nodes (in creation order)."""
+
+    def __init__(self, lm: LM, target_vocab_size: int, target_device, stats):
+        self.lm = lm
+        self.cache = lm.new_cache()
+        self.chain_ids: list[int] = []
+        self.target_vocab_size = target_vocab_size
+        self.target_device = target_device
+        self.stats = stats
+        self._reset_tree()
+
+    def _reset_tree(self) -> None:
+        self.node_parents: list[int] = []
+        self.node_depths: list[int] = []
+        self.node_tokens: list[int] = []
+        self._nodes_form_chain = True
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_parents)
+
+    def start(self, seq: Sequence[int]) -> torch.Tensor:
+        """Drop last step's tree, feed the tokens of `seq` the cache lacks; return the (1, V) logits after seq."""
+        limit = min(len(self.chain_ids), len(seq) - 1)     # the last token is always fed: we need its logits
+        common = 0
+        while common < limit and self.chain_ids[common] == seq[common]:
+            common += 1
+        self.cache.crop(common)
+        output = self.lm.forward(self.cache, list(seq[common:]), logits_rows=slice(-1, None))
+        self.stats.draft_calls += 1
+        self.chain_ids = list(seq)
+        self._reset_tree()
+        return self._to_target(output.logits)
+
+    def extend(self, tokens: Sequence[int], parents: Sequence[int]) -> tuple[torch.Tensor, list[int]]:
+        """Feed one level of tree nodes; parents are earlier node indices (-1: the end of the chain).
+
+        Returns the (m, V) logits after each new node and the new nodes' indices.
+        """
+        tokens, parents = [int(t) for t in tokens], [int(p) for p in parents]
+        num_old = self.num_nodes
+        depths = [1 if parent < 0 else self.node_depths[parent] + 1 for parent in parents]
+        if len(tokens) == 1 and parents[0] == num_old - 1 and self._nodes_form_chain:
+            logits = self.lm.forward(self.cache, tokens).logits          # plain causal step
+        elif num_old == 0:
+            logits = self.lm.forward(self.cache, tokens, parents=[-1] * len(tokens)).logits
+        else:
+            logits = self._masked_forward(tokens, parents, depths)
+        self.stats.draft_calls += 1
+        self._nodes_form_chain = self._nodes_form_chain and len(tokens) == 1 and parents[0] == num_old - 1
+        self.node_parents.extend(parents)
+        self.node_depths.extend(depths)
+        self.node_tokens.extend(tokens)
+        return self._to_target(logits), list(range(num_old, num_old + len(tokens)))
+
+    def keep_path(self, nodes: Sequence[int]) -> None:
+        """Keep the chain plus the given root-to-node path of tree nodes (those that were fed); drop the rest."""
+        fed = [node for node in nodes if node < self.num_nodes]
+        base = len(self.chain_ids)
+        self.cache.keep(base, [base + node for node in fed])
+        self.chain_ids.extend(self.node_tokens[node] for node in fed)
+        self._reset_tree()
+
+    @torch.inference_mode()
+    def _masked_forward(self, tokens: list[int], parents: list[int], depths: list[int]) -> torch.Tensor:
+        """One forward where new node i sees the chain, its ancestors in the cached tree and itself."""
+        lm, base, past = self.lm, len(self.chain_ids), self.cache.length
+        allowed = torch.zeros(len(tokens), past + len(tokens), dtype=torch.bool)
+        allowed[:, :base] = True
+        for row, parent in enumerate(parents):
+            node = parent
+            while node >= 0:
+                allowed[row, base + node] = True
+                node = self.node_parents[node]
+            allowed[row, past + row] = True
+        mask = torch.zeros(allowed.shape, dtype=lm.dtype).masked_fill_(~allowed, torch.finfo(lm.dtype).min)
+        positions = [base + depth - 1 for depth in depths]
+        if max(positions) >= lm.context_length:
+            raise PromptError(f"the draft would reach position {max(positions)}, beyond the context of {lm.name} "
+                              f"({lm.context_length}); shorten the prompt or lower max_new_tokens")
+        output = lm.call_model(input_ids=torch.tensor([tokens], device=lm.device),
+                               past_key_values=self.cache.hf_cache, use_cache=True,
+                               position_ids=torch.tensor([positions], device=lm.device),
+                               attention_mask=mask.to(lm.device)[None, None])
+        logits = output.logits[0].float()
+        check_finite(logits)
+        return logits
+
+    def _to_target(self, logits: torch.Tensor) -> torch.Tensor:
+        """Draft logits on the target's device with the target's width (padded embeddings differ by model)."""
+        width = logits.shape[-1]
+        if width > self.target_vocab_size:
+            logits = logits[..., : self.target_vocab_size]
+        elif width < self.target_vocab_size:
+            pad = logits.new_full((*logits.shape[:-1], self.target_vocab_size - width), float("-inf"))
+            logits = torch.cat([logits, pad], dim=-1)
+        return logits.to(self.target_device)
