@@ -48,8 +48,8 @@ def register(subparsers) -> None:
     parser.add_argument("--runner", choices=["auto", "eager", "fast"], default="auto",
                         help="auto: the fast runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), else eager")
     parser.add_argument("--draft-length", choices=["adaptive", "fixed"], default="adaptive",
-                        help="adaptive: verify only as much of each draft as pays for its forward on this machine (same tokens, '
-                             "measured costs); fixed: every drafted token, as the papers do")
+                        help="adaptive: verify only as much of each draft as pays for its forward on this machine "
+                             "(same tokens, measured costs); fixed: every drafted token, as the papers do")
     parser.add_argument("--max-queue", type=int, default=None,
                         help=f"requests that may wait for the model; more get 429 (default {defaults.max_queue})")
     parser.add_argument("--max-prompt-tokens", type=int, default=None, help=f"default {defaults.max_prompt_tokens}")
