@@ -4,7 +4,6 @@ tiny random models over loopback, plus a bounded fuzz of request bodies (no 5xx,
 import json
 import socket
 import sys
-import threading
 import time
 
 import httpx
@@ -220,7 +219,8 @@ def test_api_key_has_openai_401_semantics(guarded):
 
 
 def test_official_openai_client_with_the_key(guarded):
-    openai = pytest.importorskip("openai")
+    import openai
+
     client = openai.OpenAI(base_url=guarded.url + "/v1", api_key=KEY, max_retries=0, timeout=60)
     assert client.completions.create(model="tiny-llama", prompt=PROMPT, max_tokens=2).choices[0].text is not None
     bad = openai.OpenAI(base_url=guarded.url + "/v1", api_key="sk-wrong", max_retries=0, timeout=60)
