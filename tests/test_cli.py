@@ -4,18 +4,7 @@ import io
 import json
 import sys
 
-import pytest
-
 from multidraft.cli import main
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory):
-    from tests.tiny_models import make_tiny_hf_model, make_tokenizer
-    folder = tmp_path_factory.mktemp("tiny-model")
-    make_tiny_hf_model("llama", seed=0).save_pretrained(folder)
-    make_tokenizer().save_pretrained(folder)
-    return str(folder)
 
 
 def test_generate_json_pld_equals_greedy(tiny_folder, capsys):
