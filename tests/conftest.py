@@ -2,6 +2,7 @@
 
 import os
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import settings
@@ -15,7 +16,8 @@ settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("explore", print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-from tests.tiny_models import build_tiny_ngram, make_tiny_lm  # noqa: E402
+from tests.tiny_models import (build_tiny_ngram, make_tiny_hf_model, make_tiny_lm, make_tokenizer,  # noqa: E402
+                               perturbed_copy)
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +39,40 @@ def tiny_lm(request):
 def tiny_ngram(tmp_path_factory):
     """An n-gram model (orders 1..6) of the tiny tokenizer, counted on a tiny model's own greedy text."""
     return build_tiny_ngram(tmp_path_factory.mktemp("ngram") / "tiny.ngram")
+
+
+@pytest.fixture(scope="module")
+def target():
+    """A tiny target and a draft close to it (test_bild, test_mtad; files with another pair define their own)."""
+    return make_tiny_lm("llama", seed=6)
+
+
+@pytest.fixture(scope="module")
+def draft(target):
+    return perturbed_copy(target, 0.3, seed=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_folder(tmp_path_factory):
+    """A tiny random Llama and its tokenizer (no chat template) saved as a local HF folder, for the command line."""
+    folder = tmp_path_factory.mktemp("tiny-model")
+    make_tiny_hf_model("llama", seed=0).save_pretrained(folder)
+    make_tokenizer().save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
+def dense_ngram_path(tmp_path_factory):
+    """An n-gram file over the 64-token tiny vocabulary from a dense random corpus: every bigram context is seen,
+    most candidates supported (Superposed Decoding, the server's named n-gram files)."""
+    from multidraft.ngram import build
+
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.full(64, 0.7))
+    docs = [rng.choice(64, size=int(rng.integers(20, 80)), p=probs) for _ in range(600)]
+    path = tmp_path_factory.mktemp("dense-ngram") / "tiny.ngram"
+    build(docs, 64, path, max_order=5)
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -263,15 +263,6 @@ def test_check_port_is_an_argparse_type():
 # ---------------------------------------------------------------- CLI: one line on stderr, exit 2, no traceback
 
 
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory):
-    from tests.tiny_models import make_tiny_hf_model, make_tokenizer
-    folder = tmp_path_factory.mktemp("tiny-model")
-    make_tiny_hf_model("llama", seed=0).save_pretrained(folder)
-    make_tokenizer().save_pretrained(folder)
-    return str(folder)
-
-
 def run_cli(args, stdin: bytes = b"", tmp_home=None):
     """`multidraft ARGS` in a fresh process (argv and stdin as raw bytes)."""
     env = dict(os.environ)

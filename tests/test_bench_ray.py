@@ -5,8 +5,6 @@ import pytest
 from multidraft.eval.bench import read_results, run_bench
 from tests.test_bench import make_config, make_prompts, tiny_folder  # noqa: F401  (fixture)
 
-pytest.importorskip("ray")
-
 
 @pytest.mark.slow
 def test_ray_local_matches_local_tokens(tiny_folder, tmp_path):  # noqa: F811

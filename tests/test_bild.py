@@ -8,22 +8,10 @@ import multidraft
 from multidraft.errors import InvalidOptionError
 from multidraft.methods import get_method
 from multidraft.verify.bild import rollback_length
-from tests.test_draft_model import perturbed_copy
-from tests.tiny_models import make_tiny_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 PROMPT = "the cat sat on the mat and the cat sat on the"
-
-
-@pytest.fixture(scope="module")
-def target():
-    return make_tiny_lm("llama", seed=6)
-
-
-@pytest.fixture(scope="module")
-def draft(target):
-    return perturbed_copy(target, 0.3, seed=2)
 
 
 def test_rollback_length_stops_at_the_first_unlikely_token():

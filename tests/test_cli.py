@@ -4,18 +4,7 @@ import io
 import json
 import sys
 
-import pytest
-
 from multidraft.cli import main
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory):
-    from tests.tiny_models import make_tiny_hf_model, make_tokenizer
-    folder = tmp_path_factory.mktemp("tiny-model")
-    make_tiny_hf_model("llama", seed=0).save_pretrained(folder)
-    make_tokenizer().save_pretrained(folder)
-    return str(folder)
 
 
 def test_generate_json_pld_equals_greedy(tiny_folder, capsys):
@@ -54,3 +43,21 @@ def test_generate_prints_every_draft_of_a_multi_draft_method(tiny_folder, capsys
                  "--max-new-tokens", "4", "the cat sat"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert len(data["drafts"]) >= 2 and data["drafts"][0]["token_ids"] == data["token_ids"]
+
+
+def test_generate_stream_prints_the_final_text(tiny_folder, capsys):
+    """--stream prints exactly the final text (the server's detokenizer): with a stop string, nothing of it."""
+    prompt = "the cat sat on the mat and the cat sat on the"
+    common = ["generate", "--model", tiny_folder, "--max-new-tokens", "16"]
+    assert main(common + ["--json", prompt]) == 0
+    full = json.loads(capsys.readouterr().out)["text"]
+    assert main(common + ["--stream", prompt]) == 0
+    assert capsys.readouterr().out == full + "\n"
+    words = full.split()
+    assert len(words) >= 3, full
+    stop = words[len(words) // 2]
+    assert main(common + ["--json", "--stop", stop, prompt]) == 0
+    cut = json.loads(capsys.readouterr().out)["text"]
+    assert stop not in cut and len(cut) < len(full)
+    assert main(common + ["--stream", "--stop", stop, prompt]) == 0
+    assert capsys.readouterr().out == cut + "\n"

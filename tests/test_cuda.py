@@ -11,7 +11,7 @@ import torch
 
 import multidraft
 from multidraft.verify.multi_draft import SELECTION_SCHEMES
-from tests.tiny_models import make_tiny_lm
+from tests.tiny_models import make_tiny_lm, random_heads
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU (CI has none); tests/test_device.py checks device placement "
@@ -34,28 +34,6 @@ def lm():
 @pytest.fixture(scope="module")
 def draft():
     return on_cuda(make_tiny_lm("llama", seed=3))
-
-
-@pytest.fixture(scope="module")
-def ngram(lm, tmp_path_factory):
-    from multidraft.ngram import NGramModel, build
-    from multidraft.ngram.corpus import tokenizer_fingerprint
-
-    docs = [np.asarray(multidraft.generate(lm, p, max_new_tokens=40).token_ids, dtype=np.uint32) for p in PROMPTS]
-    path = tmp_path_factory.mktemp("ngram") / "tiny.ngram"
-    build(docs, lm.vocab_size, path, max_order=6, tokenizer_fingerprint=tokenizer_fingerprint(lm.tokenizer))
-    return NGramModel.load(path, tokenizer=lm.tokenizer)
-
-
-def random_heads(lm):
-    from multidraft.blockwise import BlockwiseHeads
-
-    torch.manual_seed(0)
-    heads = BlockwiseHeads(4, lm.hidden_size, 32)
-    with torch.no_grad():
-        heads.w2.normal_(0, 0.5 / 32 ** 0.5)
-    heads.meta["hidden_layer"] = lm.num_layers
-    return heads.eval().requires_grad_(False).bind(lm)
 
 
 def lossless_cases(lm, draft, ngram):
@@ -85,10 +63,10 @@ def test_greedy_on_cuda_equals_greedy_on_cpu(lm):
         assert multidraft.generate(lm, prompt, max_new_tokens=24).token_ids == want
 
 
-def test_every_lossless_method_equals_greedy_in_fp32(lm, draft, ngram):
+def test_every_lossless_method_equals_greedy_in_fp32(lm, draft, tiny_ngram):
     for prompt in PROMPTS:
         want = multidraft.generate(lm, prompt, max_new_tokens=24).token_ids
-        for method, options in lossless_cases(lm, draft, ngram):
+        for method, options in lossless_cases(lm, draft, tiny_ngram):
             got = multidraft.generate(lm, prompt, method=method, max_new_tokens=24, **options)
             assert got.token_ids == want, (method, options, prompt)
 
@@ -107,11 +85,11 @@ def valid(gen, lm, max_new_tokens):
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
-def test_lossy_and_sampling_methods_run_and_give_valid_output(lm, draft, ngram, temperature):
+def test_lossy_and_sampling_methods_run_and_give_valid_output(lm, draft, tiny_ngram, temperature):
     cases = [("speculative", dict(draft_model=draft)), ("mtad", dict(draft_model=draft)),
              ("multi_draft", dict(draft_model=draft, num_drafts=2, selection="spectr"))]
     if temperature == 0:
-        cases += [("beam", dict(num_beams=3)), ("superposed", dict(num_drafts=3, ngram=ngram)),
+        cases += [("beam", dict(num_beams=3)), ("superposed", dict(num_drafts=3, ngram=tiny_ngram)),
                   ("superposed", dict(num_drafts=3, alpha=0.0, reset_every=4))]
     else:
         cases += [("sample", {}), ("multi_draft", dict(draft_model=draft, num_drafts=3, selection="is_lp"))]

@@ -5,14 +5,13 @@ host syncs per step stay bounded; every method runs with the model in bfloat16 a
 (Before the fixes of issue 17, `beam` and `superposed` failed here exactly where they crashed on an H100.)
 """
 
-import numpy as np
 import pytest
 import torch
 
 import multidraft
 from multidraft.verify.multi_draft import SELECTION_SCHEMES
 from tests.fake_accelerator import DeviceError, fake_cuda
-from tests.tiny_models import make_tiny_lm
+from tests.tiny_models import make_tiny_lm, random_heads
 
 PROMPT = "the cat sat on the mat and the cat sat on the"
 HEADS = [(0, 1), (1, 2)]
@@ -27,29 +26,6 @@ def lm():
 @pytest.fixture(scope="module")
 def draft():
     return make_tiny_lm("llama", seed=3)
-
-
-@pytest.fixture(scope="module")
-def ngram(lm, tmp_path_factory):
-    from multidraft.ngram import NGramModel, build
-    from multidraft.ngram.corpus import tokenizer_fingerprint
-
-    texts = [PROMPT, "def x ( y ) : return x + 1", "a dog ran on the mat"]
-    docs = [np.asarray(multidraft.generate(lm, t, max_new_tokens=40).token_ids, dtype=np.uint32) for t in texts]
-    path = tmp_path_factory.mktemp("ngram") / "tiny.ngram"
-    build(docs, lm.vocab_size, path, max_order=6, tokenizer_fingerprint=tokenizer_fingerprint(lm.tokenizer))
-    return NGramModel.load(path, tokenizer=lm.tokenizer)
-
-
-def random_heads(lm):
-    from multidraft.blockwise import BlockwiseHeads
-
-    torch.manual_seed(0)
-    heads = BlockwiseHeads(4, lm.hidden_size, 32)
-    with torch.no_grad():
-        heads.w2.normal_(0, 0.5 / 32 ** 0.5)
-    heads.meta["hidden_layer"] = lm.num_layers
-    return heads.eval().requires_grad_(False).bind(lm)       # binding moves the heads to the model's device
 
 
 # (id, method, options); "DRAFT", "NGRAM" and "HEADS" are filled in per test. Every method and every code path
@@ -86,11 +62,11 @@ def fill(options, lm, draft, ngram):
 
 
 @pytest.mark.parametrize("case", PARAMS)
-def test_every_method_keeps_its_tensors_on_the_model_device(lm, draft, ngram, case):
+def test_every_method_keeps_its_tensors_on_the_model_device(lm, draft, tiny_ngram, case):
     _, method, options = case
-    on_cpu = multidraft.generate(lm, PROMPT, method=method, max_new_tokens=12, **fill(options, lm, draft, ngram))
+    on_cpu = multidraft.generate(lm, PROMPT, method=method, max_new_tokens=12, **fill(options, lm, draft, tiny_ngram))
     with fake_cuda(lm, draft):
-        options = fill(options, lm, draft, ngram)          # heads bind inside: they must follow the model
+        options = fill(options, lm, draft, tiny_ngram)          # heads bind inside: they must follow the model
         on_gpu = multidraft.generate(lm, PROMPT, method=method, max_new_tokens=12, **options)
     assert on_gpu.token_ids == on_cpu.token_ids            # the fake device changes placement, never values
 
@@ -156,7 +132,7 @@ def test_host_syncs_per_step_do_not_grow_with_the_draft(lm, method, options, bou
     (torch.bfloat16, ("beam", "superposed-ngram", "pld_plus-attention", "speculative", "blockwise-none")),
     pytest.param(torch.bfloat16, None, marks=pytest.mark.slow), pytest.param(torch.float64, None, marks=pytest.mark.slow)],
     ids=["bfloat16-trees-beams-heads", "bfloat16-all", "float64-all"])
-def test_every_method_runs_in_the_model_dtype(dtype, names, ngram):
+def test_every_method_runs_in_the_model_dtype(dtype, names, tiny_ngram):
     lm = make_tiny_lm("llama", seed=2)
     draft = make_tiny_lm("llama", seed=3)
     lm.model.to(dtype)
@@ -164,7 +140,7 @@ def test_every_method_runs_in_the_model_dtype(dtype, names, ngram):
     for name, method, options in CASES:
         if names is not None and name not in names:
             continue
-        gen = multidraft.generate(lm, PROMPT, method=method, max_new_tokens=8, **fill(options, lm, draft, ngram))
+        gen = multidraft.generate(lm, PROMPT, method=method, max_new_tokens=8, **fill(options, lm, draft, tiny_ngram))
         assert 0 < len(gen.token_ids) <= 8 and all(0 <= t < lm.vocab_size for t in gen.token_ids), name
 
 

@@ -12,7 +12,7 @@ from multidraft.errors import InvalidOptionError, TokenizerMismatchError
 from multidraft.models.runner import LM
 from multidraft.types import DecodeStats
 from multidraft.verify.multi_draft import SELECTION_SCHEMES
-from tests.tiny_models import make_tiny_lm, perturbed_copy  # noqa: F401  (test_mtad imports perturbed_copy from here)
+from tests.tiny_models import make_tiny_lm, perturbed_copy
 
 # Tiny models run fastest on one thread (and far faster than on two on a loaded machine).
 pytestmark = pytest.mark.usefixtures("one_thread")

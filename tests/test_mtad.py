@@ -15,24 +15,13 @@ from multidraft.models.runner import LM
 from multidraft.sampling import PositionSampler, SamplingParams, logits_to_probs
 from multidraft.types import DecodeStats
 from multidraft.verify.mtad import accept_length
-from tests.test_draft_model import perturbed_copy
-from tests.tiny_models import make_tiny_hf_model, make_tiny_lm, make_tokenizer
+from tests.tiny_models import make_tiny_hf_model, make_tokenizer, perturbed_copy
 
 # Tiny models run fastest on one thread (and far faster than on two on a loaded machine).
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 PROMPT = "the cat sat on the mat and the cat sat on the"
 
-
-
-@pytest.fixture(scope="module")
-def target():
-    return make_tiny_lm("llama", seed=6)
-
-
-@pytest.fixture(scope="module")
-def draft(target):
-    return perturbed_copy(target, 0.3, seed=2)
 
 
 # ----- the verification rule (spec §5.2, §11 items 1-6) -----

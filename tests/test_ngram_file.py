@@ -109,7 +109,6 @@ def test_interrupted_build_leaves_no_file(tmp_path):
 
 def test_cli_build_and_info(tmp_path, capsys, monkeypatch):
     """`multidraft ngram build` end to end with a tiny local tokenizer folder and a text folder."""
-    tokenizers = pytest.importorskip("tokenizers")
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     from multidraft.cli import main

@@ -4,11 +4,9 @@ tiny random models over loopback, plus a bounded fuzz of request bodies (no 5xx,
 import json
 import socket
 import sys
-import threading
 import time
 
 import httpx
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -39,17 +37,6 @@ def lm():
 
 
 @pytest.fixture(scope="module")
-def ngram_path(tmp_path_factory):
-    from multidraft.ngram import build
-    rng = np.random.default_rng(0)
-    probs = rng.dirichlet(np.full(64, 0.7))
-    docs = [rng.choice(64, size=int(rng.integers(20, 80)), p=probs) for _ in range(300)]
-    path = tmp_path_factory.mktemp("ngram") / "tiny.ngram"
-    build(docs, 64, path, max_order=5)
-    return path
-
-
-@pytest.fixture(scope="module")
 def secret(tmp_path_factory):
     path = tmp_path_factory.mktemp(MARKER) / f"{MARKER}.bin"
     path.write_bytes(b"not for requests")
@@ -58,9 +45,9 @@ def secret(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(lm, ngram_path):
+def server(lm, dense_ngram_path):
     config = ServerConfig(max_n=4, max_tokens=32, max_prompt_tokens=100, max_beams=8, max_body_bytes=4096,
-                          artifacts={"ngram": {"tiny": str(ngram_path)}})
+                          artifacts={"ngram": {"tiny": str(dense_ngram_path)}})
     with ServerThread(create_app(lm, config)) as running:
         yield running
 
@@ -123,13 +110,13 @@ def test_no_existence_oracle_and_other_path_options(client, secret):
     assert OPENED == []
 
 
-def test_an_operator_named_ngram_file_is_used_by_name(client, lm, ngram_path):
+def test_an_operator_named_ngram_file_is_used_by_name(client, lm, dense_ngram_path):
     body = {"prompt": PROMPT, "max_tokens": 4, "n": 2, "method": "superposed", "ngram": "tiny",
             "ngram_weights": NGRAM_WEIGHTS}
     reply = client.post("/v1/completions", json=body)
     assert reply.status_code == 200, reply.text
     direct = multidraft.generate(lm, PROMPT, method="superposed", max_new_tokens=4, num_drafts=2,
-                                 ngram=str(ngram_path), ngram_weights=NGRAM_WEIGHTS)
+                                 ngram=str(dense_ngram_path), ngram_weights=NGRAM_WEIGHTS)
     assert [c["text"] for c in reply.json()["choices"]] == [d.text for d in direct.drafts]
     config = client.get("/config").json()
     assert config["artifacts"]["ngram"] == ["default", "tiny"]
@@ -220,7 +207,8 @@ def test_api_key_has_openai_401_semantics(guarded):
 
 
 def test_official_openai_client_with_the_key(guarded):
-    openai = pytest.importorskip("openai")
+    import openai
+
     client = openai.OpenAI(base_url=guarded.url + "/v1", api_key=KEY, max_retries=0, timeout=60)
     assert client.completions.create(model="tiny-llama", prompt=PROMPT, max_tokens=2).choices[0].text is not None
     bad = openai.OpenAI(base_url=guarded.url + "/v1", api_key="sk-wrong", max_retries=0, timeout=60)
@@ -348,16 +336,16 @@ def test_serve_finds_a_port_in_use_before_loading_a_model(capsys):
     assert "no such file" in capsys.readouterr().err
 
 
-def test_serve_config_file(tmp_path, ngram_path):
+def test_serve_config_file(tmp_path, dense_ngram_path):
     from multidraft.cli import build_parser
     from multidraft.server.cli import ServeError, build_config
     path = tmp_path / "serve.json"
     path.write_text(json.dumps({"max_beams": 4, "allowed_hosts": ["box.lan"],
-                                "artifacts": {"ngram": {"code": str(ngram_path)}}}))
+                                "artifacts": {"ngram": {"code": str(dense_ngram_path)}}}))
     config = build_config(build_parser().parse_args(["serve", "--config", str(path), "--max-beams", "6",
                                                      "--ngram", "more=/x", "--allowed-origins", "https://a.example"]))
     assert config.max_beams == 6 and "box.lan" in config.allowed_hosts and "127.0.0.1" in config.allowed_hosts
-    assert config.artifacts["ngram"] == {"code": str(ngram_path), "more": "/x"}
+    assert config.artifacts["ngram"] == {"code": str(dense_ngram_path), "more": "/x"}
     assert config.allowed_origins == ("https://a.example",)
     path.write_text(json.dumps({"max_beamz": 4}))
     with pytest.raises(ServeError, match="unknown settings"):

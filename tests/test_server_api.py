@@ -82,11 +82,9 @@ def test_health_models_page(client, lm):
     assert page.status_code == 200 and 'id="editor"' in page.text
     assert "AbortController" in client.get("/static/app.js").text
     config = client.get("/config").json()
-    expected = "superposed" if "superposed" in multidraft.available_methods() else "sample"
-    assert config["suggest"]["method"] == expected and config["suggest"]["n"] == 3
+    assert config["suggest"]["method"] == "superposed" and config["suggest"]["n"] == 3
 
 
-@pytest.mark.skipif("superposed" not in multidraft.available_methods(), reason="superposed not built")
 def test_superposed_choices_come_from_one_pass(client, lm):
     body = {"prompt": PROMPT, "max_tokens": 5, "n": 3, "method": "superposed", "alpha": 0.0}
     reply = client.post("/v1/completions", json=body).json()
@@ -326,8 +324,6 @@ def test_serve_command_fails_fast_on_a_bad_method(capsys):
 
 
 def test_draft_model_from_the_command_line_feeds_speculative_methods(lm):
-    if "speculative" not in multidraft.available_methods():
-        pytest.skip("speculative not built")
     draft = make_tiny_lm("qwen2", seed=9)                  # same tokenizer as the target
     with ServerThread(create_app(lm, ServerConfig(), draft_lm=draft)) as running:
         with httpx.Client(base_url=running.url, timeout=60) as client:

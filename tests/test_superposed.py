@@ -8,7 +8,7 @@ import torch
 
 import multidraft
 from multidraft.superposed.decoder import SuperposedConfig, superpose, superposed_decode
-from multidraft.ngram import NGramModel, build
+from multidraft.ngram import NGramModel
 from tests.tiny_models import make_tiny_lm
 
 PROMPT = "the cat sat on the mat and then"
@@ -21,19 +21,8 @@ def lm():
 
 
 @pytest.fixture(scope="module")
-def ngram_path(tmp_path_factory):
-    """A dense corpus over the 64-token vocabulary: every bigram context is seen, most candidates supported."""
-    rng = np.random.default_rng(0)
-    probs = rng.dirichlet(np.full(64, 0.7))
-    docs = [rng.choice(64, size=int(rng.integers(20, 80)), p=probs) for _ in range(600)]
-    path = tmp_path_factory.mktemp("spd") / "tiny.ngram"
-    build(docs, 64, path, max_order=5)
-    return path
-
-
-@pytest.fixture(scope="module")
-def ngram(ngram_path):
-    return NGramModel.load(ngram_path)
+def ngram(dense_ngram_path):
+    return NGramModel.load(dense_ngram_path)
 
 
 @pytest.fixture(scope="module")

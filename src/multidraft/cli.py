@@ -5,22 +5,21 @@ sets `func(args) -> int`. User errors (MultidraftError) print one line and exit 
 """
 
 import argparse
-import importlib
 import sys
 
+from multidraft import generate_cli
+from multidraft.blockwise import cli as heads_cli
+from multidraft.data import cli as data_cli
 from multidraft.errors import MultidraftError
+from multidraft.eval import bench_cli
+from multidraft.models import cli as models_cli
+from multidraft.ngram import cli as ngram_cli
+from multidraft.pldplus import cli as pldplus_cli
+from multidraft.server import cli as server_cli
 
-# Modules that add sub-commands. A module that is not there yet is skipped, so groups land independently.
-COMMAND_MODULES = [
-    "multidraft.models.cli",
-    "multidraft.generate_cli",
-    "multidraft.data.cli",
-    "multidraft.ngram.cli",
-    "multidraft.pldplus.cli",
-    "multidraft.server.cli",
-    "multidraft.eval.bench_cli",
-    "multidraft.blockwise.cli",
-]
+# The command groups, in the order `multidraft --help` lists them. Every one is imported above: a missing or
+# renamed module fails at import, it never makes a command vanish.
+COMMAND_MODULES = (models_cli, generate_cli, data_cli, ngram_cli, pldplus_cli, server_cli, bench_cli, heads_cli)
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -35,13 +34,7 @@ class OneLineErrorParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="multidraft", description="Draft-based decoding for causal language models.")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
+    for module in COMMAND_MODULES:
         module.register(subparsers)
     return parser
 

@@ -8,6 +8,7 @@ import sys
 from multidraft import validation
 from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.models.device import add_device_argument
+from multidraft.text_stream import TextStreamer
 
 
 def register(subparsers) -> None:
@@ -91,15 +92,11 @@ def run_generate(args) -> int:
     lm = multidraft.load_model(args.model, dtype=dtype, device=args.device, runner=args.runner)
     lm.draft_length = args.draft_length
 
-    printed = []
+    streamer = TextStreamer(lm.decode, args.stop or ())   # the server's detokenizer: no half characters, no stop text
 
     def stream(token_id):
-        printed.append(token_id)
-        text = lm.decode(printed)
-        already = getattr(stream, "shown", 0)
-        sys.stdout.write(text[already:])
+        sys.stdout.write(streamer.feed(token_id))
         sys.stdout.flush()
-        stream.shown = len(text)
 
     result = multidraft.generate(lm, prompt, method=args.method, max_new_tokens=args.max_new_tokens,
                                  temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
@@ -110,7 +107,7 @@ def run_generate(args) -> int:
         print(json.dumps({"text": result.text, "token_ids": result.token_ids, "stats": result.stats.to_dict(),
                           "drafts": [{"text": d.text, "token_ids": d.token_ids, "score": d.score} for d in drafts]}))
     elif args.stream:
-        print()
+        print(streamer.finish(result.text))
     elif len(drafts) > 1:
         for rank, draft in enumerate(drafts, 1):
             score = "" if draft.score is None else f" (score {draft.score:.3f})"

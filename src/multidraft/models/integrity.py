@@ -67,21 +67,22 @@ def json_problem(path: Path, parse_limit: Optional[int] = None) -> Optional[str]
     path = Path(path)
     parse_limit = _PARSE_LIMIT if parse_limit is None else parse_limit
     try:
-        if path.stat().st_size > parse_limit:
+        size = path.stat().st_size
+        if size > parse_limit:
             with open(path, "rb") as handle:
                 head = handle.read(64).lstrip()
-                handle.seek(max(0, path.stat().st_size - 64))
+                handle.seek(max(0, size - 64))
                 tail = handle.read().rstrip()
             if not head.startswith(b"{") or not tail.endswith(b"}"):
                 return f"{path.name} is not valid JSON"
             return None
         value = json.loads(path.read_bytes().decode("utf-8"))
     except OSError as exc:
-        return f"{Path(path).name} cannot be read ({exc.strerror or exc})"
+        return f"{path.name} cannot be read ({exc.strerror or exc})"
     except (UnicodeDecodeError, ValueError):
-        return f"{Path(path).name} is not valid JSON"
+        return f"{path.name} is not valid JSON"
     if not isinstance(value, dict):
-        return f"{Path(path).name} is not a JSON object"
+        return f"{path.name} is not a JSON object"
     return None
 
 

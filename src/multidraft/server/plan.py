@@ -20,8 +20,8 @@ from multidraft.methods import Method, available_methods, get_method
 from multidraft.server.config import ServerConfig
 from multidraft.server.options import BIG, MIN_TEMPERATURE, MIN_TOP_P, default_artifact, request_options
 from multidraft.server.schemas import ApiError, ChatRequest
-from multidraft.server.streaming import TextStreamer
 from multidraft.server.worker import JobCancelled, JobTimedOut
+from multidraft.text_stream import TextStreamer
 from multidraft.types import DecodeStats
 
 MULTI_OUTPUT_OPTIONS = ("num_drafts", "k")          # option names meaning "how many drafts to return"
