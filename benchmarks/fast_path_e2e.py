@@ -1,10 +1,13 @@
 """End-to-end cost of decoding with the eager and the fast runner, beside HF generate(), in process CPU time.
 
     .venv/bin/python benchmarks/fast_path_e2e.py --model qwen2.5-coder-1.5b --prompts 2 --tokens 32 --threads 1
+    .venv/bin/python benchmarks/fast_path_e2e.py --clock wall --threads 2 --runners fast --draft-lengths fixed,adaptive
 
 Why CPU time: on a machine shared with other busy processes, wall time mostly measures waiting for a core. With
 --threads 1, this process's CPU time is what the decoding costs on a free core (memory and SMT contention
-aside). `multidraft bench` (wall time) is the tool on a quiet machine.
+aside). `multidraft bench` (wall time) is the tool on a quiet machine; `--clock wall` here measures wall time too.
+`--draft-lengths fixed,adaptive` runs pld once per draft-length policy (decoders/draft_length.py); the adaptive
+policy's forward-cost table is warmed up on a short prompt first, as a long-running process would have it.
 
 Per code_edit prompt, in this order: HF greedy and HF prompt lookup (stock modules, `prompt_lookup_num_tokens`
 = pld's draft length), then our greedy and pld on the eager runner, then on the fast runner. Prints tokens per
@@ -40,6 +43,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--runners", default="eager,fast")
+    parser.add_argument("--draft-lengths", default="fixed", help="pld's draft-length policies, e.g. fixed,adaptive")
+    parser.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print("load:", os.popen("uptime").read().strip(), flush=True)
@@ -53,23 +58,30 @@ def main() -> None:
     mal: dict[str, list[float]] = {}
     equal: dict[str, bool] = {}
     items = load_task("code_edit", limit=args.prompts)
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    draft_lengths = [d for d in args.draft_lengths.split(",") if d]
     multidraft.generate(lm, "def f(x):", max_new_tokens=2)   # warm-up
+    for runner in runners:                                   # the adaptive policy's cost table, per runner
+        lm.use_runner(runner)
+        multidraft.generate(lm, "def f(x):\n    return x\n\ndef f(x):\n    return x", method="pld",
+                            max_new_tokens=24, draft_length="adaptive")
     for item in items:
         ids = lm.encode(item.messages)
         lm.use_runner("eager")
-        start = time.process_time()
+        start = clock()
         reference = hf_generate(lm, ids, max_new_tokens=args.tokens)
-        runs = {"hf_greedy": (reference, time.process_time() - start, None)}
-        start = time.process_time()
+        runs = {"hf_greedy": (reference, clock() - start, None)}
+        start = clock()
         tokens = hf_generate(lm, ids, max_new_tokens=args.tokens, prompt_lookup_num_tokens=pld_k)
-        runs["hf_prompt_lookup"] = (tokens, time.process_time() - start, None)
+        runs["hf_prompt_lookup"] = (tokens, clock() - start, None)
         for runner in runners:
             lm.use_runner(runner)
-            for method in ("greedy", "pld"):
-                start = time.process_time()
-                gen = multidraft.generate(lm, ids, method=method, max_new_tokens=args.tokens)
-                runs[f"{method} [{runner}]"] = (gen.token_ids, time.process_time() - start,
-                                                gen.stats.mean_acceptance_length)
+            variants = [("greedy", "fixed", "greedy")] + [
+                ("pld", d, "pld" if len(draft_lengths) == 1 else f"pld {d}") for d in draft_lengths]
+            for method, draft_length, label in variants:
+                start = clock()
+                gen = multidraft.generate(lm, ids, method=method, max_new_tokens=args.tokens, draft_length=draft_length)
+                runs[f"{label} [{runner}]"] = (gen.token_ids, clock() - start, gen.stats.mean_acceptance_length)
         for name, (tokens, seconds, accepted) in runs.items():
             total = totals.setdefault(name, [0.0, 0.0])
             total[0] += len(tokens)
@@ -80,8 +92,8 @@ def main() -> None:
         print(item.id, {name: f"{len(t)} tok {s:.1f}s" for name, (t, s, _) in runs.items()}, flush=True)
     rate = {name: t / s for name, (t, s) in totals.items()}
     print(f"\n{args.model} fp32, {len(items)} code_edit prompts x {args.tokens} tokens, {args.threads} thread(s), "
-          "tokens per CPU-second pooled")
-    print("| method | tok/CPU-s | vs HF greedy | vs HF prompt lookup | acceptance length | same as HF greedy |")
+          f"tokens per {'CPU-' if args.clock == 'cpu' else ''}second pooled")
+    print(f"| method | tok/{'CPU-' if args.clock == 'cpu' else ''}s | vs HF greedy | vs HF prompt lookup | acceptance length | same as HF greedy |")
     print("|---|---|---|---|---|---|")
     for name, value in rate.items():
         accepted = f"{sum(mal[name]) / len(mal[name]):.2f}" if name in mal else "—"

@@ -6,8 +6,9 @@ it is not (an AVX2 CPU with MKL: 8 new tokens cost ~3.7x one), a 10-token prompt
 deep is slower than plain greedy. This module picks k* = argmax E(k) / cost(k + 1) each step from two things
 measured while decoding:
 
-- `ForwardCosts`: the seconds of the target's verify forwards by number of new tokens, kept per model and runner
-  across requests (an exponential average; the machine's load moves it). Unseen sizes are assumed to cost what
+- `ForwardCosts`: the seconds of a loop step (drafting, the target's forward, verification) by the number of new
+  tokens it verified, kept per model and runner across requests (an exponential average; the machine's load moves
+  it). The step's fixed costs count, so a draft is not judged by its forward alone. Unseen sizes are assumed to cost what
   the nearest smaller measured size costs, so the policy tries them once and learns (optimism = exploration).
 - `DraftLength`: the request's acceptance, as the chance h_i that a step's run of accepted tokens ends at depth i
   given that it got there (decayed counts over recent steps), shrunk toward the pooled per-token rejection rate

@@ -56,7 +56,6 @@ def draft_and_verify(lm, prompt_ids: list[int], drafter: Drafter, verifier: Veri
         forward_output = lm.forward(cache, [seq[-1]] + draft.token_ids,
                                     parents=[-1] + [p + 1 for p in draft.parents], **capture)
         stats.target_calls += 1
-        costs.record(len(draft) + 1, forward_output.seconds)
         t1 = time.perf_counter()
         verdict = verifier.verify(draft, forward_output.logits, sampler, first_position=len(seq))
         stats.verify_time += forward_output.seconds + time.perf_counter() - t1
@@ -71,6 +70,8 @@ def draft_and_verify(lm, prompt_ids: list[int], drafter: Drafter, verifier: Veri
         stats.record_step(len(kept), draft.depths(), min(len(accepted), len(kept)))
         if not output.done:
             drafter.observe(state, draft, verdict, forward_output, [0] + [node + 1 for node in accepted])
+        # The whole step (drafting, forward, verification) by the number of tokens it verified: what a step costs.
+        costs.record(len(draft) + 1, time.perf_counter() - t0)
     drafter.end(state)
     stats.generated_tokens = len(output.token_ids)
     stats.stop_reason = output.stop_reason
