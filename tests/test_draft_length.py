@@ -17,7 +17,8 @@ from multidraft.drafters.draft_model import DraftModelDrafter
 from multidraft.sampling import PositionSampler, SamplingParams
 from multidraft.types import DecodeStats
 from tests.test_draft_model_sampling import LENGTH, PROMPT_IDS, TEMPERATURE, models  # noqa: F401 (a fixture)
-from tests.test_methods import LOSSLESS, PROMPTS, SAMPLED_ONLY, method_options, target  # noqa: F401
+from tests.test_methods import LOSSLESS, PROMPTS, SAMPLED_ONLY, method_options, tiny_artifacts
+from tests.tiny_models import make_tiny_lm
 from tests.test_sampling import chi_square_p_value
 
 
@@ -97,13 +98,20 @@ def test_tree_drafts_are_cut_where_their_nodes_make_the_forward_too_expensive():
     assert chain >= 3 and wide < chain
 
 
+@pytest.fixture(scope="module")
+def target(tiny_ngram):
+    """One tiny target (test_methods covers both architectures for the fixed draft length)."""
+    lm = make_tiny_lm("qwen2", seed=7)
+    return lm, tiny_artifacts(lm, tiny_ngram)
+
+
 @pytest.fixture
 def steep_costs(monkeypatch):
     monkeypatch.setattr(loop, "forward_costs", lambda lm: STEEP)
 
 
 @pytest.mark.parametrize("name", [n for n in LOSSLESS if n not in SAMPLED_ONLY and METHODS[n].make_drafter])
-def test_adaptive_drafts_keep_every_lossless_method_equal_to_greedy(target, steep_costs, name):  # noqa: F811
+def test_adaptive_drafts_keep_every_lossless_method_equal_to_greedy(target, steep_costs, name):
     lm, artifacts = target
     options = method_options(name, artifacts)
     for prompt in PROMPTS:
@@ -116,13 +124,13 @@ def test_adaptive_drafts_keep_every_lossless_method_equal_to_greedy(target, stee
             assert adaptive.stats.draft_tokens_proposed < fixed.stats.draft_tokens_proposed, name
 
 
-def test_adaptive_learns_the_costs_of_the_model_it_runs(target):  # noqa: F811
+def test_adaptive_learns_the_costs_of_the_model_it_runs(target):
     lm, _ = target
     multidraft.generate(lm, PROMPTS[0], method="pld", max_new_tokens=16, draft_length="adaptive")
     assert 1 in forward_costs(lm).seconds
 
 
-def test_unknown_draft_length_is_a_clear_error(target):  # noqa: F811
+def test_unknown_draft_length_is_a_clear_error(target):
     with pytest.raises(multidraft.InvalidOptionError, match="draft_length"):
         multidraft.generate(target[0], PROMPTS[0], method="pld", draft_length="short")
 
