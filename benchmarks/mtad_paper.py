@@ -179,6 +179,8 @@ def run_real(args):
     results: dict = {}
     start = time.perf_counter()
     for table, label, method, options in real_settings(args, small=args.small):
+        if args.only and not any(part in f"{table} | {label}" for part in args.only):
+            continue
         nlls, tokens, calls, flops, moved, seconds = [], 0, 0, 0.0, 0.0, 0.0
         forwards = {"target": 0, "draft": 0}
         for index, prompt in enumerate(prompts):
@@ -219,6 +221,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=["exact", "real", "toy"])
     parser.add_argument("--small", action="store_true", help="real/toy: the main comparison (Table 4) only")
+    parser.add_argument("--only", nargs="+", default=None,
+                        help="real/toy: run only rows whose 'table | label' contains one of these strings")
     parser.add_argument("--prompts", type=int, default=4, help="exact: prompts; real: prompts per task")
     parser.add_argument("--tokens", type=int, default=24)
     parser.add_argument("--draft-noise", type=float, default=0.3, help="exact/toy: perturbation of the toy draft")
