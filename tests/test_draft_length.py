@@ -21,6 +21,9 @@ from tests.test_methods import LOSSLESS, PROMPTS, SAMPLED_ONLY, method_options, 
 from tests.tiny_models import make_tiny_lm
 from tests.test_sampling import chi_square_p_value
 
+# Tiny models run fastest on one thread (and far faster than on two on a loaded machine).
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 class FrozenCosts(ForwardCosts):
     """A fixed cost curve: records are ignored, so a test decides what the machine costs."""
