@@ -6,7 +6,7 @@ from multidraft.models.runner import LM
 
 
 def load_model(name_or_path, dtype=None, device=None, runner: str = "eager", **kwargs) -> LM:
-    """runner: "eager", "fast" or "auto" (see `LM.use_runner`)."""
+    """runner: "eager", "fast", "static" or "auto" (see `LM.use_runner`)."""
     from transformers.utils import logging as hf_logging
 
     from multidraft.models.loader import load_hf_model

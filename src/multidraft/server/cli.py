@@ -45,7 +45,7 @@ def register(subparsers) -> None:
     parser.add_argument("--method", default=None, help=f"method for requests that name none (default {defaults.default_method})")
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
     add_device_argument(parser)
-    parser.add_argument("--runner", choices=["auto", "eager", "fast"], default="auto",
+    parser.add_argument("--runner", choices=["auto", "eager", "fast", "static"], default="auto",
                         help="auto: the fast runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), else eager")
     parser.add_argument("--max-queue", type=int, default=None,
                         help=f"requests that may wait for the model; more get 429 (default {defaults.max_queue})")
