@@ -143,10 +143,11 @@ class LM:
         for step, parents in ((ids, None), ([2], None), ([4, 6], [-1, -1])):
             pairs.append((self.forward(eager, step, parents=parents).logits,
                           self.forward(static, step, parents=parents).logits))
+        tolerance = 1e-3 if self.dtype == torch.float32 else 0.1     # relative to the largest logit; 16-bit rounds
         for expected, got in pairs:
-            similarity = torch.nn.functional.cosine_similarity(expected, got, dim=-1).min()
-            if not bool(torch.isfinite(got).all()) or float(similarity) < 0.99:
-                return f"its static-cache logits differ from eager ones (cosine {float(similarity):.3f})"
+            error = float((expected - got).abs().max() / (expected.abs().max() + 1e-6))
+            if not bool(torch.isfinite(got).all()) or not error <= tolerance:
+                return f"its static-cache logits differ from eager ones (relative error {error:.2g})"
         return None
 
     def kernels(self):
