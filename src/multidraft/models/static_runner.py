@@ -76,6 +76,8 @@ class StaticRunner:
             raise RuntimeError("this model's static cache is in use by another generation")
         num_new = positions.shape[0]
         wanted = list(range(num_new))[logits_rows] if logits_rows is not None else list(range(num_new))
+        if wanted and wanted != list(range(wanted[0], wanted[-1] + 1)):
+            raise ValueError("logits_rows must be a contiguous slice")
         ancestors = None
         if parents is not None:
             ancestors = ancestor_matrix(torch.tensor(list(parents), device=self.device))
@@ -97,8 +99,8 @@ class StaticRunner:
                 graph.write_index.copy_(slots)
                 graph.mask.copy_(mask)
                 graph.graph.replay()
-                if local:
-                    pieces.append(graph.logits[0, local].float())
+                if local:                       # a slice, not a list: no index tensor to copy to the device
+                    pieces.append(graph.logits[0, local[0]: local[-1] + 1].float())
                 continue
             arena.write_index, arena.kv_limit = slots, kv_limit
             arena.seen, arena.valid_slots = past + first, past + first + rows
