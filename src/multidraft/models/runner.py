@@ -54,7 +54,7 @@ class LM:
         self.context_length = int(getattr(text_config, "max_position_embeddings", 0) or 2048)
         self.eos_token_ids = self._eos_ids()
         self._decoder_layers = self._find_layers()
-        self._static = None
+        self._static, self._cpu_kernel = None, False
         self.static_capacity = static_runner.DEFAULT_CAPACITY
         self.use_runner(runner)
 
@@ -75,7 +75,7 @@ class LM:
 
     def _use_runner(self, runner: str, progress: bool) -> str:
         fast_linear.uninstall(self.model)
-        self.runner, self._static = "eager", None
+        self.runner, self._static, self._cpu_kernel = "eager", None, False
         if runner == "eager":
             return self.runner
         if runner == "static":
@@ -103,7 +103,7 @@ class LM:
                               RuntimeWarning, stacklevel=3)
             return self.runner
         fast_linear.install(self.model)
-        self.runner = "fast"
+        self.runner, self._cpu_kernel = "fast", True
         return self.runner
 
     def _use_static(self, progress: bool) -> str:
@@ -129,7 +129,7 @@ class LM:
         warnings.warn(f"multidraft: the static runner cannot serve {self.name}: {why_not}; using the eager runner",
                       RuntimeWarning, stacklevel=3)
         fast_linear.uninstall(self.model)
-        self.runner, self._static = "eager", None
+        self.runner, self._static, self._cpu_kernel = "eager", None, False
         return self._use_runner("fast", False) if device == "cuda" else self.runner
 
     @torch.inference_mode()
@@ -152,7 +152,7 @@ class LM:
 
     def kernels(self):
         """Context in which this model's forwards take the runner's kernels (a no-op for the eager runner)."""
-        return fast_linear.active() if self.runner == "fast" and self.device.type == "cpu" else contextlib.nullcontext()
+        return fast_linear.active() if self._cpu_kernel and self.device.type == "cpu" else contextlib.nullcontext()
 
     def call_model(self, *args, **kwargs):
         """`self.model(...)` with the runner's kernels: the one way code outside the runner calls the HF model."""
