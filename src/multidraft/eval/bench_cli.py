@@ -33,7 +33,8 @@ def register(subparsers) -> None:
     add_device_argument(parser)
     parser.add_argument("--runner", choices=["auto", "eager", "fast", "static"], default="auto",
                         help="auto: the fast runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), "
-                             "else eager; HF generate() peers always run stock")
+                             "else eager; static: a static KV cache in shape buckets, CUDA graphs on a GPU (not "
+                             "measured on one yet); HF generate() peers always run stock")
     parser.add_argument("--option", "-o", action="append", default=[], metavar="METHOD.NAME=VALUE",
                         help="a method option, e.g. -o pld.num_draft_tokens=8 (value parsed as JSON when possible)")
     parser.add_argument("--out", default=None, help=f"output folder (default {DEFAULT_OUT}/MODEL); an existing one "

@@ -46,7 +46,8 @@ def register(subparsers) -> None:
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
     add_device_argument(parser)
     parser.add_argument("--runner", choices=["auto", "eager", "fast", "static"], default="auto",
-                        help="auto: the fast runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), else eager")
+                        help="auto: the fast runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), else eager; "
+                        "static: a static KV cache in shape buckets, CUDA graphs on a GPU (not measured on one yet)")
     parser.add_argument("--max-queue", type=int, default=None,
                         help=f"requests that may wait for the model; more get 429 (default {defaults.max_queue})")
     parser.add_argument("--max-prompt-tokens", type=int, default=None, help=f"default {defaults.max_prompt_tokens}")
