@@ -3,6 +3,8 @@ whether drafting can pay on a machine (a drafted step costs one n-token forward 
 
     .venv/bin/python benchmarks/forward_cost.py --model qwen2.5-coder-1.5b --dtype float32 --runners eager,fast
     .venv/bin/python benchmarks/forward_cost.py --random qwen2.5-1.5b --layers 4 --runners eager,fast
+    .venv/bin/python benchmarks/forward_cost.py --random qwen2.5-1.5b --layers 28 --dtype bfloat16 --device cuda \
+        --runners fast,static           # on a GPU: HF's cache vs the static cache with CUDA graphs
     .venv/bin/python benchmarks/forward_cost.py --linear --threads 1     # one layer's linears, M = 1..16
 
 After a 300-token prefill, each shape (a chain of n new tokens, n in --chains; or a tree: `k x d` = k branches
@@ -57,21 +59,32 @@ def clock(cpu_time: bool):
 def time_shapes(lm: LM, runners: list[str], shapes: list[tuple[str, list[int]]], reps: int,
                 cpu_time: bool = False) -> dict:
     now = clock(cpu_time)
-    cache, _ = lm.prefill(list(range(1000, 1300)))
-    prefix = cache.length
+    # One LM per runner over the same HF model, each with its own cache (the static runner's is its own kind).
+    # Eager first: setting a runner up (un)installs the CPU kernel on the shared modules, used only inside each
+    # LM's own `kernels()` context.
+    views = {runner: LM(lm.model, lm.tokenizer, name=lm.name, runner=runner)
+             for runner in sorted(runners, key=lambda r: r != "eager")}
+    caches = {}
+    for runner, view in views.items():
+        caches[runner] = view.new_cache()
+        view.forward(caches[runner], list(range(1000, 1300)), logits_rows=slice(-1, None))
+    prefix = 300
     best: dict = {runner: {} for runner in runners}
     for label, parents in shapes:
-        for runner in runners:
-            lm.use_runner(runner)
+        for runner in runners:                 # interleaved shape by shape: drift hits every runner alike
+            view, cache = views[runner], caches[runner]
             times = []
             for rep in range(reps + 1):
                 start = now()
-                lm.forward(cache, [2000 + i for i in range(len(parents))], parents=parents)
-                if lm.device.type == "cuda":
+                view.forward(cache, [2000 + i for i in range(len(parents))], parents=parents)
+                if view.device.type == "cuda":
                     torch.cuda.synchronize()
                 times.append(now() - start)
                 cache.crop(prefix)
             best[runner][label] = min(times[1:])
+    for runner, view in views.items():
+        if view.runner != runner:
+            print(f"note: runner {runner!r} ran as {view.runner!r} here")
     return best
 
 

@@ -177,3 +177,72 @@ def test_cuda_load_disables_cudnn_attention_unless_asked(monkeypatch):
     finally:
         monkeypatch.delenv(CUDNN_ENV, raising=False)
         configure_cuda("cuda")
+
+
+# ----- the static runner: static KV cache + one CUDA graph per shape bucket (models/static_runner.py) -----
+
+@pytest.fixture(scope="module")
+def static_pair():
+    """The same tiny model twice on the GPU, fp32: HF's dynamic cache ("fast") and the static runner's graphs."""
+    import warnings
+
+    from multidraft.models import static_runner
+    eager = on_cuda(make_tiny_lm("llama", seed=2))
+    eager.use_runner("fast")
+    static = on_cuda(make_tiny_lm("llama", seed=2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")             # a fallback would make every test below vacuous
+        assert static.use_runner("static", progress=False) == "static"
+    assert sorted(static._static.graphs) == sorted(static_runner.BUCKETS)
+    return eager, static
+
+
+def test_graph_replays_equal_eager_logits(static_pair):
+    eager, static = static_pair
+    caches = eager.new_cache(), static.new_cache()
+    replays = static._static.graphs[4].graph
+    for step, (length, parents) in enumerate([(7, None), (1, None), (3, None), (70, None), (5, [-1, 0, 0, 1, -1]),
+                                              (64, [-1 if i % 8 == 0 else i - 1 for i in range(64)])]):
+        ids = [(step * 11 + i) % 60 + 3 for i in range(length)]
+        past = caches[0].length
+        outs = [lm.forward(cache, ids, parents=parents).logits for lm, cache in zip(static_pair, caches)]
+        torch.testing.assert_close(outs[1], outs[0], atol=1e-4, rtol=1e-4)
+        if parents is not None:
+            for cache in caches:
+                cache.keep(past, [past, past + 1])
+    assert replays is static._static.graphs[4].graph      # the same captured graphs served every step
+
+
+def test_lossless_methods_equal_greedy_on_graphs(static_pair):
+    eager, static = static_pair
+    for prompt in PROMPTS:
+        greedy = multidraft.generate(eager, prompt, max_new_tokens=32).token_ids
+        assert multidraft.generate(static, prompt, max_new_tokens=32).token_ids == greedy
+        for method in ("pld", "pld_plus"):
+            assert multidraft.generate(static, prompt, method=method, max_new_tokens=32).token_ids == greedy
+        attention = multidraft.generate(static, prompt, method="pld_plus", rank_by="attention", heads=HEADS,
+                                        max_new_tokens=32)
+        assert attention.token_ids == greedy                # hooks: those forwards run without graphs
+
+
+def test_every_lossless_method_equals_greedy_on_the_static_runner(static_pair, draft, ngram):
+    eager, static = static_pair
+    for prompt in PROMPTS:
+        want = multidraft.generate(eager, prompt, max_new_tokens=24).token_ids
+        for method, options in lossless_cases(static, draft, ngram):
+            got = multidraft.generate(static, prompt, method=method, max_new_tokens=24, **options)
+            assert got.token_ids == want, (method, options, prompt)
+
+
+def test_graph_capture_failure_warns_once_and_runs_eagerly(monkeypatch):
+    class Broken:
+        def __init__(self, *args, **kwargs):
+            raise RuntimeError("capture is not possible here\nsecond line")
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Broken)
+    lm = on_cuda(make_tiny_lm("llama", seed=2))
+    with pytest.warns(RuntimeWarning, match="static runner cannot serve.*capture is not possible here") as caught:
+        assert lm.use_runner("static", progress=False) == "fast"
+    ours = [w for w in caught if "static runner" in str(w.message)]
+    assert len(ours) == 1 and "second line" not in str(ours[0].message)
+    assert multidraft.generate(lm, PROMPTS[0], method="pld", max_new_tokens=8).token_ids == \
+        multidraft.generate(lm, PROMPTS[0], max_new_tokens=8).token_ids

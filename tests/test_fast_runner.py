@@ -115,6 +115,21 @@ def test_hf_generate_stays_stock(fast_pair, monkeypatch):
     assert calls
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_static_runner_takes_the_kernel_and_stays_exact(kernel, monkeypatch, arch):
+    """On CPU the static runner runs over what "auto" picks: the kernel on an AVX2-only CPU in fp32."""
+    eager, static = make_tiny_lm(arch, seed=3), make_tiny_lm(arch, seed=3)
+    assert static.use_runner("static", progress=False) == "static"
+    calls = []
+    real = fast_linear._kernel
+    monkeypatch.setattr(fast_linear, "_kernel", lambda x, w: calls.append(x.shape) or real(x, w))
+    for prompt in PROMPTS:
+        greedy = multidraft.generate(eager, prompt, max_new_tokens=30).token_ids
+        for method in ("greedy", "pld", "pld_plus"):
+            assert multidraft.generate(static, prompt, method=method, max_new_tokens=30).token_ids == greedy
+    assert bool(calls) == (str(torch.backends.cpu.get_cpu_capability()) == "AVX2")
+
+
 def test_eager_runner_uninstalls(kernel):
     lm = make_tiny_lm("llama", seed=3)
     lm.use_runner("fast")

@@ -6,7 +6,7 @@ import pytest
 
 import multidraft
 from multidraft.methods import ARTIFACTS, METHODS
-from tests.tiny_models import make_tiny_lm, perturbed_copy, random_heads
+from tests.tiny_models import make_tiny_lm, make_tiny_lm_with, perturbed_copy, random_heads
 
 # How each artifact kind of methods.ARTIFACTS becomes options, from the tiny artifacts below.
 ARTIFACT_OPTIONS = {
@@ -41,9 +41,11 @@ def no_eos(tiny_ngram):
     return lm, tiny_artifacts(lm, tiny_ngram)
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2"])
+@pytest.fixture(scope="module", params=["llama-eager", "qwen2-eager", "llama-static"])
 def target(request, tiny_ngram):
-    lm = make_tiny_lm(request.param, seed=7)
+    """Greedy equality on HF's cache, and on the static runner's (buckets, padding, in-buffer path keeping)."""
+    arch, runner = request.param.split("-")
+    lm = make_tiny_lm_with(runner, arch, seed=7)
     return lm, tiny_artifacts(lm, tiny_ngram)
 
 

@@ -5,6 +5,14 @@ import torch
 
 from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.models.runner import tree_attention_mask
+from tests.tiny_models import make_tiny_lm_with
+
+
+@pytest.fixture(scope="module", params=["llama-eager", "qwen2-eager", "llama-static", "qwen2-static"])
+def tiny_lm(request):
+    """Every runner test on HF's dynamic cache and on the static runner's preallocated one."""
+    arch, runner = request.param.split("-")
+    return make_tiny_lm_with(runner, arch, seed=2)
 
 
 def full_logits(lm, token_ids):
@@ -72,9 +80,9 @@ def test_hidden_layer_capture_matches_hf(tiny_lm):
     torch.testing.assert_close(out.hidden, hf.hidden_states[1][0].float(), atol=1e-6, rtol=1e-5)
 
 
-def test_attention_capture_matches_hf():
-    from tests.tiny_models import make_tiny_lm
-    lm = make_tiny_lm("llama", seed=3, attn_implementation="eager")
+@pytest.mark.parametrize("runner", ["eager", "static"])
+def test_attention_capture_matches_hf(runner):
+    lm = make_tiny_lm_with(runner, "llama", seed=3, attn_implementation="eager")
     ids = [5, 9, 11, 4, 6]
     out = lm.forward(lm.new_cache(), ids, attention_heads=[(1, 2), (0, 1)], attention_rows=[-1])
     with torch.no_grad():
@@ -83,15 +91,15 @@ def test_attention_capture_matches_hf():
     torch.testing.assert_close(out.attention[1, 0], hf.attentions[0][0, 1, -1], atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("runner", ["eager", "static"])
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
-def test_attention_rows_without_eager_equal_eager_weights_on_a_tree(arch):
+def test_attention_rows_without_eager_equal_eager_weights_on_a_tree(arch, runner):
     """With sdpa the runner keeps queries and keys; their rows equal eager's weights, tree masks and GQA included."""
-    from tests.tiny_models import make_tiny_lm
     heads = [(1, 2), (0, 1), (1, 3), (0, 0)]
     ids, parents = [5, 9, 11, 4, 6, 7, 8, 3], [-1, 0, 0, 2]   # root + a tree: rows 1, 2 under 0; 3 under 2
     rows = {}
     for kernel in ("sdpa", "eager"):
-        lm = make_tiny_lm(arch, seed=3, attn_implementation=kernel)
+        lm = make_tiny_lm_with(runner, arch, seed=3, attn_implementation=kernel)
         with torch.no_grad():      # sharper attention than the random init, so rows differ from uniform
             for layer in lm._decoder_layers:
                 layer.self_attn.q_proj.weight.mul_(20.0)
@@ -99,6 +107,7 @@ def test_attention_rows_without_eager_equal_eager_weights_on_a_tree(arch):
         cache = lm.new_cache()
         lm.forward(cache, ids[:4])
         rows[kernel] = lm.forward(cache, ids[4:], parents=parents, attention_heads=heads).attention
+        lm.forward(cache, [9, 9, 9])           # later writes into the cache must not change the captured rows
     assert isinstance(rows["eager"], torch.Tensor) and not isinstance(rows["sdpa"], torch.Tensor)
     for row, path in ((0, [0]), (2, [0, 2]), (3, [0, 2, 3])):
         columns = list(range(4)) + [4 + r for r in path]

@@ -88,3 +88,28 @@ def build_tiny_ngram(path, max_order=6):
             for p in NGRAM_PROMPTS]
     build(docs, lm.vocab_size, path, max_order=max_order, tokenizer_fingerprint=vocab_fingerprint(lm.tokenizer))
     return NGramModel.load(path, tokenizer=lm.tokenizer)
+
+
+def use_static(lm) -> LM:
+    """Switch `lm` to the static runner, over the stock linears on CPU (the fast kernel's build is tested in
+    test_fast_runner.py with its own MULTIDRAFT_HOME; here it must neither build nor touch the user's cache)."""
+    import os
+    import warnings
+
+    previous = os.environ.get("MULTIDRAFT_NO_KERNEL_BUILD")
+    os.environ["MULTIDRAFT_NO_KERNEL_BUILD"] = "1"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")            # a fallback to eager would make these tests vacuous
+            assert lm.use_runner("static", progress=False) == "static"
+    finally:
+        if previous is None:
+            del os.environ["MULTIDRAFT_NO_KERNEL_BUILD"]
+        else:
+            os.environ["MULTIDRAFT_NO_KERNEL_BUILD"] = previous
+    return lm
+
+
+def make_tiny_lm_with(runner: str, arch: str = "llama", seed: int = 0, **overrides) -> LM:
+    lm = make_tiny_lm(arch, seed, **overrides)
+    return use_static(lm) if runner == "static" else lm

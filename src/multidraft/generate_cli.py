@@ -27,7 +27,8 @@ def register(subparsers) -> None:
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
     add_device_argument(parser)
-    parser.add_argument("--runner", choices=["auto", "eager", "fast"], default="auto", help="auto: the fast runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), else eager")
+    parser.add_argument("--runner", choices=["auto", "eager", "fast", "static"], default="auto", help="auto: the fast runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), else eager; "
+                        "static: a static KV cache in shape buckets, CUDA graphs on a GPU (not measured on one yet)")
     parser.add_argument("--draft-length", choices=["adaptive", "fixed"], default="adaptive",
                         help="adaptive: verify only as much of each draft as pays for its forward on this machine "
                              "(same tokens, measured costs); fixed: every drafted token, as the papers do")

@@ -39,7 +39,7 @@ def beam_search(lm, prompt_ids: list[int], num_beams: int, length_penalty: float
     """Standard beam search (batch of `num_beams`, one forward per step). Returns all finished hypotheses,
     best first, as (token ids, length-normalised log-probability); `output` receives the best one."""
     started = time.perf_counter()
-    cache = lm.new_cache()
+    cache = lm.new_cache(dynamic=True)          # a batch of beams: HF's cache (the static one holds one sequence)
     forward_output = lm.forward(cache, prompt_ids, logits_rows=slice(-1, None))
     stats.prefill_time = forward_output.seconds
     stats.target_calls += 1

@@ -43,8 +43,10 @@ def resolve_draft_model(draft_model, target: LM, method: str) -> LM:
         if key not in _loaded_drafts:
             from multidraft.models.loader import load_model
             _loaded_drafts.clear()          # keep at most one loaded draft model alive
+            runner = getattr(target, "runner", "eager")
+            # A draft session drives HF's cache with its own tree masks (new_cache(dynamic=True)): graphs would idle.
             _loaded_drafts[key] = load_model(os.fspath(draft_model), dtype=target.dtype, device=target.device,
-                                             runner=getattr(target, "runner", "eager"))
+                                             runner="auto" if runner == "static" else runner)
         draft = _loaded_drafts[key]
     elif isinstance(draft_model, LM):
         draft = draft_model

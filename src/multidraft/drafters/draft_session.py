@@ -22,7 +22,7 @@ class DraftSession:
 
     def __init__(self, lm: LM, target_vocab_size: int, target_device, stats):
         self.lm = lm
-        self.cache = lm.new_cache()
+        self.cache = lm.new_cache(dynamic=True)     # _masked_forward drives HF's cache with its own tree masks
         self.chain_ids: list[int] = []
         self.target_vocab_size = target_vocab_size
         self.target_device = target_device

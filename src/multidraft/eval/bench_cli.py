@@ -31,9 +31,10 @@ def register(subparsers) -> None:
     parser.add_argument("--seed", type=validation.cli_int(*validation.SEED_RANGE), default=0)
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
     add_device_argument(parser)
-    parser.add_argument("--runner", choices=["auto", "eager", "fast"], default="auto",
+    parser.add_argument("--runner", choices=["auto", "eager", "fast", "static"], default="auto",
                         help="auto: the fast runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), "
-                             "else eager; HF generate() peers always run stock")
+                             "else eager; static: a static KV cache in shape buckets, CUDA graphs on a GPU (not "
+                             "measured on one yet); HF generate() peers always run stock")
     parser.add_argument("--draft-length", choices=["adaptive", "fixed"], default="adaptive",
                         help="adaptive: verify only as much of each draft as pays for its forward on this machine "
                              "(same tokens, measured costs); fixed: every drafted token, as the papers do")

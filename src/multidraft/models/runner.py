@@ -12,18 +12,18 @@ from __future__ import annotations
 import contextlib
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
 import torch
-from transformers import DynamicCache
 
 from multidraft.errors import InvalidOptionError, PromptError
-from multidraft.models import fast_linear
+from multidraft.models import fast_linear, static_runner
 from multidraft.models.attention_rows import AttentionQueries, install_query_hooks
+from multidraft.models.kv_cache import KVCache, StaticKVCache, tree_attention_mask, tree_depths  # noqa: F401 (re-exported)
 from multidraft.sampling import check_finite
 
-RUNNERS = ("auto", "eager", "fast")
+RUNNERS = ("auto", "eager", "fast", "static")
 
 
 @dataclass
@@ -33,63 +33,6 @@ class ForwardOutput:
     # eager: (num_heads_captured, T, kv_len) post-softmax weights; other kernels: AttentionQueries (rows on demand)
     attention: Optional[Union[torch.Tensor, AttentionQueries]] = None
     seconds: float = 0.0
-
-
-@dataclass
-class KVCache:
-    """The target's key/value cache and the number of positions it covers."""
-
-    hf_cache: DynamicCache = field(default_factory=DynamicCache)
-
-    @property
-    def length(self) -> int:
-        return self.hf_cache.get_seq_length()
-
-    def crop(self, length: int) -> None:
-        """Keep the first `length` positions."""
-        excess = self.length - length
-        if excess < 0:
-            raise ValueError(f"cannot crop a cache of {self.length} positions to {length}")
-        if excess:
-            self.hf_cache.crop(-excess)
-
-    def keep(self, prefix_length: int, extra_positions: Sequence[int]) -> None:
-        """Keep positions [0, prefix_length) plus the given later positions, in that order."""
-        extra = list(extra_positions)
-        if extra == list(range(prefix_length, prefix_length + len(extra))):
-            self.crop(prefix_length + len(extra))
-            return
-        index = None
-        for layer in self.hf_cache.layers:
-            if not getattr(layer, "is_initialized", False):
-                continue
-            if index is None or index.device != layer.keys.device:
-                index = torch.tensor(list(range(prefix_length)) + extra, device=layer.keys.device)
-            layer.keys = layer.keys.index_select(-2, index)
-            layer.values = layer.values.index_select(-2, index)
-
-
-def tree_attention_mask(parents: Sequence[int], past_length: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """(1, 1, T, past_length + T) additive mask: each node sees the cache, its ancestors and itself."""
-    num_nodes = len(parents)
-    allowed = torch.zeros(num_nodes, num_nodes, dtype=torch.bool)
-    for node, parent in enumerate(parents):
-        if parent >= 0:
-            allowed[node] = allowed[parent]
-        allowed[node, node] = True
-    full = torch.ones(num_nodes, past_length + num_nodes, dtype=torch.bool)
-    full[:, past_length:] = allowed
-    mask = torch.zeros(full.shape, dtype=dtype)
-    mask.masked_fill_(~full, torch.finfo(dtype).min)
-    return mask.to(device)[None, None]
-
-
-def tree_depths(parents: Sequence[int]) -> list[int]:
-    """Depth of each node, 0 for nodes whose parent is -1."""
-    depths: list[int] = []
-    for parent in parents:
-        depths.append(0 if parent < 0 else depths[parent] + 1)
-    return depths
 
 
 class LM:
@@ -111,27 +54,32 @@ class LM:
         self.context_length = int(getattr(text_config, "max_position_embeddings", 0) or 2048)
         self.eos_token_ids = self._eos_ids()
         self._decoder_layers = self._find_layers()
+        self._static, self._cpu_kernel = None, False
+        self.static_capacity = static_runner.DEFAULT_CAPACITY
         self.use_runner(runner)
 
     # ----- runner choice -----
     def use_runner(self, runner: str = "auto", progress: bool = True) -> str:
         """Pick how forwards run: "eager" (HF modeling as is), "fast" (CPU fp32: the batch-invariant small-M
-        linear kernel of fast_linear.py; CUDA: SDPA without the cuDNN backend), or "auto" (fast where it was
-        measured faster: a CPU whose best ISA is AVX2, in fp32; and CUDA). Where fast cannot run here it warns
-        once and stays eager. Returns the runner in use."""
+        linear kernel of fast_linear.py; CUDA: SDPA without the cuDNN backend), "static" (a preallocated KV cache
+        and fixed shape buckets, replayed as CUDA graphs on CUDA; on CPU with the fast kernel where it applies;
+        static_runner.py) or "auto" (fast where it was measured faster: a CPU whose best ISA is AVX2, in fp32;
+        and CUDA). Where a runner cannot run here it warns once and falls back. Returns the runner in use."""
         if runner not in RUNNERS:
             raise InvalidOptionError(f"unknown runner {runner!r}; use one of {', '.join(RUNNERS)}")
         started = time.perf_counter()
         try:
             return self._use_runner(runner, progress)
         finally:
-            self.runner_setup_seconds = time.perf_counter() - started    # kernel build or load, shown by bench
+            self.runner_setup_seconds = time.perf_counter() - started    # kernel build, graph capture: shown by bench
 
     def _use_runner(self, runner: str, progress: bool) -> str:
         fast_linear.uninstall(self.model)
-        self.runner = "eager"
+        self.runner, self._static, self._cpu_kernel = "eager", None, False
         if runner == "eager":
             return self.runner
+        if runner == "static":
+            return self._use_static(progress)
         device = self.device.type
         if device == "cuda":
             # torch's default cuDNN SDPA backend made every multi-token forward ~3x slower on an H100 (gpu.md).
@@ -152,15 +100,59 @@ class LM:
         if why_not is not None:
             if runner == "fast" or fast_linear.build_failure():     # "auto" says so too when the build failed
                 warnings.warn(f"multidraft: runner {runner!r} cannot be fast here: {why_not}; using the eager runner",
-                              RuntimeWarning, stacklevel=2)
+                              RuntimeWarning, stacklevel=3)
             return self.runner
         fast_linear.install(self.model)
-        self.runner = "fast"
+        self.runner, self._cpu_kernel = "fast", True
         return self.runner
+
+    def _use_static(self, progress: bool) -> str:
+        """Set up the static runner: the fast path underneath (cuDNN SDPA off / the CPU kernel where it runs), the
+        arena, a check against eager on a few tokens, and on CUDA the graphs. Any failure: one warning, eager."""
+        device = self.device.type
+        why_not = static_runner.unsupported_reason(self.model)
+        if why_not is None and device not in ("cpu", "cuda"):
+            why_not = f"no static runner on {device}"
+        if why_not is None:
+            self._use_runner("auto", progress)     # underneath: what "auto" picks (the CPU kernel, cuDNN SDPA off)
+            self._static = static_runner.StaticRunner(self.model, min(self.context_length, self.static_capacity))
+            self.runner = "static"
+            try:
+                why_not = self._check_static()
+                if why_not is None and device == "cuda":
+                    self._static.capture(progress)
+                    why_not = self._check_static()
+            except Exception as error:            # capture or an odd architecture: say it in one line, go eager
+                why_not = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        if why_not is None:
+            return self.runner
+        warnings.warn(f"multidraft: the static runner cannot serve {self.name}: {why_not}; using the eager runner",
+                      RuntimeWarning, stacklevel=3)
+        fast_linear.uninstall(self.model)
+        self.runner, self._static, self._cpu_kernel = "eager", None, False
+        return self._use_runner("fast", False) if device == "cuda" else self.runner
+
+    @torch.inference_mode()
+    def _check_static(self) -> Optional[str]:
+        """Compare static (and graph) logits with the eager cache on a short prefill, one step and a 2-node tree."""
+        ids = [i % self.vocab_size for i in (1, 5, 9, 3, 7)]
+        eager, static = KVCache(), self.new_cache()
+        if not isinstance(static, StaticKVCache):
+            return "its cache buffers are in use"
+        pairs = []
+        for step, parents in ((ids, None), ([2], None), ([4, 6], [-1, -1])):
+            pairs.append((self.forward(eager, step, parents=parents).logits,
+                          self.forward(static, step, parents=parents).logits))
+        tolerance = 1e-3 if self.dtype == torch.float32 else 0.1     # relative to the largest logit; 16-bit rounds
+        for expected, got in pairs:
+            error = float((expected - got).abs().max() / (expected.abs().max() + 1e-6))
+            if not bool(torch.isfinite(got).all()) or not error <= tolerance:
+                return f"its static-cache logits differ from eager ones (relative error {error:.2g})"
+        return None
 
     def kernels(self):
         """Context in which this model's forwards take the runner's kernels (a no-op for the eager runner)."""
-        return fast_linear.active() if self.runner == "fast" and self.device.type == "cpu" else contextlib.nullcontext()
+        return fast_linear.active() if self._cpu_kernel and self.device.type == "cpu" else contextlib.nullcontext()
 
     def call_model(self, *args, **kwargs):
         """`self.model(...)` with the runner's kernels: the one way code outside the runner calls the HF model."""
@@ -243,8 +235,10 @@ class LM:
                 f"{self.name} ({self.context_length} tokens); shorten the prompt or lower max_new_tokens")
 
     # ----- forward passes -----
-    def new_cache(self) -> KVCache:
-        return KVCache(DynamicCache())
+    def new_cache(self, dynamic: bool = False) -> Union[KVCache, StaticKVCache]:
+        """A cache for one generation: the static runner's (unless `dynamic` or its buffers are taken) or HF's."""
+        static = self._static.new_cache() if self._static is not None and not dynamic else None
+        return static if static is not None else KVCache()
 
     def embed(self, token_ids) -> torch.Tensor:
         return self.model.get_input_embeddings()(torch.as_tensor(token_ids, device=self.device))
@@ -280,27 +274,31 @@ class LM:
         if past + num_new > self.context_length:
             raise PromptError(f"the sequence would reach {past + num_new} tokens, beyond the context of "
                               f"{self.name} ({self.context_length}); shorten the prompt or lower max_new_tokens")
-        if parents is not None and list(parents) != list(range(-1, num_new - 1)):
-            depths = tree_depths(parents)
-            position_ids = torch.tensor([[past + d for d in depths]], device=self.device)
-            attention_mask = tree_attention_mask(parents, past, self.dtype, self.device)
+        is_tree = parents is not None and list(parents) != list(range(-1, num_new - 1))
+        if is_tree:
+            position_ids = torch.tensor([[past + d for d in tree_depths(parents)]], device=self.device)
         else:
             position_ids = torch.arange(past, past + num_new, device=self.device)[None]
-            attention_mask = None
+        cache = self._fit_static(cache, num_new)
 
         captured: dict[str, list] = {"hidden": [], "attn": []}
         hooks = self._install_hooks(hidden_layer, attention_heads, captured)
         try:
-            kwargs = {}
-            if logits_rows is not None:
-                kwargs["logits_to_keep"] = _logits_to_keep(logits_rows, num_new)
             with self.kernels():
-                output = self.model(**model_inputs, past_key_values=cache.hf_cache, use_cache=True,
-                                    position_ids=position_ids, attention_mask=attention_mask, **kwargs)
+                if isinstance(cache, StaticKVCache):     # hooks are Python: those forwards run whole, not as graphs
+                    ids, embeds = (model_inputs[key][0] if key in model_inputs else None
+                                   for key in ("input_ids", "inputs_embeds"))
+                    logits = self._static.run(cache, ids, embeds, position_ids[0], parents if is_tree else None,
+                                              logits_rows, whole=bool(hooks))
+                else:
+                    kwargs = {} if logits_rows is None else {"logits_to_keep": _logits_to_keep(logits_rows, num_new)}
+                    attention_mask = tree_attention_mask(parents, past, self.dtype, self.device) if is_tree else None
+                    output = self.model(**model_inputs, past_key_values=cache.hf_cache, use_cache=True,
+                                        position_ids=position_ids, attention_mask=attention_mask, **kwargs)
+                    logits = output.logits[0].float()
         finally:
             for hook in hooks:
                 hook.remove()
-        logits = output.logits[0].float()
         check_finite(logits)
         result = ForwardOutput(logits=logits)
         if hidden_layer is not None:
@@ -313,10 +311,23 @@ class LM:
                 if any(r is None for r in rows):
                     raise InvalidOptionError(f"{self.name} returned no attention weights from its eager kernel; "
                                              "pass heads=... of standard attention layers")
-                stacked = torch.stack(rows)  # (num_heads_captured, T, kv_len)
+                stacked = torch.stack(rows)[..., : past + num_new]  # (num_heads_captured, T, kv_len); static: slots
                 result.attention = stacked if attention_rows is None else stacked[:, list(attention_rows)]
         result.seconds = time.perf_counter() - start
         return result
+
+    def _fit_static(self, cache, num_new: int):
+        """The cache a forward uses: a static one past its capacity moves to the eager cache (one warning)."""
+        if not isinstance(cache, StaticKVCache) or cache.dynamic is not None:
+            return cache.dynamic if isinstance(cache, StaticKVCache) else cache
+        if self._static is None or cache.arena is not self._static.arena:
+            raise InvalidOptionError("this cache belongs to another runner; start a new generation (lm.new_cache())")
+        if self._static.fits(cache, num_new):
+            return cache
+        warnings.warn(f"multidraft: the sequence reaches {cache.length + num_new} tokens, beyond the static runner's "
+                      f"{self._static.arena.capacity}; going on with the eager cache (raise lm.static_capacity before "
+                      "use_runner('static') for longer ones)", RuntimeWarning, stacklevel=3)
+        return cache.spill()
 
     def _install_hooks(self, hidden_layer, attention_heads, captured):
         hooks = []

@@ -1,0 +1,238 @@
+"""Key/value caches of the LM runner: HF's growing DynamicCache, and a preallocated static one.
+
+Both give the draft-and-verify loop the same three things: `length`, `crop(length)` (forget the last positions)
+and `keep(prefix_length, extra_positions)` (keep an accepted root-to-node path of the last tree).
+
+`StaticKVCache` writes every forward's keys/values into fixed buffers at explicit slots, so a forward of a given
+number of new tokens always has the same tensor shapes and addresses: what a CUDA graph needs. Crop only moves
+the length; keep copies the kept slots down inside the buffers. The buffers (a `StaticArena`) belong to the
+model and are shared by its static caches, one generation at a time (a CUDA graph is bound to their addresses).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import torch
+from transformers import DynamicCache
+
+
+@dataclass
+class KVCache:
+    """The target's key/value cache and the number of positions it covers (HF DynamicCache)."""
+
+    hf_cache: DynamicCache = field(default_factory=DynamicCache)
+
+    @property
+    def length(self) -> int:
+        return self.hf_cache.get_seq_length()
+
+    def crop(self, length: int) -> None:
+        """Keep the first `length` positions."""
+        excess = self.length - length
+        if excess < 0:
+            raise ValueError(f"cannot crop a cache of {self.length} positions to {length}")
+        if excess:
+            self.hf_cache.crop(-excess)
+
+    def keep(self, prefix_length: int, extra_positions: Sequence[int]) -> None:
+        """Keep positions [0, prefix_length) plus the given later positions, in that order."""
+        extra = list(extra_positions)
+        if extra == list(range(prefix_length, prefix_length + len(extra))):
+            self.crop(prefix_length + len(extra))
+            return
+        index = None
+        for layer in self.hf_cache.layers:
+            if not getattr(layer, "is_initialized", False):
+                continue
+            if index is None or index.device != layer.keys.device:
+                index = torch.tensor(list(range(prefix_length)) + extra, device=layer.keys.device)
+            layer.keys = layer.keys.index_select(-2, index)
+            layer.values = layer.values.index_select(-2, index)
+
+
+class _LayerView:
+    """What attention-row hooks read of a cache layer (`.keys`): a copy of the valid slots, since the static
+    buffers are overwritten in place by later forwards."""
+
+    def __init__(self, arena: "StaticArena", layer: int):
+        self._arena, self._layer = arena, layer
+
+    @property
+    def keys(self) -> torch.Tensor:
+        return self._arena.keys[self._layer][:, :, : self._arena.valid_slots].clone()
+
+
+class StaticArena:
+    """Preallocated keys/values of every layer, (1, kv_heads, slots, head_dim) each, allocated at the first forward.
+
+    It also speaks the part of HF's Cache protocol that decoder layers use (`update`, `get_seq_length`): before a
+    forward the runner sets `write_index` (the slot of each new row) and `kv_limit` (how many slots attention
+    reads; the mask hides the ones not in use)."""
+
+    def __init__(self, capacity: int, slack: int):
+        self.capacity = int(capacity)          # positions a generation may use
+        self.slots = int(capacity) + int(slack)  # + room for a bucket's padded rows and for capture warm-up
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.write_index: Optional[torch.Tensor] = None
+        self.kv_limit = self.slots
+        self.valid_slots = 0                   # past + new rows of the forward in flight (for attention hooks)
+        self.seen = 0
+        self._owner = None                     # weakref to the StaticKVCache using the buffers now
+
+    # ----- HF Cache protocol -----
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        if layer_idx == len(self.keys):        # lazy: shapes and dtype come from the model's own projections
+            shape = (1, key_states.shape[1], self.slots, key_states.shape[-1])
+            self.keys.append(key_states.new_zeros(shape))
+            self.values.append(value_states.new_zeros((*shape[:3], value_states.shape[-1])))
+        keys, values = self.keys[layer_idx], self.values[layer_idx]
+        keys.index_copy_(2, self.write_index, key_states)
+        values.index_copy_(2, self.write_index, value_states)
+        return keys[:, :, : self.kv_limit], values[:, :, : self.kv_limit]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.seen
+
+    @property
+    def layers(self):
+        return [_LayerView(self, i) for i in range(len(self.keys))]
+
+    @property
+    def is_compileable(self) -> bool:
+        return True
+
+    # ----- ownership -----
+    def claim(self, cache: "StaticKVCache") -> bool:
+        """Give the buffers to `cache` unless another live cache holds them."""
+        owner = self._owner() if self._owner is not None else None
+        if owner is not None and owner is not cache and owner.dynamic is None:
+            return False
+        self._owner = weakref.ref(cache)
+        return True
+
+
+class StaticKVCache:
+    """A generation's view of the model's StaticArena: its length, and the slots [0, length) it has written.
+
+    If a forward would go past the arena's capacity the runner moves the valid prefix into a DynamicCache
+    (`spill`) and goes on eagerly with it: `dynamic` is then set and every call goes there."""
+
+    def __init__(self, arena: StaticArena):
+        self.arena = arena
+        self._length = 0
+        self.dynamic: Optional[KVCache] = None
+
+    @property
+    def length(self) -> int:
+        return self.dynamic.length if self.dynamic is not None else self._length
+
+    @length.setter
+    def length(self, value: int) -> None:
+        self._length = int(value)
+
+    @property
+    def hf_cache(self):
+        if self.dynamic is None:
+            raise TypeError("a static KV cache has no HF DynamicCache; ask lm.new_cache(dynamic=True)")
+        return self.dynamic.hf_cache
+
+    def crop(self, length: int) -> None:
+        if self.dynamic is not None:
+            return self.dynamic.crop(length)
+        if length > self._length or length < 0:
+            raise ValueError(f"cannot crop a cache of {self._length} positions to {length}")
+        self._length = int(length)
+
+    @torch.inference_mode()
+    def keep(self, prefix_length: int, extra_positions: Sequence[int]) -> None:
+        if self.dynamic is not None:
+            return self.dynamic.keep(prefix_length, extra_positions)
+        extra = [int(p) for p in extra_positions]
+        if any(p >= self._length or p < prefix_length for p in extra) or prefix_length > self._length:
+            raise ValueError(f"cannot keep positions {extra} after {prefix_length} of a cache of {self._length}")
+        moved = [(src, prefix_length + i) for i, src in enumerate(extra) if src != prefix_length + i]
+        if moved and self.arena.keys:
+            device = self.arena.keys[0].device
+            source = torch.tensor([s for s, _ in moved], device=device)
+            target = torch.tensor([t for _, t in moved], device=device)
+            for buffers in (self.arena.keys, self.arena.values):
+                for buffer in buffers:         # index_select copies first, so overlapping slots are safe
+                    buffer.index_copy_(2, target, buffer.index_select(2, source))
+        self._length = prefix_length + len(extra)
+
+    @torch.inference_mode()
+    def spill(self) -> KVCache:
+        """Move the valid prefix into a DynamicCache (for a sequence beyond the arena); later calls go there."""
+        if self.dynamic is None:
+            dynamic = KVCache(DynamicCache())
+            for layer, (keys, values) in enumerate(zip(self.arena.keys, self.arena.values)):
+                dynamic.hf_cache.update(keys[:, :, : self._length].clone(), values[:, :, : self._length].clone(), layer)
+            self.dynamic = dynamic
+        return self.dynamic
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Masks
+# ----------------------------------------------------------------------------------------------------------------
+
+def tree_attention_mask(parents: Sequence[int], past_length: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """(1, 1, T, past_length + T) additive mask: each node sees the cache, its ancestors and itself."""
+    num_nodes = len(parents)
+    allowed = torch.zeros(num_nodes, num_nodes, dtype=torch.bool)
+    for node, parent in enumerate(parents):
+        if parent >= 0:
+            allowed[node] = allowed[parent]
+        allowed[node, node] = True
+    full = torch.ones(num_nodes, past_length + num_nodes, dtype=torch.bool)
+    full[:, past_length:] = allowed
+    mask = torch.zeros(full.shape, dtype=dtype)
+    mask.masked_fill_(~full, torch.finfo(dtype).min)
+    return mask.to(device)[None, None]
+
+
+def tree_depths(parents: Sequence[int]) -> list[int]:
+    """Depth of each node, 0 for nodes whose parent is -1."""
+    depths: list[int] = []
+    for parent in parents:
+        depths.append(0 if parent < 0 else depths[parent] + 1)
+    return depths
+
+
+def ancestor_matrix(parents: torch.Tensor) -> torch.Tensor:
+    """(N, N) bool on parents' device: [i, j] = node j is node i or one of its ancestors (parents[i] < i, -1 = root).
+
+    Built on the device without a host sync: reachability by repeated squaring of (self | parent) edges."""
+    num_nodes = parents.shape[0]
+    nodes = torch.arange(num_nodes, device=parents.device)
+    reach = torch.zeros(num_nodes, num_nodes, device=parents.device)
+    reach[nodes, nodes] = 1.0
+    has_parent = parents >= 0
+    reach[nodes, parents.clamp(min=0)] += has_parent.float()
+    steps = 1
+    while steps < num_nodes:               # after k squarings: every ancestor within 2^k generations
+        reach = (reach @ reach).clamp_(max=1.0)
+        steps *= 2
+    return reach > 0
+
+
+def static_mask(past: int, first_row: int, bucket: int, num_rows: int, kv_limit: int, dtype, device,
+                ancestors: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """(1, 1, bucket, kv_limit) additive mask for rows first_row .. first_row + bucket of a forward whose node j
+    sits in slot past + j. Real rows (< num_rows) see slots [0, past) and, for a chain, every earlier node; for a
+    tree, their ancestors (`ancestors`, from ancestor_matrix). Padding rows see [0, past) and their own slot."""
+    columns = torch.arange(kv_limit, device=device)
+    row_slots = past + first_row + torch.arange(bucket, device=device)
+    if ancestors is None:
+        allowed = columns[None, :] <= row_slots[:, None]
+    else:
+        allowed = (columns < past)[None, :].repeat(bucket, 1)
+        real = min(bucket, num_rows - first_row)
+        allowed[:real, past: past + ancestors.shape[1]] = ancestors[first_row: first_row + real]
+        allowed[real:] |= columns[None, :] == row_slots[real:, None]
+    mask = torch.zeros(bucket, kv_limit, dtype=dtype, device=device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
