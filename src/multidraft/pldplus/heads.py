@@ -89,38 +89,54 @@ def attention_argmax(lm, token_ids: Sequence[int]) -> np.ndarray:
 
 
 def calibrate(lm, prompts: Iterable, gen_len: int = 96, top_k: int = 50, min_overlap: int = 1,
-              sweep: bool = True, progress=None) -> dict:
+              sweep: bool = True, progress=None, labels: Optional[Sequence[str]] = None) -> dict:
     """Identify induction heads on `prompts` (text, chat messages or token ids): greedy-decode, one full forward.
 
-    With `sweep`, also replay the greedy outputs to pick the best PLD+(h) layer (K = 10, as the paper tunes it).
+    With `sweep`, also replay the greedy outputs to score every PLD+(h) layer (K = 10, as the paper tunes it) and
+    pick one with the tie rule of `layer_choice` (bootstrap over prompts). `labels` (one per prompt, e.g. the
+    task) only group the copy-event counts in the record.
     """
     from multidraft.api import generate
-    from multidraft.pldplus.sweep import sweep_layers
+    from multidraft.pldplus.layer_choice import choose_layer
+    from multidraft.pldplus.sweep import sweep_counts
     if lm.attn_implementation != "eager":
         raise InvalidOptionError(
             f"{lm.name} is loaded with {lm.attn_implementation!r} attention, which returns no attention weights; "
             "load it with attn_implementation='eager' to calibrate induction heads")
-    sequences = []
+    prompts = list(prompts)
+    labels = list(labels) if labels is not None else ["prompts"] * len(prompts)
+    if len(labels) != len(prompts):
+        raise InvalidOptionError(f"calibrate got {len(labels)} labels for {len(prompts)} prompts")
     hits = np.zeros((lm.num_layers, lm.num_heads), dtype=np.int64)
-    events = num_prompts = 0
-    for prompt in prompts:
+    events = 0
+    events_by_label: dict[str, int] = {}
+    layer_counts = []
+    for number, (prompt, label) in enumerate(zip(prompts, labels), start=1):
         ids = lm.encode(prompt)
         out = generate(lm, ids, method="greedy", max_new_tokens=gen_len)
         seq = ids + out.token_ids
-        sequences.append((seq, len(ids)))
         prompt_hits, prompt_events = count_hits(attention_argmax(lm, seq), seq, len(ids), min_overlap)
         hits += prompt_hits
         events += prompt_events
-        num_prompts += 1
+        events_by_label[label] = events_by_label.get(label, 0) + prompt_events
+        if sweep and len(out.token_ids) > 0:
+            layer_counts.append(sweep_counts(lm, seq, len(ids)))
         if progress:
-            progress(f"prompt {num_prompts}: {len(ids)} + {len(out.token_ids)} tokens, {prompt_events} copy events")
-    if num_prompts == 0:
+            progress(f"prompt {number} ({label}): {len(ids)} + {len(out.token_ids)} tokens, {prompt_events} copy events")
+    if not prompts:
         raise InvalidOptionError("calibration needs at least one prompt")
     ranked = rank_heads(hits)
-    layer_aal = sweep_layers(lm, sequences) if sweep else {}
-    best_layer = max(layer_aal, key=lambda l: (layer_aal[l], -l)) if layer_aal else None
-    return {"layer": best_layer, "layer_sweep": {str(l): round(v, 4) for l, v in layer_aal.items()},
-            "format": FORMAT_VERSION, "model": lm.name, "num_layers": lm.num_layers, "num_heads": lm.num_heads,
-            "num_prompts": num_prompts, "gen_len": gen_len, "events": events,
-            "heads_with_hits": len(ranked), "heads": [list(h) for h in ranked[:top_k]],
-            "hit_rates": [[l, g, h / max(events, 1)] for l, g, h in ranked[:top_k]]}
+    record = {"layer": None, "layer_sweep": {}, "format": FORMAT_VERSION, "model": lm.name,
+              "num_layers": lm.num_layers, "num_heads": lm.num_heads, "num_prompts": len(prompts), "gen_len": gen_len,
+              "events": events, "events_by_task": events_by_label, "heads_with_hits": len(ranked),
+              "heads": [list(h) for h in ranked[:top_k]],
+              "hit_rates": [[l, g, h / max(events, 1)] for l, g, h in ranked[:top_k]]}
+    if layer_counts:
+        counts = np.stack(layer_counts)                      # (prompts, layers, 2)
+        choice = choose_layer(counts)
+        record.update({"layer": choice["layer"],
+                       "layer_sweep": {str(l): c["aal"] for l, c in choice["curve"].items()},
+                       "layer_curve": {str(l): c for l, c in choice["curve"].items()},
+                       "layer_rule": {k: choice[k] for k in ("best", "band", "rule", "resamples", "confidence")},
+                       "layer_counts": counts.tolist()})
+    return record
