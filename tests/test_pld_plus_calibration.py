@@ -11,7 +11,7 @@ from multidraft import data
 from multidraft.errors import InvalidOptionError
 from multidraft.eval.tasks import VALIDATION_TASKS, load_task, required_data
 from multidraft.pldplus import calibration
-from multidraft.pldplus import heads as heads_mod
+from multidraft.pldplus import induction as heads_mod
 from multidraft.pldplus.layer_choice import bootstrap, choose_layer, middle_band
 from multidraft.pldplus.sweep import all_hidden_states
 from tests.tiny_models import make_tiny_lm
@@ -163,3 +163,22 @@ def test_split_errors():
         load_task("code_edit", split="train")
     with pytest.raises(InvalidOptionError, match="no validation split"):
         load_task("chat", split="validation")
+
+
+def test_shipped_calibrations_load_from_the_renamed_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("MULTIDRAFT_HOME", str(tmp_path))       # empty cache: only the package data can answer
+    record = calibration.load_record("smollm2-135m")
+    assert record is not None and record["source"].endswith("calibrations/smollm2-135m.json")
+    assert record["induction_heads"] and all(len(pair) == 2 for pair in record["induction_heads"])
+    from multidraft.pldplus import heads as old_name, induction
+    assert old_name.calibrate is induction.calibrate and old_name.load_record is calibration.load_record
+
+
+def test_a_record_without_induction_heads_is_a_clear_error(tmp_path, monkeypatch):
+    from multidraft.errors import CorruptCacheError
+    monkeypatch.setenv("MULTIDRAFT_HOME", str(tmp_path))
+    path = calibration.cache_file("some-model")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"layer": 3}))
+    with pytest.raises(CorruptCacheError, match="calibrate --model some-model"):
+        calibration.load_record("some-model")

@@ -37,7 +37,7 @@ def _calibrate(args) -> int:
     import multidraft
     from multidraft.errors import InvalidOptionError
     from multidraft.eval.tasks import load_task
-    from multidraft.pldplus import heads
+    from multidraft.pldplus import induction
 
     for name in ("prompts", "gen_len", "top_k"):
         if getattr(args, name) < 1:
@@ -47,11 +47,11 @@ def _calibrate(args) -> int:
     if not items:
         raise InvalidOptionError("--task names no task; give e.g. --task code_edit,text_edit,summarize")
     lm = multidraft.load_model(args.model, dtype=args.dtype, device=args.device, attn_implementation="eager")
-    record = heads.calibrate(lm, [item.input for item in items], gen_len=args.gen_len, top_k=args.top_k,
+    record = induction.calibrate(lm, [item.input for item in items], gen_len=args.gen_len, top_k=args.top_k,
                              sweep=not args.no_layer_sweep, progress=print, labels=[item.task for item in items])
     record.update(task=args.task, split=args.split, prompt_ids=[item.id for item in items])
-    path = heads.save(record, args.output)
-    top = ", ".join(f"({l},{g}):{h}" for l, g, h in record["heads"][:8])
+    path = induction.save(record, args.output)
+    top = ", ".join(f"({l},{g}):{h}" for l, g, h in record["induction_heads"][:8])
     print(f"{record['heads_with_hits']} heads with hits over {record['events']} copy events; top: {top}")
     if record.get("layer") is not None:
         point = record["layer_curve"][str(record["layer"])]
@@ -63,9 +63,9 @@ def _calibrate(args) -> int:
 
 def _show(args) -> int:
     from multidraft.errors import InvalidOptionError
-    from multidraft.pldplus import heads
+    from multidraft.pldplus import induction
 
-    record = heads.load_record(args.model)
+    record = induction.load_record(args.model)
     if record is None:
         raise InvalidOptionError(f"no PLD+ calibration for {args.model}; run `multidraft pld-plus calibrate --model {args.model}`")
     print(json.dumps({k: v for k, v in record.items() if k not in ("hit_rates", "layer_counts")}, indent=1,
