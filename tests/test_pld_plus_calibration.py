@@ -182,3 +182,18 @@ def test_a_record_without_induction_heads_is_a_clear_error(tmp_path, monkeypatch
     path.write_text(json.dumps({"layer": 3}))
     with pytest.raises(CorruptCacheError, match="calibrate --model some-model"):
         calibration.load_record("some-model")
+
+
+def test_merging_per_task_runs_equals_one_run_over_all_prompts(tiny_lm, tmp_path):
+    prompts = []
+    for prompt in (PROMPT, "def x ( y ) : return x + 1 def x ( y ) : return"):
+        text = prompt + " " + multidraft.generate(tiny_lm, prompt, max_new_tokens=10).text
+        prompts.append(text + " " + text)
+    together = heads_mod.calibrate(tiny_lm, prompts, gen_len=16, top_k=1000, labels=["a", "b"])
+    parts = [heads_mod.calibrate(tiny_lm, [p], gen_len=16, top_k=1000, labels=[label])
+             for p, label in zip(prompts, "ab")]
+    merged = heads_mod.merge_records(parts, top_k=1000)
+    for key in ("events", "events_by_task", "induction_heads", "layer", "layer_curve", "layer_counts", "num_prompts"):
+        assert merged[key] == together[key], key
+    with pytest.raises(InvalidOptionError, match="top-k"):
+        heads_mod.merge_records([heads_mod.calibrate(tiny_lm, prompts[:1], gen_len=16, top_k=1)])

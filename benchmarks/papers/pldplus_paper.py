@@ -91,8 +91,26 @@ def attention_rows(lm, seq, first_query):
     return torch.stack([kept[i] for i in range(len(lm._decoder_layers))])
 
 
+def greedy_outputs(lm, args):
+    """[(task, id, token ids, prompt length)] of the test-split prompts; cached in --outputs (generation is the slow part)."""
+    if args.outputs and Path(args.outputs).exists():
+        return [tuple(x) for x in json.loads(Path(args.outputs).read_text())]
+    outputs = []
+    for task in args.tasks.split(","):
+        for item in load_task(task, limit=args.prompts):
+            ids = lm.encode(item.input)
+            out = multidraft.generate(lm, ids, method="greedy", max_new_tokens=args.max_new_tokens)
+            outputs.append((task, item.id, ids + out.token_ids, len(ids)))
+            print(f"{item.id}: {len(ids)} + {len(out.token_ids)} tokens", file=sys.stderr, flush=True)
+    write(args.outputs, outputs)
+    return outputs
+
+
 def ablate(args):
     lm = multidraft.load_model(args.model, dtype=torch.float32, attn_implementation="eager")
+    outputs = greedy_outputs(lm, args)
+    if args.collect_only:
+        return
     record = calibration.load_record(lm.name)
     layer = args.layer or record["layer"]
     ranked = [tuple(h) for h in record["induction_heads"]]
@@ -116,43 +134,38 @@ def ablate(args):
         totals.setdefault(name, {}).setdefault(task, np.zeros(3, dtype=np.int64))
         totals[name][task] += result
 
-    for task in args.tasks.split(","):
-        for item in load_task(task, limit=args.prompts):
-            ids = lm.encode(item.input)
-            out = multidraft.generate(lm, ids, method="greedy", max_new_tokens=args.max_new_tokens)
-            seq = ids + out.token_ids
-            n0 = len(ids)
-            hidden = all_hidden_states(lm, seq[:-1])[layer]
-            first_query = max(0, n0 - 2)
-            rows = attention_rows(lm, seq[:-1], first_query)       # (L, G, Q, T)
+    for task, prompt_id, seq, n0 in outputs:
+        hidden = all_hidden_states(lm, seq[:-1])[layer]
+        first_query = max(0, n0 - 2)
+        rows = attention_rows(lm, seq[:-1], first_query)       # (L, G, Q, T)
 
-            def hidden_proposer(theta=None, window=1):
-                def propose(prefix, budget):
-                    return copy_after(prefix, rank_hidden(hidden[: len(prefix) - 1], candidates(prefix), theta,
-                                                          window), budget, eos)
-                return propose
+        def hidden_proposer(theta=None, window=1):
+            def propose(prefix, budget):
+                return copy_after(prefix, rank_hidden(hidden[: len(prefix) - 1], candidates(prefix), theta,
+                                                      window), budget, eos)
+            return propose
 
-            def attention_proposer(heads, agg):
-                index = torch.tensor(heads)
+        def attention_proposer(heads, agg):
+            index = torch.tensor(heads)
 
-                def propose(prefix, budget):
-                    q = len(prefix) - 2
-                    row = rows[index[:, 0], index[:, 1], q - first_query, : q + 1]
-                    return copy_after(prefix, rank_attention(row, candidates(prefix), agg), budget, eos)
-                return propose
+            def propose(prefix, budget):
+                q = len(prefix) - 2
+                row = rows[index[:, 0], index[:, 1], q - first_query, : q + 1]
+                return copy_after(prefix, rank_attention(row, candidates(prefix), agg), budget, eos)
+            return propose
 
-            for name, options in hidden_settings.items():
-                add(f"hidden {name}", task, replay(seq, n0, hidden_proposer(**options), K))
-            for name, (heads, agg) in head_settings.items():
-                add(f"attention {name}", task, replay(seq, n0, attention_proposer(heads, agg), K))
-            for k in k_values:
-                add(f"K={k} pld[reference]", task, replay(
-                    seq, n0, lambda p, b, k=k: lookup(p, 3, k, b, "reference"), k))
-                add(f"K={k} pld[hf]", task, replay(seq, n0, lambda p, b, k=k: lookup(p, 3, k, b, "hf", eos), k))
-                add(f"K={k} pld+ hidden", task, replay(seq, n0, hidden_proposer(), k))
-                add(f"K={k} pld+ attention top50", task, replay(seq, n0, attention_proposer(ranked[:50], "max"), k))
-            print(f"{item.id}: {n0} + {len(out.token_ids)} tokens", file=sys.stderr, flush=True)
-    result = {"model": lm.name, "layer": layer, "k": K, "prompts_per_task": args.prompts,
+        for name, options in hidden_settings.items():
+            add(f"hidden {name}", task, replay(seq, n0, hidden_proposer(**options), K))
+        for name, (heads, agg) in head_settings.items():
+            add(f"attention {name}", task, replay(seq, n0, attention_proposer(heads, agg), K))
+        for k in k_values:
+            add(f"K={k} pld[reference]", task, replay(
+                seq, n0, lambda p, b, k=k: lookup(p, 3, k, b, "reference"), k))
+            add(f"K={k} pld[hf]", task, replay(seq, n0, lambda p, b, k=k: lookup(p, 3, k, b, "hf", eos), k))
+            add(f"K={k} pld+ hidden", task, replay(seq, n0, hidden_proposer(), k))
+            add(f"K={k} pld+ attention top50", task, replay(seq, n0, attention_proposer(ranked[:50], "max"), k))
+        print(f"{prompt_id}: replayed", file=sys.stderr, flush=True)
+    result = {"model": lm.name, "layer": layer, "calibration": record["source"], "prompts": [o[1] for o in outputs], "k": K, "prompts_per_task": args.prompts,
               "max_new_tokens": args.max_new_tokens, "heads_ranked": len(ranked), "paper": PAPER,
               "totals": {name: {task: v.tolist() for task, v in by_task.items()} for name, by_task in totals.items()}}
     write(args.out, result)
@@ -330,6 +343,8 @@ def main():
         p.set_defaults(func=func)
         if name == "ablate":
             p.add_argument("--k", type=int, default=10)
+            p.add_argument("--outputs", default=None, help="greedy outputs cache (JSON): read if present, else written")
+            p.add_argument("--collect-only", action="store_true", help="only generate the greedy outputs")
             p.add_argument("--layer", type=int, default=None, help="PLD+(h) layer (default: the calibrated one)")
         else:
             p.add_argument("--temperatures", type=lambda s: [float(x) for x in s.split(",")], default=[0.0, 1.0])

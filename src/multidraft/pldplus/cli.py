@@ -28,6 +28,13 @@ def register(subparsers) -> None:
     calibrate.add_argument("--output", default=None, help="write here instead of the cache")
     calibrate.set_defaults(func=_calibrate)
 
+    merge = commands.add_parser("merge", help="pool several calibrations of one model (e.g. one run per task, run "
+                                              "side by side) into one: hits add up, the layer is chosen again")
+    merge.add_argument("inputs", nargs="+", help="calibration JSON files (written with --top-k 1000)")
+    merge.add_argument("--top-k", type=int, default=50, help="heads kept, best first (default 50)")
+    merge.add_argument("--output", required=True)
+    merge.set_defaults(func=_merge)
+
     show = commands.add_parser("show", help="print the calibration method='pld_plus' would use for a model")
     show.add_argument("--model", required=True)
     show.set_defaults(func=_show)
@@ -58,6 +65,25 @@ def _calibrate(args) -> int:
         print(f"PLD+(h) layer: {record['layer']} (replayed mean acceptance length {point['aal']:.2f}, "
               f"95% CI {point['low']:.2f}-{point['high']:.2f}, at K=10; {record['layer_rule']['rule']})")
     print(f"saved {path}")
+    return 0
+
+
+def _merge(args) -> int:
+    from pathlib import Path
+
+    from multidraft.errors import InvalidOptionError
+    from multidraft.pldplus import induction
+
+    records = []
+    for name in args.inputs:
+        try:
+            records.append(json.loads(Path(name).read_text()))
+        except (OSError, ValueError) as exc:
+            raise InvalidOptionError(f"cannot read calibration {name}: {exc}") from None
+    record = induction.merge_records(records, top_k=args.top_k)
+    path = induction.save(record, args.output)
+    print(f"{record['num_prompts']} prompts, {record['events']} copy events {record['events_by_task']}; "
+          f"layer {record['layer']} ({record.get('layer_rule', {}).get('rule', 'no sweep')}); saved {path}")
     return 0
 
 

@@ -141,3 +141,49 @@ def calibrate(lm, prompts: Iterable, gen_len: int = 96, top_k: int = 50, min_ove
                        "layer_rule": {k: choice[k] for k in ("best", "band", "rule", "resamples", "confidence")},
                        "layer_counts": counts.tolist()})
     return record
+
+
+def merge_records(records: Sequence[dict], top_k: int = 50) -> dict:
+    """One calibration from several runs of `calibrate` on the same model (e.g. one per task, run side by side).
+
+    Hit counts add up, so the runs must keep every head with hits (calibrate with a large top_k); the layer sweep's
+    per-prompt counts are pooled and the layer is chosen again with the same tie rule.
+    """
+    from multidraft.pldplus.layer_choice import choose_layer
+    if not records:
+        raise InvalidOptionError("nothing to merge: give at least one calibration record")
+    first = records[0]
+    for record in records:
+        if (record.get("model"), record.get("num_layers"), record.get("num_heads")) != \
+                (first.get("model"), first.get("num_layers"), first.get("num_heads")):
+            raise InvalidOptionError("calibration records of different models cannot be merged")
+        if len(record.get("induction_heads", [])) < record.get("heads_with_hits", 0):
+            raise InvalidOptionError(f"a record keeps {len(record['induction_heads'])} of its "
+                                     f"{record['heads_with_hits']} heads with hits; rerun it with --top-k 1000")
+    hits = np.zeros((first["num_layers"], first["num_heads"]), dtype=np.int64)
+    events_by_task: dict[str, int] = {}
+    for record in records:
+        for l, g, h in record["induction_heads"]:
+            hits[l, g] += h
+        for task, count in record.get("events_by_task", {}).items():
+            events_by_task[task] = events_by_task.get(task, 0) + count
+    events = sum(r["events"] for r in records)
+    ranked = rank_heads(hits)
+    merged = {k: v for k, v in first.items() if k not in ("layer_curve", "layer_rule", "layer_counts", "source")}
+    merged.update({"format": FORMAT_VERSION, "num_prompts": sum(r["num_prompts"] for r in records),
+                   "events": events, "events_by_task": events_by_task, "heads_with_hits": len(ranked),
+                   "induction_heads": [list(h) for h in ranked[:top_k]],
+                   "hit_rates": [[l, g, h / max(events, 1)] for l, g, h in ranked[:top_k]],
+                   "task": ",".join(str(r.get("task", "")) for r in records),
+                   "prompt_ids": [p for r in records for p in r.get("prompt_ids", [])],
+                   "layer": None, "layer_sweep": {}})
+    counts = [np.asarray(r["layer_counts"]) for r in records if r.get("layer_counts")]
+    if counts:
+        counts = np.concatenate(counts)
+        choice = choose_layer(counts)
+        merged.update({"layer": choice["layer"],
+                       "layer_sweep": {str(l): c["aal"] for l, c in choice["curve"].items()},
+                       "layer_curve": {str(l): c for l, c in choice["curve"].items()},
+                       "layer_rule": {k: choice[k] for k in ("best", "band", "rule", "resamples", "confidence")},
+                       "layer_counts": counts.tolist()})
+    return merged
