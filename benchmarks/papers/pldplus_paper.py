@@ -17,7 +17,8 @@ with other jobs' load). Wall-time speedups are printed beside it.
 Baselines, named: `pld[reference]` is the paper's PLD (Saxena / Spec-Bench: n <= 3, K = 10 whole tokens after the
 earliest match, no overlap with the trailing n-gram); `pld[hf]` is the library's default matching rule (HF's: the
 continuation may be truncated by the end of the context); `hf_prompt_lookup` is transformers' own generate().
-PLD+ rows use the paper's K = 70 unless marked "16/4" (the library default, tuned for CPU verification costs).
+PLD+ rows use the paper's K = 70 (the library default is 16/4, tuned for CPU verification costs; see
+benchmarks/reports/pld_plus.md).
 The calibration (layer, heads) is the one shipped for the model (validation split, see pldplus/calibrations/*.json).
 """
 
@@ -111,7 +112,7 @@ def ablate(args):
     outputs = greedy_outputs(lm, args)
     if args.collect_only:
         return
-    record = calibration.load_record(lm.name)
+    record = read_calibration(lm, args.calibration)
     layer = args.layer or record["layer"]
     ranked = [tuple(h) for h in record["induction_heads"]]
     all_heads = [(l, g) for l in range(lm.num_layers) for g in range(lm.num_heads)]
@@ -241,7 +242,6 @@ GREEDY_METHODS = {
     "hf_prompt_lookup": ("hf", {}),
     "PLD+ (a), K=70": ("pld_plus", dict(rank_by="attention", **PAPER_K)),
     "PLD+ (h), K=70": ("pld_plus", dict(rank_by="hidden", **PAPER_K)),
-    "PLD+ (h), 16/4": ("pld_plus", dict(rank_by="hidden")),
 }
 SAMPLED_METHODS = {
     "AR (sample)": ("sample", {}),
@@ -272,9 +272,26 @@ def run_one(lm, item, method, options, temperature, max_new_tokens, seed):
     return token_lists, cpu, wall, calls
 
 
+def read_calibration(lm, path):
+    """The calibration record to use: a JSON file written by `multidraft pld-plus calibrate|merge`, else the shipped one."""
+    if not path:
+        return calibration.load_record(lm.name)
+    record = json.loads(Path(path).read_text())
+    record["induction_heads"] = [tuple(h[:2]) for h in record.get("induction_heads", record.get("heads", []))]
+    record["source"] = str(path)
+    return record
+
+
 def speed(args):
     torch.set_num_threads(1)
     lm = multidraft.load_model(args.model, dtype=torch.float32, attn_implementation="eager")
+    record = read_calibration(lm, args.calibration)
+    chosen = dict(layer=record["layer"], heads=[list(h) for h in record["induction_heads"][:50]])
+    for methods in (GREEDY_METHODS, SAMPLED_METHODS):       # explicit layer / heads: the run names its calibration
+        for name, (method, options) in methods.items():
+            if method == "pld_plus":
+                options.update({"layer": chosen["layer"]} if options["rank_by"] == "hidden" else
+                               {"heads": chosen["heads"]})
     rows = []
     for temperature, methods in ((0.0, GREEDY_METHODS), (1.0, SAMPLED_METHODS)):
         if temperature not in args.temperatures:
@@ -291,7 +308,7 @@ def speed(args):
                                      same_as_ar=tokens == results[next(iter(methods))]))
                 print(f"T={temperature} {item.id} done", file=sys.stderr, flush=True)
     result = {"model": lm.name, "prompts_per_task": args.prompts, "max_new_tokens": args.max_new_tokens,
-              "threads": 1, "rows": rows}
+              "threads": 1, "calibration": record["source"], "layer": chosen["layer"], "rows": rows}
     write(args.out, result)
     print_speed(result)
 
@@ -336,10 +353,11 @@ def main():
     for name, func in (("ablate", ablate), ("speed", speed)):
         p = sub.add_parser(name)
         p.add_argument("--model", default="smollm2-135m")
-        p.add_argument("--tasks", default="summarize,code_edit,text_edit" + (",chat" if name == "speed" else ""))
+        p.add_argument("--tasks", default="summarize,code_edit,text_edit")
         p.add_argument("--prompts", type=int, default=3, help="test-split prompts per task")
         p.add_argument("--max-new-tokens", type=int, default=96)
         p.add_argument("--out", default=None, help="JSON results file")
+        p.add_argument("--calibration", default=None, help="calibration JSON (default: the one shipped for the model)")
         p.set_defaults(func=func)
         if name == "ablate":
             p.add_argument("--k", type=int, default=10)
