@@ -135,6 +135,9 @@ def ablate(args):
         totals.setdefault(name, {}).setdefault(task, np.zeros(3, dtype=np.int64))
         totals[name][task] += result
 
+    done = []
+    wanted = args.tasks.split(",")
+    outputs = sorted((o for o in outputs if o[0] in wanted), key=lambda o: wanted.index(o[0]))
     for task, prompt_id, seq, n0 in outputs:
         hidden = all_hidden_states(lm, seq[:-1])[layer]
         first_query = max(0, n0 - 2)
@@ -165,11 +168,13 @@ def ablate(args):
             add(f"K={k} pld[hf]", task, replay(seq, n0, lambda p, b, k=k: lookup(p, 3, k, b, "hf", eos), k))
             add(f"K={k} pld+ hidden", task, replay(seq, n0, hidden_proposer(), k))
             add(f"K={k} pld+ attention top50", task, replay(seq, n0, attention_proposer(ranked[:50], "max"), k))
+        done.append(prompt_id)
+        # Written after every prompt, so a run cut short by the machine's budget still leaves its results.
+        result = {"model": lm.name, "layer": layer, "calibration": record["source"], "prompts": done, "k": K,
+                  "max_new_tokens": args.max_new_tokens, "heads_ranked": len(ranked), "paper": PAPER,
+                  "totals": {name: {task: v.tolist() for task, v in by_task.items()} for name, by_task in totals.items()}}
+        write(args.out, result)
         print(f"{prompt_id}: replayed", file=sys.stderr, flush=True)
-    result = {"model": lm.name, "layer": layer, "calibration": record["source"], "prompts": [o[1] for o in outputs], "k": K, "prompts_per_task": args.prompts,
-              "max_new_tokens": args.max_new_tokens, "heads_ranked": len(ranked), "paper": PAPER,
-              "totals": {name: {task: v.tolist() for task, v in by_task.items()} for name, by_task in totals.items()}}
-    write(args.out, result)
     print_ablation(result)
 
 
@@ -296,20 +301,23 @@ def speed(args):
     for temperature, methods in ((0.0, GREEDY_METHODS), (1.0, SAMPLED_METHODS)):
         if temperature not in args.temperatures:
             continue
-        for task in args.tasks.split(","):
-            for index, item in enumerate(load_task(task, limit=args.prompts)):
-                results = {}
-                for name, (method, options) in methods.items():
-                    tokens, cpu, wall, calls = run_one(lm, item, method, options, temperature, args.max_new_tokens,
-                                                       seed=1000 * index)
-                    results[name] = tokens
-                    rows.append(dict(temperature=temperature, task=task, prompt=item.id, method=name,
-                                     tokens=sum(map(len, tokens)), cpu=cpu, wall=wall, calls=calls,
-                                     same_as_ar=tokens == results[next(iter(methods))]))
-                print(f"T={temperature} {item.id} done", file=sys.stderr, flush=True)
-    result = {"model": lm.name, "prompts_per_task": args.prompts, "max_new_tokens": args.max_new_tokens,
-              "threads": 1, "calibration": record["source"], "layer": chosen["layer"], "rows": rows}
-    write(args.out, result)
+        # Prompt 1 of every task, then prompt 2 of every task, ...: a run cut short still covers every task.
+        items = [(index, task, item) for task in args.tasks.split(",")
+                 for index, item in enumerate(load_task(task, limit=args.prompts))]
+        for index, task, item in sorted(items, key=lambda x: x[0]):
+            results = {}
+            for name, (method, options) in methods.items():
+                tokens, cpu, wall, calls = run_one(lm, item, method, options, temperature, args.max_new_tokens,
+                                                   seed=1000 * index)
+                results[name] = tokens
+                rows.append(dict(temperature=temperature, task=task, prompt=item.id, method=name,
+                                 tokens=sum(map(len, tokens)), cpu=cpu, wall=wall, calls=calls,
+                                 same_as_ar=tokens == results[next(iter(methods))]))
+            # Written after every prompt, so a run cut short by the machine's budget still leaves its rows.
+            result = {"model": lm.name, "prompts_per_task": args.prompts, "max_new_tokens": args.max_new_tokens,
+                      "threads": 1, "calibration": record["source"], "layer": chosen["layer"], "rows": rows}
+            write(args.out, result)
+            print(f"T={temperature} {item.id} done", file=sys.stderr, flush=True)
     print_speed(result)
 
 
