@@ -6,6 +6,8 @@
 One model, loaded once with eager attention (PLD+(a) needs it; every method then uses the same kernel, so
 outputs must be token-identical to greedy). Methods run round-robin on each prompt so load drift hits all alike.
 Chat prompts run both MT-Bench turns; turn 2 contains the method's own turn-1 answer (as Spec-Bench does).
+Baselines, named: `pld_reference` is the paper's PLD (n <= 3, K = 10 whole tokens, no overlap with the trailing
+n-gram), `pld` is the library default (variant "hf", HF's matching rule), `hf_pld` is transformers' own generate().
 Speedup = mean per-prompt tok/s of the method / that of greedy (Spec-Bench); AAL = tokens / verification calls.
 `--sdpa-overhead` also times greedy on an sdpa copy of the model, to price eager attention.
 """
@@ -24,7 +26,8 @@ from multidraft.eval.tasks import INPUT_GUIDED_TASKS, load_task
 
 METHODS = {
     "greedy": ("greedy", {}),
-    "pld": ("pld", {}),
+    "pld": ("pld", {}),                                   # the library default: HF's matching rule (variant="hf")
+    "pld_reference": ("pld", {"variant": "reference"}),   # the PLD+ paper's baseline (Saxena / Spec-Bench)
     "pld_plus_hidden": ("pld_plus", {"rank_by": "hidden"}),
     "pld_plus_attention": ("pld_plus", {"rank_by": "attention"}),
     "pld_plus_first": ("pld_plus", {"rank_by": "first"}),
@@ -75,7 +78,8 @@ def main(argv=None):
     parser.add_argument("--tasks", default=",".join(INPUT_GUIDED_TASKS))
     parser.add_argument("--prompts", type=int, default=2, help="prompts per task")
     parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--methods", default="greedy,pld,hf_pld,pld_plus_hidden,pld_plus_attention")
+    parser.add_argument("--methods", default="greedy,pld_reference,pld,hf_pld,pld_plus_hidden,pld_plus_attention",
+                        help="pld_reference = the paper's PLD; pld = variant 'hf'; hf_pld = transformers' own")
     parser.add_argument("--k-sweep", default=None, help="comma-separated num_draft_tokens values for the PLD+ methods")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sdpa-overhead", action="store_true")

@@ -60,8 +60,13 @@ def collect(args) -> None:
 
 
 # ----- drafters: each maps (record, N = committed length, budget) to a draft (list of tokens) -----
-def draft_pld(record, n, budget, max_ngram=3, k=10, **_):
-    return [lookup(record["seq"][:n], max_ngram, min(k, budget), budget, "hf")]
+def draft_pld(record, n, budget, max_ngram=3, k=10, variant="hf", **_):
+    return [lookup(record["seq"][:n], max_ngram, min(k, budget), budget, variant)]
+
+
+def draft_pld_reference(record, n, budget, max_ngram=3, k=10, **_):
+    # The paper's PLD qualifies a match on the configured K (whole tokens), not on the remaining budget.
+    return [lookup(record["seq"][:n], max_ngram, k, budget, "reference")]
 
 
 def match_lengths(seq: np.ndarray, positions: np.ndarray, cap: int) -> np.ndarray:
@@ -160,9 +165,10 @@ def replay_one(record, drafter, options, costs) -> tuple[int, int, float]:
 
 
 VARIANTS = {      # label -> (drafter, options); PLD+ labels give num_draft_tokens / short_draft_tokens
-    "pld (n=3, K=10)": (draft_pld, {}),
+    "pld[reference] (paper's PLD, n=3, K=10)": (draft_pld_reference, {}),
+    "pld[hf] (library default, n=3, K=10)": (draft_pld, {}),
     "HF prompt lookup (n=2, K=10)": (draft_pld, {"max_ngram": 2}),
-    "pld (n=3, K=6)": (draft_pld, {"k": 6}),
+    "pld[hf] (n=3, K=6)": (draft_pld, {"k": 6}),
     "PLD+ first 16/4": (draft_pld_plus, {"rank_by": "first"}),
     "PLD+ hidden 16/4": (draft_pld_plus, {}),
     "PLD+ attention 16/4": (draft_pld_plus, {"rank_by": "attention"}),

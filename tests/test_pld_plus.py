@@ -301,11 +301,11 @@ def test_calibrate_saves_and_pld_plus_uses_the_heads(eager_lm, tmp_path, monkeyp
         text = prompt + " " + multidraft.generate(eager_lm, prompt, max_new_tokens=12).text
         prompts.append(text + " " + text)
     record = heads_mod.calibrate(eager_lm, prompts, gen_len=20, top_k=5)
-    assert record["events"] > 0 and 1 <= len(record["heads"]) <= 5
+    assert record["events"] > 0 and 1 <= len(record["induction_heads"]) <= 5
     assert all(0 <= r <= 1 for *_, r in record["hit_rates"])
     assert 1 <= record["layer"] <= eager_lm.num_layers
     heads_mod.save(record)
-    assert heads_mod.default_heads(eager_lm, 3) == [tuple(h[:2]) for h in record["heads"][:3]]
+    assert heads_mod.default_heads(eager_lm, 3) == [tuple(h[:2]) for h in record["induction_heads"][:3]]
     assert heads_mod.default_layer(eager_lm) == record["layer"]
     greedy = multidraft.generate(eager_lm, PROMPTS[0], max_new_tokens=20)
     out = multidraft.generate(eager_lm, PROMPTS[0], method="pld_plus", rank_by="attention", max_new_tokens=20)

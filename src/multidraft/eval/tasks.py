@@ -74,6 +74,32 @@ def _user(text: str) -> list[dict]:
     return [{"role": "user", "content": text}]
 
 
+# ----- splits -----
+# "test" is what benchmarks run (the original 40 prompts per task, unchanged). "validation" holds other prompts of
+# the same sources, disjoint from the test ones, for tuning and calibration (PLD+ layer and heads, issue #21),
+# so no hyperparameter is chosen on the prompts it is then measured on.
+SPLITS = ("test", "validation")
+VALIDATION_TASKS = ("code_edit", "summarize", "text_edit")
+
+
+def _spread(pool: list, count: int, split: str, key: Callable = repr) -> list:
+    """`count` items spread evenly over `pool` (test), or spread over the items the test pick left out (validation).
+
+    Validation also drops items whose `key` (their text) equals a test item's: sources repeat texts (ShareGPT).
+    """
+    stride = max(1, len(pool) // count)
+    if split == "test":
+        return pool[::stride][:count]
+    taken = {key(item) for item in pool[::stride][:count]}
+    rest = [item for item in pool if key(item) not in taken]
+    return rest[:: max(1, len(rest) // count)][:count]
+
+
+def _renamed(item: "TaskPrompt", new_id: str) -> "TaskPrompt":
+    item.id = new_id
+    return item
+
+
 # ----- code_edit -----
 _SKIP_DIRS = ("test", "tests", "idlelib", "lib2to3", "site-packages", "turtledemo", "ensurepip", "__phello__")
 
@@ -120,8 +146,9 @@ def _plant_bug(source: str) -> Optional[tuple[str, str, str]]:
     return None
 
 
-def _code_edit() -> list[TaskPrompt]:
+def _code_edit(split: str = "test") -> list[TaskPrompt]:
     functions = _stdlib_functions()
+    wanted = SIZE if split == "test" else 2 * SIZE       # validation: the next SIZE functions after the test ones
     kinds = ["rename", "type_hints", "docstring", "convert_loop", "fix_bug"]
     out: list[TaskPrompt] = []
     for index, (module, node, source) in enumerate(functions):
@@ -152,9 +179,11 @@ def _code_edit() -> list[TaskPrompt]:
         text = f"{instruction}\n\n```python\n{textwrap.dedent(code)}\n```"
         out.append(TaskPrompt(f"code_edit/{len(out):03d}", "code_edit", messages=_user(text),
                               source=f"cpython-stdlib:{module}:{node.name}", meta=meta))
-        if len(out) == SIZE:
+        if len(out) == wanted:
             break
-    return out
+    if split == "test":
+        return out
+    return [_renamed(item, f"code_edit/val-{i:03d}") for i, item in enumerate(out[SIZE:])]
 
 
 # ----- Linux documentation: sections and paragraphs -----
@@ -194,7 +223,7 @@ def _paragraphs(min_chars: int = 300, max_chars: int = 900) -> list[tuple[str, s
     return out
 
 
-def _summarize() -> list[TaskPrompt]:
+def _summarize(split: str = "test") -> list[TaskPrompt]:
     docs = []
     for file, title, body in _doc_sections():
         if 1200 <= len(body) <= 3500 and _prose_ratio(body) > 0.85:
@@ -210,9 +239,11 @@ def _summarize() -> list[TaskPrompt]:
         if re.search(r"\bsummari[sz]e\b", first, re.I) and 800 <= len(first) <= 4000:
             chats.append(TaskPrompt("", "summarize", messages=_user(first), source=f"sharegpt:{conv['id']}"))
     half = SIZE // 2
-    picked = docs[:: max(1, len(docs) // half)][:half] + chats[:: max(1, len(chats) // half)][:half]
+    text = lambda item: repr(item.messages)    # noqa: E731
+    picked = _spread(docs, half, split, text) + _spread(chats, half, split, text)
+    prefix = "summarize/" if split == "test" else "summarize/val-"
     for index, item in enumerate(picked):
-        item.id = f"summarize/{index:03d}"
+        item.id = f"{prefix}{index:03d}"
     return picked
 
 
@@ -236,18 +267,19 @@ def _misspell(text: str, rng: random.Random, count: int = 4) -> str:
     return " ".join(words)
 
 
-def _text_edit() -> list[TaskPrompt]:
+def _text_edit(split: str = "test") -> list[TaskPrompt]:
     paragraphs = _paragraphs()
-    rng = random.Random(1234)
+    rng = random.Random(1234 if split == "test" else 4321)
+    prefix = "text_edit/" if split == "test" else "text_edit/val-"
     out = []
-    for index, (file, para) in enumerate(paragraphs[:: max(1, len(paragraphs) // SIZE)][:SIZE]):
+    for index, (file, para) in enumerate(_spread(paragraphs, SIZE, split, key=lambda fp: fp[1])):
         kind, instruction = _EDITS[index % len(_EDITS)]
         meta = {"edit": kind}
         text = para
         if kind == "correct":
             text = _misspell(para, rng)
             meta["original"] = para
-        out.append(TaskPrompt(f"text_edit/{index:03d}", "text_edit", messages=_user(f"{instruction}\n\n{text}"),
+        out.append(TaskPrompt(f"{prefix}{index:03d}", "text_edit", messages=_user(f"{instruction}\n\n{text}"),
                               source=f"linux-doc:{file}", meta=meta))
     return out
 
@@ -303,18 +335,25 @@ def _check(name: str) -> None:
         raise InvalidOptionError(f"unknown task {name!r}; choose one of: {', '.join(TASKS)}")
 
 
-def load_task(name: str, limit: Optional[int] = None) -> list[TaskPrompt]:
+def load_task(name: str, limit: Optional[int] = None, split: str = "test") -> list[TaskPrompt]:
     """The prompts of task `name`, always the same ones in the same order; the first `limit` if given.
 
+    `split="validation"` (code_edit, summarize, text_edit) gives prompts from the same sources that the test
+    split (the default, what benchmarks run) never contains: tune and calibrate there.
     Raises DataNotFoundError naming the `multidraft data pull` command when a source has not been pulled.
     """
     _check(name)
     if limit is not None and (not isinstance(limit, int) or limit < 1):
         raise InvalidOptionError(f"limit must be a positive integer or None, got {limit!r}")
+    if split not in SPLITS:
+        raise InvalidOptionError(f"unknown split {split!r}; choose one of: {', '.join(SPLITS)}")
+    if split == "validation" and name not in VALIDATION_TASKS:
+        raise InvalidOptionError(f"task {name!r} has no validation split; tasks with one: {', '.join(VALIDATION_TASKS)}")
     builder, sources = _BUILDERS[name]
     for source in sources:
         data.path(source)        # a clear DataNotFoundError before any work
-    if name not in _CACHE:
-        _CACHE[name] = builder()
-    items = _CACHE[name]
+    key = name if split == "test" else f"{name}:{split}"
+    if key not in _CACHE:
+        _CACHE[key] = builder() if split == "test" else builder(split)
+    items = _CACHE[key]
     return [TaskPrompt(**vars(item)) for item in (items if limit is None else items[:limit])]

@@ -1,6 +1,6 @@
 """The stored PLD+ calibration (what `multidraft pld-plus calibrate` writes) and the per-model defaults read from it.
 
-Split from `heads` (which decodes to calibrate, through `multidraft.api`) so the drafter can read its defaults
+Split from `induction` (which decodes to calibrate, through `multidraft.api`) so the drafter can read its defaults
 without importing the decoding entry point: that import closed a cycle api -> methods -> drafter -> heads -> api.
 """
 
@@ -31,10 +31,19 @@ def save(record: dict, path: Optional[Path] = None) -> Path:
     return path
 
 
+# Where the shipped calibrations live in the package ("heads" before format 2: renamed, as "heads" elsewhere
+# means BPD's trained prediction heads).
+SHIPPED_DIR = "calibrations"
+INDUCTION_KEYS = ("induction_heads", "heads")      # format 2, format 1
+
+
 def load_record(model_name: str) -> Optional[dict]:
-    """The calibration of a model: the cache first, then the shipped package data; None if neither has one."""
+    """The calibration of a model: the cache first, then the shipped package data; None if neither has one.
+
+    Records of either format load; the induction heads come back as (layer, head) pairs under "induction_heads".
+    """
     candidates = [cache_file(model_name)]
-    shipped = resources.files("multidraft.pldplus") / "heads" / f"{_safe(model_name)}.json"
+    shipped = resources.files("multidraft.pldplus") / SHIPPED_DIR / f"{_safe(model_name)}.json"
     for path in candidates + [shipped]:
         try:
             text = path.read_text()
@@ -42,7 +51,11 @@ def load_record(model_name: str) -> Optional[dict]:
             continue
         try:
             record = json.loads(text)
-            record["heads"] = [(int(l), int(g)) for l, g, *_ in record["heads"]]
+            key = next(k for k in INDUCTION_KEYS if k in record)
+            record["induction_heads"] = [(int(l), int(g)) for l, g, *_ in record.pop(key)]
+        except StopIteration:
+            raise CorruptCacheError(f"{path} lists no induction heads; rerun `multidraft pld-plus calibrate --model "
+                                    f"{model_name}`") from None
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptCacheError(f"{path} is not a valid PLD+ calibration ({exc}); "
                                     f"rerun `multidraft pld-plus calibrate --model {model_name}`") from None
@@ -53,14 +66,14 @@ def load_record(model_name: str) -> Optional[dict]:
 
 def default_heads(lm, num_heads: int = 50) -> list[tuple[int, int]]:
     record = load_record(lm.name)
-    if record is None or not record["heads"]:
+    if record is None or not record["induction_heads"]:
         raise InvalidOptionError(
             f"no induction heads known for {lm.name}; run `multidraft pld-plus calibrate --model {lm.name}` "
             "or pass heads=[(layer, head), ...]")
     if (record.get("num_layers"), record.get("num_heads")) not in ((lm.num_layers, lm.num_heads), (None, None)):
         raise InvalidOptionError(f"the PLD+ calibration at {record['source']} is for a different architecture; "
                                  f"rerun `multidraft pld-plus calibrate --model {lm.name}`")
-    return record["heads"][:num_heads]
+    return record["induction_heads"][:num_heads]
 
 
 def default_layer(lm) -> int:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
 
+import numpy as np
 import torch
 
+from multidraft.errors import InvalidOptionError
 from multidraft.pldplus.ranking import candidates, rank_hidden
 
 
@@ -37,23 +39,47 @@ def replay_acceptance(seq: Sequence[int], prompt_length: int, choose: Callable[[
 
 @torch.inference_mode()
 def all_hidden_states(lm, token_ids: Sequence[int]) -> torch.Tensor:
-    """(L+1, T, d) float32 hidden states of one full forward (index 0 = embeddings, as HF numbers them)."""
-    out = lm.call_model(torch.tensor([list(token_ids)], device=lm.device), output_hidden_states=True, use_cache=False,
-                        logits_to_keep=1)
-    return torch.stack([h[0].float().cpu() for h in out.hidden_states])
+    """(L+1, T, d) float32 hidden states of one full forward (index 0 = embeddings, l = output of decoder block l).
+
+    Read with forward hooks on the same modules the drafter's capture hooks (`lm.forward(..., hidden_layer=l)`),
+    not from HF's `output_hidden_states`: HF applies the final norm to its last entry, so at l = L the sweep
+    would score a different vector from the one PLD+ then ranks with.
+    """
+    layers = lm._decoder_layers
+    if layers is None:
+        raise InvalidOptionError(f"cannot find the decoder layers of {lm.name}; the PLD+ layer sweep supports "
+                                 "Llama-like models")
+    captured: dict[int, torch.Tensor] = {}
+
+    def make_hook(index):
+        def keep(_module, _inputs, output):
+            tensor = output[0] if isinstance(output, (tuple, list)) else output
+            captured[index] = tensor[0].detach().float().cpu()
+        return keep
+    modules = [lm.model.get_input_embeddings()] + list(layers)
+    handles = [module.register_forward_hook(make_hook(i)) for i, module in enumerate(modules)]
+    try:
+        lm.forward(lm.new_cache(), list(token_ids), logits_rows=slice(-1, None))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return torch.stack([captured[i] for i in range(len(modules))])
+
+
+def sweep_counts(lm, seq: list[int], prompt_length: int, num_draft_tokens: int = 10) -> np.ndarray:
+    """(layers, 2): the (generated tokens, steps) PLD+(h) takes on one greedy output at each layer 1..L."""
+    hidden = all_hidden_states(lm, seq[:-1])
+    counts = np.zeros((lm.num_layers, 2), dtype=np.int64)
+    for layer in range(1, lm.num_layers + 1):
+        rows = hidden[layer]
+
+        def choose(prefix, rows=rows):
+            return rank_hidden(rows[: len(prefix) - 1], candidates(prefix))
+        counts[layer - 1] = replay_acceptance(seq, prompt_length, choose, num_draft_tokens)
+    return counts
 
 
 def sweep_layers(lm, sequences: list[tuple[list[int], int]], num_draft_tokens: int = 10) -> dict[int, float]:
-    """Mean acceptance length of PLD+(h) per layer 1..L over (sequence, prompt_length) pairs (greedy outputs)."""
-    totals = {layer: [0, 0] for layer in range(1, lm.num_layers + 1)}
-    for seq, prompt_length in sequences:
-        hidden = all_hidden_states(lm, seq[:-1])
-        for layer in totals:
-            rows = hidden[layer]
-
-            def choose(prefix, rows=rows):
-                return rank_hidden(rows[: len(prefix) - 1], candidates(prefix))
-            tokens, steps = replay_acceptance(seq, prompt_length, choose, num_draft_tokens)
-            totals[layer][0] += tokens
-            totals[layer][1] += steps
-    return {layer: (t / s if s else 0.0) for layer, (t, s) in totals.items()}
+    """Pooled mean acceptance length of PLD+(h) per layer 1..L over (sequence, prompt_length) pairs."""
+    totals = sum(sweep_counts(lm, seq, n0, num_draft_tokens) for seq, n0 in sequences)
+    return {layer: (int(t) / int(s) if s else 0.0) for layer, (t, s) in enumerate(totals, start=1)}
