@@ -33,7 +33,11 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
 test: models-data browser
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -m "not heavy"
+
+# The statistical grids (every selection scheme x warp at 1,500 runs): ~15 minutes of CPU more.
+test-heavy: models-data
+	$(PY) -m pytest -q -p no:cacheprovider -m heavy
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m "not real_model and not slow"

@@ -17,7 +17,8 @@ error; the slow set adds one inside the supports: rejected positions redraw from
 residual, which every scheme must also fail at 1,500 runs.
 
 Fast tests: every lossless scheme under one warp, 300 runs each (~8 s of CPU each here) and one negative control. The
-`slow` versions run every scheme under three warps with 1,500 runs, and the negative control for every scheme.
+`slow` off-by-one control runs for every scheme; the `heavy` grid (`make test-heavy`, not in `make test`: ~15 minutes
+of CPU) runs every scheme under three warps with 1,500 runs and the target-redraw control for every scheme.
 """
 
 import collections
@@ -172,7 +173,7 @@ def test_off_by_one_negative_control_is_rejected(models, laws, monkeypatch):
     assert p_value < FAIL_P, f"the planted off-by-one was not detected: p = {p_value:.2e}, TV = {tv:.3f}"
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("warp", list(WARPS))
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_loop_samples_the_warped_target_law_slow(models, laws, scheme, warp):
@@ -188,7 +189,7 @@ def test_off_by_one_negative_control_is_rejected_slow(models, laws, scheme, monk
     assert p_value < FAIL_P, f"{scheme}: the planted off-by-one was not detected: p = {p_value:.2e}, TV = {tv:.3f}"
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_target_redraw_negative_control_is_rejected_slow(models, laws, scheme, monkeypatch):
     monkeypatch.setattr(multi_draft_verifier, "select", residual_from_target(multi_draft_verifier.select))
