@@ -3,8 +3,8 @@
 Seeded runs of the loop at T=1 are compared with the exact law of the first 3 generated tokens (enumerated
 over a 12-token vocabulary) by a Pearson chi-square test over 1,000 runs; p > 1e-3 is required (fixed seeds, so the
 outcome is deterministic). A deliberately wrong verifier (rejections redrawn from the target instead of the residual,
-a subtle bug) must give p < 1e-6 over 1,500 runs, which shows the test can fail. SpecTr and classical IS are covered
-by the greedy tests and by the selection package's exact enumeration; the loop code is the same for every scheme.
+a subtle bug) must give p < 1e-6 over 1,500 runs, which shows the test can fail. SpecTr and classical IS, and every
+scheme under top-k / top-p, are covered at loop level by tests/test_selection_loop_law.py.
 """
 
 import collections
