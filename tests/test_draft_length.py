@@ -9,7 +9,7 @@ import pytest
 
 import multidraft
 from multidraft.decoders import loop
-from multidraft.decoders.draft_length import DraftLength, ForwardCosts, expected_tokens, forward_costs
+from multidraft.decoders.draft_length import DraftLength, ForwardCosts, forward_costs
 from multidraft.methods import METHODS
 from multidraft.verify.multi_draft import MultiDraftVerifier
 from multidraft.decoders.output import OutputCollector
@@ -23,6 +23,13 @@ from tests.test_sampling import chi_square_p_value
 
 # Tiny models run fastest on one thread (and far faster than on two on a loaded machine).
 pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def expected_tokens(rate: float, depth: int) -> float:
+    """What one pooled per-token rate a would predict: 1 + a + ... + a^depth (a geometric run capped at depth)."""
+    if rate >= 1.0:
+        return float(depth + 1)
+    return (1.0 - rate ** (depth + 1)) / (1.0 - rate)
 
 
 class FrozenCosts(ForwardCosts):

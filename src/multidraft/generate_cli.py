@@ -7,6 +7,7 @@ import sys
 
 from multidraft import validation
 from multidraft.errors import InvalidOptionError, PromptError
+from multidraft.decoders.draft_length import add_draft_length_argument
 from multidraft.models.device import add_device_argument
 from multidraft.text_stream import TextStreamer
 
@@ -29,9 +30,7 @@ def register(subparsers) -> None:
     add_device_argument(parser)
     parser.add_argument("--runner", choices=["auto", "eager", "fast", "static"], default="auto", help="auto: the fast runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), else eager; "
                         "static: a static KV cache in shape buckets, CUDA graphs on a GPU (not measured on one yet)")
-    parser.add_argument("--draft-length", choices=["adaptive", "fixed"], default="adaptive",
-                        help="adaptive: verify only as much of each draft as pays for its forward on this machine "
-                             "(same tokens, measured costs); fixed: every drafted token, as the papers do")
+    add_draft_length_argument(parser)
     parser.add_argument("--option", "-o", action="append", default=[], metavar="NAME=VALUE",
                         help="a method option, e.g. -o num_draft_tokens=8 (value parsed as JSON when possible)")
     parser.add_argument("--stats", action="store_true", help="print decode statistics to standard error")

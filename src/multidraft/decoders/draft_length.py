@@ -14,7 +14,7 @@ measured while decoding:
   given that it got there (decayed counts over recent steps), shrunk toward the pooled per-token rejection rate
   where a depth has little data. E(k) = 1 + S_1 + ... + S_k with S_i = (1 - h_1)...(1 - h_i). Per-depth rates
   matter for copying drafters: a prompt-lookup draft is often wrong at its first token, but once right it tends
-  to stay right for many tokens, which a single geometric rate would underrate.
+  to stay right for many tokens, which a single geometric rate gets wrong.
 
 Only how much of a draft is verified changes, never how it is verified: every lossless method stays lossless
 (a drafted prefix is still a valid draft, with its draft probabilities).
@@ -67,12 +67,6 @@ def forward_costs(lm) -> ForwardCosts:
         per_runner = _costs.setdefault(lm, {})
         return per_runner.setdefault(getattr(lm, "runner", "eager"), ForwardCosts())
 
-
-def expected_tokens(rate: float, depth: int) -> float:
-    """E(tokens of a step) = 1 + a + ... + a^depth: accepted drafted tokens plus the verifier's own token."""
-    if rate >= 1.0:
-        return float(depth + 1)
-    return (1.0 - rate ** (depth + 1)) / (1.0 - rate)
 
 
 class DraftLength:
@@ -160,6 +154,13 @@ class DraftLength:
             self.reached[depth] += 1.0
         if accepted < drafted_depth:
             self.rejected[accepted + 1] += 1.0
+
+
+def add_draft_length_argument(parser) -> None:
+    """`--draft-length` for the commands that decode (generate, bench, serve); adaptive by default there."""
+    parser.add_argument("--draft-length", choices=MODES, default="adaptive",
+                        help="adaptive: verify only as much of each draft as pays for its forward on this machine "
+                             "(same tokens, measured costs); fixed: every drafted token, as the papers do")
 
 
 def check_mode(mode) -> str:

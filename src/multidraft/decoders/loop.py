@@ -50,6 +50,7 @@ def draft_and_verify(lm, prompt_ids: list[int], drafter: Drafter, verifier: Veri
         if policy is not None and drafter.cuttable:
             draft = _within_budget(draft, policy.choose(draft.depths()))
         draft.validate(lm.vocab_size)
+        depths = draft.depths()
         stats.draft_time += time.perf_counter() - t0
 
         past = cache.length
@@ -61,13 +62,13 @@ def draft_and_verify(lm, prompt_ids: list[int], drafter: Drafter, verifier: Veri
         stats.verify_time += forward_output.seconds + time.perf_counter() - t1
 
         accepted = verdict.accepted_nodes
-        if policy is not None and draft.token_ids:
-            policy.observe(max(draft.depths()), len(accepted))
+        if policy is not None and depths:
+            policy.observe(max(depths), len(accepted))
         cache.keep(past + 1, [past + 1 + node for node in accepted])
         new_tokens = [draft.token_ids[node] for node in accepted] + [verdict.next_token]
         kept = output.add(new_tokens)
         seq.extend(kept)
-        stats.record_step(len(kept), draft.depths(), min(len(accepted), len(kept)))
+        stats.record_step(len(kept), depths, min(len(accepted), len(kept)))
         if not output.done:
             drafter.observe(state, draft, verdict, forward_output, [0] + [node + 1 for node in accepted])
         # The whole step (drafting, forward, verification) by the number of tokens it verified: what a step costs.

@@ -8,6 +8,7 @@ import sys
 
 from multidraft import validation
 from multidraft.errors import InvalidOptionError
+from multidraft.decoders.draft_length import add_draft_length_argument
 from multidraft.models.device import add_device_argument
 
 DEFAULT_OUT = "bench-results"
@@ -35,9 +36,7 @@ def register(subparsers) -> None:
                         help="auto: the fast runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), "
                              "else eager; static: a static KV cache in shape buckets, CUDA graphs on a GPU (not "
                              "measured on one yet); HF generate() peers always run stock")
-    parser.add_argument("--draft-length", choices=["adaptive", "fixed"], default="adaptive",
-                        help="adaptive: verify only as much of each draft as pays for its forward on this machine "
-                             "(same tokens, measured costs); fixed: every drafted token, as the papers do")
+    add_draft_length_argument(parser)
     parser.add_argument("--option", "-o", action="append", default=[], metavar="METHOD.NAME=VALUE",
                         help="a method option, e.g. -o pld.num_draft_tokens=8 (value parsed as JSON when possible)")
     parser.add_argument("--out", default=None, help=f"output folder (default {DEFAULT_OUT}/MODEL); an existing one "

@@ -9,6 +9,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from multidraft.errors import MultidraftError
+from multidraft.decoders.draft_length import add_draft_length_argument
 from multidraft.models.device import add_device_argument
 from multidraft.server.config import ARTIFACT_KINDS, LOCAL_HOSTS, ServerConfig
 
@@ -48,9 +49,7 @@ def register(subparsers) -> None:
     parser.add_argument("--runner", choices=["auto", "eager", "fast", "static"], default="auto",
                         help="auto: the fast runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), else eager; "
                         "static: a static KV cache in shape buckets, CUDA graphs on a GPU (not measured on one yet)")
-    parser.add_argument("--draft-length", choices=["adaptive", "fixed"], default="adaptive",
-                        help="adaptive: verify only as much of each draft as pays for its forward on this machine "
-                             "(same tokens, measured costs); fixed: every drafted token, as the papers do")
+    add_draft_length_argument(parser)
     parser.add_argument("--max-queue", type=int, default=None,
                         help=f"requests that may wait for the model; more get 429 (default {defaults.max_queue})")
     parser.add_argument("--max-prompt-tokens", type=int, default=None, help=f"default {defaults.max_prompt_tokens}")
