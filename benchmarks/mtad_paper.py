@@ -29,7 +29,6 @@ import argparse
 import copy
 import json
 import math
-import os
 import statistics
 import time
 
@@ -37,6 +36,7 @@ import torch
 
 import multidraft
 from multidraft.decoders.mtjd import exact_greedy_mtjd, sequence_logprob
+from multidraft.fsutil import atomic_path
 from multidraft.models.runner import LM
 from multidraft.sampling import SamplingParams
 
@@ -239,9 +239,8 @@ def main() -> None:
     result = run_exact(args) if args.mode == "exact" else run_real(args)
     result["args"] = vars(args)
     if args.json:
-        with open(args.json + ".tmp", "w") as handle:
-            json.dump(result, handle, indent=1)
-        os.replace(args.json + ".tmp", args.json)
+        with atomic_path(args.json) as path:      # no half-written file on a crash
+            path.write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

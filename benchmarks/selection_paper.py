@@ -29,6 +29,7 @@ import time
 import numpy as np
 import torch
 
+from multidraft.fsutil import atomic_path
 from multidraft.selection import closed_form_acceptance, optimal_acceptance, select, surviving_drafts
 from selection_laws import context_logits, real_logits, synthetic_logits, warp
 
@@ -224,10 +225,8 @@ def main() -> None:
     result = run_acceptance(args) if args.mode == "acceptance" else run_block(args)
     result["args"] = vars(args)
     if args.json:
-        with open(args.json + ".tmp", "w") as handle:
-            json.dump(result, handle, indent=1)
-        import os
-        os.replace(args.json + ".tmp", args.json)
+        with atomic_path(args.json) as path:      # no half-written file on a crash
+            path.write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

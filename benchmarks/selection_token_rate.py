@@ -28,6 +28,7 @@ import time
 import torch
 
 import multidraft
+from multidraft.fsutil import atomic_path
 from mtad_paper import layer_skip_draft
 
 WARP = {"temperature": 1.0, "top_p": 0.95}
@@ -102,9 +103,8 @@ def main() -> None:
     if args.json:
         result = {"rows": table, "args": vars(args), "target": target.name, "draft": draft.name,
                   "load_avg_end": os.getloadavg()}
-        with open(args.json + ".tmp", "w") as handle:
-            json.dump(result, handle, indent=1)
-        os.replace(args.json + ".tmp", args.json)
+        with atomic_path(args.json) as path:      # no half-written file on a crash
+            path.write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":
