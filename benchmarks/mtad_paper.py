@@ -171,7 +171,8 @@ def run_real(args):
                    for _ in range(args.prompts)]
     else:
         target = multidraft.load_model(args.model, dtype=torch.float32)
-        draft = layer_skip_draft(target, args.draft_layers)
+        draft = (multidraft.load_model(args.draft_model, dtype=torch.float32) if args.draft_model
+                 else layer_skip_draft(target, args.draft_layers))
         texts = [p["prompt"] for p in load_humaneval()[: args.prompts]]
         texts += [p.input for p in load_task("chat", limit=args.prompts)]
         prompts = [target.encode(t)[-256:] for t in texts]
@@ -229,6 +230,9 @@ def main() -> None:
     parser.add_argument("--toy-sharpness", type=float, default=6.0, help="toy: scale of the target's LM head")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--draft-layers", type=int, default=28)
+    parser.add_argument("--draft-model", default=None,
+                        help="real: a separate draft model (e.g. qwen2.5-coder-0.5b for --model qwen2.5-coder-1.5b) "
+                             "instead of the target's first --draft-layers layers")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pj-per-flop", type=float, default=1.0, help="assumed energy per FLOP (pJ)")
     parser.add_argument("--pj-per-byte", type=float, default=60.0, help="assumed energy per DRAM byte (pJ)")

@@ -43,22 +43,29 @@ def context_logits(context: tuple, seed: int, vocab: int = 1000, noise: float = 
     return synthetic_logits(rng, vocab, noise)
 
 
-def real_logits(prompt_texts: list[str], tokens: int, draft_layers: int, model: str = "smollm2-135m"):
-    """Yield (target_logits, draft_logits) rows (float32, (V,)) along the target's greedy continuations."""
+def real_logits(prompt_texts: list[str], tokens: int, draft_layers: int, model: str = "smollm2-135m",
+                draft_model: str | None = None):
+    """Yield (target_logits, draft_logits) rows (float32, (V,)) along the target's greedy continuations. The draft
+    is the target's first `draft_layers` layers, or `draft_model` (a separate model of the same vocabulary)."""
     import multidraft
 
     lm = multidraft.load_model(model, dtype=torch.float32)
     hf = lm.model
+    draft_hf = multidraft.load_model(draft_model, dtype=torch.float32).model if draft_model else None
     for text in prompt_texts:
         prompt_ids = lm.encode(text)[-256:]
-        continuation = multidraft.generate(lm, prompt_ids, method="greedy", max_new_tokens=tokens).token_ids
+        # prompt lookup is lossless: the greedy continuation, sooner
+        continuation = multidraft.generate(lm, prompt_ids, method="pld", max_new_tokens=tokens).token_ids
         ids = prompt_ids + continuation
         rows = slice(len(prompt_ids) - 1, len(ids) - 1)
         with torch.inference_mode():
             out = hf(torch.tensor([ids]), output_hidden_states=True)
             target = out.logits[0, rows].float()
-            hidden = hf.model.norm(out.hidden_states[draft_layers][0, rows])
-            draft = hf.lm_head(hidden).float()
+            if draft_hf is not None:
+                draft = draft_hf(torch.tensor([ids])).logits[0, rows].float()
+            else:
+                hidden = hf.model.norm(out.hidden_states[draft_layers][0, rows])
+                draft = hf.lm_head(hidden).float()
         vocab = min(len(lm.tokenizer), target.shape[-1])
         for t_row, d_row in zip(target[:, :vocab], draft[:, :vocab]):
             yield t_row, d_row

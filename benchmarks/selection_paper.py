@@ -108,7 +108,7 @@ def law_pairs(args):
 
         texts = [p["prompt"] for p in load_humaneval()[: args.prompts]]
         texts += [p.input for p in load_task("chat", limit=args.prompts)]
-        yield from real_logits(texts, args.tokens, args.draft_layers)
+        yield from real_logits(texts, args.tokens, args.draft_layers, model=args.model, draft_model=args.draft_model)
 
 
 def run_acceptance(args):
@@ -215,6 +215,9 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=4, help="real: prompts per task (HumanEval, chat)")
     parser.add_argument("--tokens", type=int, default=32, help="real: positions per prompt")
     parser.add_argument("--draft-layers", type=int, default=28, help="real: layers of SmolLM2-135M in the draft")
+    parser.add_argument("--model", default="smollm2-135m", help="real: the target model")
+    parser.add_argument("--draft-model", default=None,
+                        help="real: a separate draft model (e.g. qwen2.5-coder-0.5b) instead of --draft-layers")
     parser.add_argument("--steps", type=int, default=300, help="block: loop steps per setting")
     parser.add_argument("--length", type=int, default=4, help="block: draft length L")
     parser.add_argument("--seed", type=int, default=0)

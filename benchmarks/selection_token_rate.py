@@ -55,6 +55,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=1, help="sampling seeds per prompt")
     parser.add_argument("--ks", type=int, nargs="+", default=[2, 3, 4])
     parser.add_argument("--draft-layers", type=int, default=28)
+    parser.add_argument("--draft-model", default=None, help="a separate draft model instead of the layer-skip draft")
     parser.add_argument("--draft-tokens", type=int, default=4)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--json", default=None)
@@ -65,7 +66,8 @@ def main() -> None:
     from multidraft.eval.tasks import load_task
 
     target = multidraft.load_model(args.model, dtype=torch.float32)
-    draft = layer_skip_draft(target, args.draft_layers)
+    draft = (multidraft.load_model(args.draft_model, dtype=torch.float32) if args.draft_model
+             else layer_skip_draft(target, args.draft_layers))
     texts = [p["prompt"] for p in load_humaneval()[: args.prompts]]
     texts += [p.input for p in load_task("chat", limit=args.prompts)]
     prompts = [target.encode(t)[-256:] for t in texts]

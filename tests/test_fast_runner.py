@@ -50,16 +50,16 @@ def fast_pair(request, kernel):
 def test_kernel_matches_linear_and_is_batch_invariant(kernel, n_out, n_in):
     torch.manual_seed(n_out)
     weight = torch.randn(n_out, n_in)
-    x = torch.randn(16, n_in)
-    single_rows = [kernel(x[i:i + 1], weight) for i in range(16)]
-    for m in (1, 2, 3, 5, 6, 7, 8, 12, 13, 16):
+    x = torch.randn(fast_linear.MAX_ROWS, n_in)
+    single_rows = [kernel(x[i:i + 1], weight) for i in range(fast_linear.MAX_ROWS)]
+    for m in (1, 2, 3, 5, 6, 7, 8, 12, 13, 16, 25, fast_linear.MAX_ROWS):
         out = kernel(x[:m], weight)
         torch.testing.assert_close(out, torch.nn.functional.linear(x[:m], weight), atol=1e-4, rtol=1e-5)
         for i in range(m):        # bit-identical whatever the number of rows beside it
             assert torch.equal(out[i:i + 1], single_rows[i])
-    batched = kernel(x.view(2, 8, n_in), weight)
+    batched = kernel(x[:16].view(2, 8, n_in), weight)
     assert batched.shape == (2, 8, n_out)
-    assert torch.equal(batched.view(16, n_out), kernel(x, weight))
+    assert torch.equal(batched.view(16, n_out), kernel(x[:16], weight))
 
 
 def test_fast_logits_agree_with_eager(fast_pair):
@@ -100,6 +100,24 @@ def test_lossless_methods_equal_greedy_with_fast_runner(fast_pair, prompt):
             continue
         out = multidraft.generate(fast, prompt, method=method, max_new_tokens=40, **options)
         assert out.token_ids == greedy.token_ids, (method, options)
+
+
+@pytest.mark.skipif(not fast_linear.ONEDNN, reason="this torch build has no oneDNN")
+def test_rows_beyond_the_kernel_take_onednn(fast_pair, monkeypatch):
+    """Past MAX_ROWS (a prefill, a wide tree) the linears go to oneDNN, not the kernel, and match F.linear."""
+    eager, fast = fast_pair
+    kernel_rows, onednn_rows = [], []
+    real_kernel, real_onednn = fast_linear._kernel, torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(fast_linear, "_kernel", lambda x, w: kernel_rows.append(x.shape[-2]) or real_kernel(x, w))
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise",
+                        lambda x, *rest: onednn_rows.append(x.shape[-2]) or real_onednn(x, *rest))
+    ids = list(range(3, 3 + fast_linear.MAX_ROWS + 9))
+    logits = fast.forward(fast.new_cache(), ids).logits
+    reference = eager.forward(eager.new_cache(), ids).logits
+    torch.testing.assert_close(logits, reference, atol=LOGITS_ATOL, rtol=LOGITS_RTOL)
+    assert onednn_rows and set(onednn_rows) == {len(ids)} and not kernel_rows
+    fast.forward(fast.new_cache(), ids[:fast_linear.MAX_ROWS])
+    assert kernel_rows and set(kernel_rows) == {fast_linear.MAX_ROWS}
 
 
 def test_hf_generate_stays_stock(fast_pair, monkeypatch):

@@ -12,6 +12,7 @@ whatever the number of rows, so the logits of a token are bit-identical in a 1-t
 
 The C++ source is built once per torch version with the system's C++ compiler (torch.utils.cpp_extension) into
 $MULTIDRAFT_HOME/kernels; any failure (no compiler, no AVX2, a build error) gives one warning and the stock path.
+Forwards of more than MAX_ROWS rows (prefills, wide trees) go to oneDNN, which beat MKL at every size measured.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from typing import Optional
 
 import torch
 
-# Beyond this many rows (long prompts, wide trees) MKL's blocked GEMM is as fast or faster: use the stock path.
-MAX_ROWS = 16
+# Up to this many rows the kernel beats both MKL and oneDNN on this CPU kind; beyond it (long prompts, wide trees)
+# oneDNN's GEMM does, and MKL's `F.linear` loses to oneDNN at every row count measured (16..300; fast_path.md §8).
+MAX_ROWS = 32
 
 KERNEL_SOURCE = r"""
 #include <ATen/ATen.h>
@@ -228,15 +230,24 @@ def active():
         _active.depth = depth
 
 
+def _onednn_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+ONEDNN = _onednn_available()
+
+
 def _fast_forward(self, x: torch.Tensor) -> torch.Tensor:
     weight = self.weight
     if (getattr(_active, "depth", 0) and x.dtype == torch.float32 and x.device.type == "cpu"
-            and x.numel() // max(1, x.shape[-1]) <= MAX_ROWS
             and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))):
-        out = _kernel(x, weight)
-        if self.bias is not None:
-            out.add_(self.bias)
-        return out
+        if x.numel() // max(1, x.shape[-1]) <= MAX_ROWS:
+            out = _kernel(x, weight)
+            if self.bias is not None:
+                out.add_(self.bias)
+            return out
+        if ONEDNN:
+            return torch.ops.mkldnn._linear_pointwise(x, weight, self.bias, "none", [], "")
     return torch.nn.functional.linear(x, weight, self.bias)
 
 
