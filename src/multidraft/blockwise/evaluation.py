@@ -10,6 +10,7 @@ generated tokens / verification calls, as `DecodeStats.mean_acceptance_length` (
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -50,6 +51,20 @@ class OfflineRun:
         self._row0 = start
         with torch.no_grad():
             self.head_logits = heads.logits(out.hidden[start:], self.num_heads)   # [rows, h-1, S]
+
+    def with_heads(self, num_heads: int) -> "OfflineRun":
+        """The same prompt and greedy output evaluated with heads 2..num_heads only (the h ablation, Table 10).
+
+        Heads are separate FFNs trained with a summed loss on a frozen base, so the first h-1 heads of an
+        h=9 set are what an h-head training would learn (up to initialisation): no second training needed."""
+        if not 2 <= num_heads <= self.num_heads:
+            from multidraft.errors import InvalidOptionError
+
+            raise InvalidOptionError(f"num_heads must be in 2..{self.num_heads} for this run, got {num_heads!r}")
+        out = copy.copy(self)
+        out.num_heads = num_heads
+        out.head_logits = self.head_logits[:, :num_heads - 1]
+        return out
 
     def lattice(self, decided: int, k: int) -> Optional[Lattice]:
         """The lattice of the step that starts with `decided` tokens known (None: no hidden state yet)."""
