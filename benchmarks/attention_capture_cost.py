@@ -14,7 +14,7 @@ import time
 import torch
 
 import multidraft
-from multidraft.pldplus.heads import default_heads
+from multidraft.pldplus.calibration import default_induction_heads as default_heads
 
 
 def timed(lm, cache, prefix, n, heads):

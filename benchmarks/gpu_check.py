@@ -37,7 +37,7 @@ import torch
 import multidraft
 from multidraft.models.device import attention_kernels, sdpa_backends
 from multidraft.models.runner import LM
-from multidraft.pldplus.heads import load_record
+from multidraft.pldplus.calibration import load_record
 
 # Input-guided prompts (edits, summaries: prompt lookup pays) and one open question (it does not).
 PROMPTS = [
@@ -151,7 +151,7 @@ def method_cases(lm: LM) -> list[tuple[str, str, dict]]:
             if load_record(lm.name) is None:          # not calibrated: a few heads of the middle layers
                 middle = lm.num_layers // 2
                 heads = [(layer, head) for layer in (middle, middle + 1) for head in range(4)]
-            cases.append(("pld_plus(attention)", name, dict(rank_by="attention", heads=heads)))
+            cases.append(("pld_plus(attention)", name, dict(rank_by="attention", induction_heads=heads)))
         elif name == "speculative":
             cases.append(("speculative", name, dict(draft_model=lm)))
         elif name == "multi_draft":

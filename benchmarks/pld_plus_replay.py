@@ -25,7 +25,7 @@ import torch
 import multidraft
 from multidraft.drafters.prompt_lookup import lookup
 from multidraft.eval.tasks import INPUT_GUIDED_TASKS, load_task
-from multidraft.pldplus import heads as heads_mod
+from multidraft.pldplus import calibration as heads_mod
 from multidraft.pldplus.ranking import candidates, rank_attention, rank_hidden
 
 LAYERS = (4, 8, 12, 16, 20, 24)
@@ -34,7 +34,7 @@ LAYERS = (4, 8, 12, 16, 20, 24)
 def collect(args) -> None:
     torch.set_num_threads(args.threads)
     lm = multidraft.load_model(args.model, dtype=args.dtype, attn_implementation="eager")
-    heads = heads_mod.default_heads(lm, 50)
+    heads = heads_mod.default_induction_heads(lm, 50)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for task in args.tasks.split(","):

@@ -38,7 +38,7 @@ def draft():
 
 def lossless_cases(lm, draft, ngram):
     cases = [("pld", {}), ("pld", dict(variant="reference", num_draft_tokens=4)), ("pld_plus", {}),
-             ("pld_plus", dict(rank_by="attention", heads=HEADS)), ("pld_plus", dict(rank_by="first")),
+             ("pld_plus", dict(rank_by="attention", induction_heads=HEADS)), ("pld_plus", dict(rank_by="first")),
              ("speculative", dict(draft_model=draft)), ("speculative", dict(draft_model=draft, adaptive=True)),
              ("mtad", dict(draft_model=draft, accept_threshold=1.0)),      # threshold 1 accepts nothing: greedy
              ("superposed", dict(num_drafts=1, alpha=0.0))]                # k = 1, alpha = 0 is greedy
@@ -74,7 +74,8 @@ def test_every_lossless_method_equals_greedy_in_fp32(lm, draft, tiny_ngram):
 def test_prompt_lookup_methods_equal_sample_with_the_same_seed(lm):
     for prompt in PROMPTS:
         want = multidraft.generate(lm, prompt, method="sample", max_new_tokens=24, temperature=0.8, seed=4).token_ids
-        for method, options in (("pld", {}), ("pld_plus", {}), ("pld_plus", dict(rank_by="attention", heads=HEADS))):
+        for method, options in (("pld", {}), ("pld_plus", {}),
+                                ("pld_plus", dict(rank_by="attention", induction_heads=HEADS))):
             got = multidraft.generate(lm, prompt, method=method, max_new_tokens=24, temperature=0.8, seed=4, **options)
             assert got.token_ids == want, (method, options)
 
@@ -128,11 +129,11 @@ def test_heads_train_on_the_gpu_and_drafts_stay_exact(lm, tmp_path):
 
 
 def test_pld_plus_calibration_on_the_gpu():
-    from multidraft.pldplus import heads as pldplus_heads
+    from multidraft.pldplus import induction as pldplus_induction
 
     eager = on_cuda(make_tiny_lm("llama", seed=2))
     eager.model.set_attn_implementation("eager")
-    record = pldplus_heads.calibrate(eager, PROMPTS[:2], gen_len=16, top_k=5)
+    record = pldplus_induction.calibrate(eager, PROMPTS[:2], gen_len=16, top_k=5)
     assert record["num_prompts"] == 2 and 1 <= record["layer"] <= eager.num_layers
 
 
@@ -220,7 +221,7 @@ def test_lossless_methods_equal_greedy_on_graphs(static_pair):
         assert multidraft.generate(static, prompt, max_new_tokens=32).token_ids == greedy
         for method in ("pld", "pld_plus"):
             assert multidraft.generate(static, prompt, method=method, max_new_tokens=32).token_ids == greedy
-        attention = multidraft.generate(static, prompt, method="pld_plus", rank_by="attention", heads=HEADS,
+        attention = multidraft.generate(static, prompt, method="pld_plus", rank_by="attention", induction_heads=HEADS,
                                         max_new_tokens=32)
         assert attention.token_ids == greedy                # hooks: those forwards run without graphs
 

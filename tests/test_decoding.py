@@ -60,6 +60,49 @@ class RandomTreeDrafter(Drafter):
         return Draft(tokens, parents)
 
 
+class LateCaptureDrafter(Drafter):
+    """Asks for hidden states in begin(), after the loop has fixed what its forwards capture."""
+
+    def begin(self, state, prefill_output):
+        self.hidden_layer = 1
+
+    def propose(self, state, max_tokens):
+        return Draft()
+
+
+class CaptureRecorder(Drafter):
+    """Asks for hidden states in its constructor and records whether every forward brought them."""
+
+    def __init__(self):
+        self.hidden_layer = 1
+        self.seen = []
+
+    def begin(self, state, prefill_output):
+        self.seen.append(prefill_output.hidden is not None)
+
+    def propose(self, state, max_tokens):
+        return Draft()
+
+    def observe(self, state, draft, verdict, forward_output, kept_rows):
+        self.seen.append(forward_output.hidden is not None)
+
+
+def test_capture_is_fixed_at_construction_and_a_late_one_is_refused(tiny_lm):
+    # The loop reads capture_options() before the prefill and begin() (issue #18: BlockwiseDrafter's begin fallback
+    # never applied, its heads silently proposed nothing). A drafter setting its capture in begin() is an error.
+    ids = tiny_lm.encode(PROMPTS[0])
+
+    def run(drafter):
+        draft_and_verify(tiny_lm, ids, drafter, GreedyVerifier(), PositionSampler(SamplingParams()),
+                         OutputCollector(tiny_lm, 4), DecodeStats())
+
+    with pytest.raises(RuntimeError, match="constructor"):
+        run(LateCaptureDrafter())
+    recorder = CaptureRecorder()
+    run(recorder)
+    assert len(recorder.seen) >= 2 and all(recorder.seen)      # the prefill and every step carried hidden states
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_tree_drafts_are_lossless_under_greedy(tiny_lm, seed):
     prompt = PROMPTS[0]

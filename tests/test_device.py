@@ -33,8 +33,9 @@ def draft():
 CASES = [
     ("greedy", "greedy", {}), ("sample", "sample", SAMPLED), ("beam", "beam", dict(num_beams=3)),
     ("pld", "pld", {}), ("pld-sampled", "pld", SAMPLED),
-    ("pld_plus-hidden", "pld_plus", {}), ("pld_plus-attention", "pld_plus", dict(rank_by="attention", heads=HEADS)),
-    ("pld_plus-sampled", "pld_plus", dict(SAMPLED, rank_by="attention", heads=HEADS)),
+    ("pld_plus-hidden", "pld_plus", {}),
+    ("pld_plus-attention", "pld_plus", dict(rank_by="attention", induction_heads=HEADS)),
+    ("pld_plus-sampled", "pld_plus", dict(SAMPLED, rank_by="attention", induction_heads=HEADS)),
     ("speculative", "speculative", dict(draft_model="DRAFT")),
     ("speculative-sampled", "speculative", dict(SAMPLED, draft_model="DRAFT", stop_below=0.2)),
     ("mtad", "mtad", dict(SAMPLED, draft_model="DRAFT")),
@@ -96,7 +97,7 @@ def test_heads_training_and_pld_plus_calibration_follow_the_model_device(lm, tmp
     from multidraft.blockwise import load_heads
     from multidraft.blockwise.heads_data import hidden_rows
     from multidraft.blockwise.heads_train import TrainConfig, train_heads
-    from multidraft.pldplus import heads as pldplus_heads
+    from multidraft.pldplus import induction as pldplus_induction
 
     eager = make_tiny_lm("llama", seed=2)
     eager.model.set_attn_implementation("eager")
@@ -109,7 +110,7 @@ def test_heads_training_and_pld_plus_calibration_follow_the_model_device(lm, tmp
         heads = load_heads(lm, tmp_path / "heads.pt")
         assert heads.w1.device.type == "cuda"
         multidraft.generate(lm, PROMPT, method="blockwise", max_new_tokens=8, heads=heads, rescoring="none")
-        record = pldplus_heads.calibrate(eager, [PROMPT], gen_len=12, top_k=3)
+        record = pldplus_induction.calibrate(eager, [PROMPT], gen_len=12, top_k=3)
     assert record["num_prompts"] == 1
 
 

@@ -11,7 +11,8 @@ from multidraft.drafters.base import LoopState
 from multidraft.drafters.pld_plus import PLDPlusDrafter
 from multidraft.drafters.prompt_lookup import lookup
 from multidraft.errors import InvalidOptionError, PromptError
-from multidraft.pldplus import heads as heads_mod
+from multidraft.methods import get_method
+from multidraft.pldplus import calibration, induction
 from multidraft.pldplus.ranking import candidates, rank_attention, rank_hidden
 from multidraft.pldplus.sweep import replay_acceptance
 from multidraft.sampling import PositionSampler, SamplingParams
@@ -48,7 +49,7 @@ def llama_lm(request):
 
 
 def options(rank_by):
-    return {"heads": HEADS} if rank_by == "attention" else {}
+    return {"induction_heads": HEADS} if rank_by == "attention" else {}
 
 
 @pytest.mark.parametrize("rank_by", ["hidden", "attention", "first"])
@@ -167,7 +168,7 @@ def test_long_drafts_only_after_a_fully_accepted_one(eager_lm):
 
 @pytest.mark.parametrize("rank_by", ["hidden", "attention", "first"])
 def test_drafts_are_contiguous_copies_from_the_context(eager_lm, rank_by):
-    drafter = Checked(eager_lm, rank_by=rank_by, num_draft_tokens=6, **options(rank_by))
+    drafter = Checked(eager_lm, rank_by=rank_by, num_draft_tokens=6, layer=1, **options(rank_by))
     run_loop(eager_lm, PROMPTS[2], drafter)
     proposed = 0
     for seq, source, draft, max_tokens in drafter.records:
@@ -215,7 +216,7 @@ def test_worked_example(eager_lm):
     draft = hidden.propose(state, 70)
     assert hidden.last_source == 4 and draft.token_ids == seq[5:9]        # "dog ran . The": p=0 has no H[-1]
 
-    attention = PLDPlusDrafter(eager_lm, rank_by="attention", heads=[(0, 0), (1, 3)], num_draft_tokens=70,
+    attention = PLDPlusDrafter(eager_lm, rank_by="attention", induction_heads=[(0, 0), (1, 3)], num_draft_tokens=70,
                                short_draft_tokens=None)
     row = torch.full((2, 8), 0.01)
     row[1, 0], row[0, 4] = 0.5, 0.3                   # head (1,3) peaks on p=0, above head (0,0)'s weight on p=4
@@ -273,40 +274,40 @@ def test_empty_context_is_a_clear_error():
 def test_copy_events_and_hits():
     #        prompt: 0  1  2  3  4  5 | generated: 6  7  8
     seq = [5, 6, 7, 5, 6, 8, 5, 6, 9]
-    events = list(heads_mod.copy_events(seq, 6))
+    events = list(induction.copy_events(seq, 6))
     # s[6]=5: sources {0, 3}, overlap 1 each -> tie, both count; s[7]=6: sources {1, 4}, "5 6" shared by both
     assert events == [(6, {0, 3}), (7, {1, 4})]                              # token 9 is absent: no event
     argmax = np.zeros((2, 3, len(seq)), dtype=np.int64)
     argmax[0, 0, 5], argmax[0, 0, 6] = 3, 4        # a perfect head: row p-1 lands on a copy source
     argmax[1, 2, 5], argmax[1, 2, 6] = 0, 2        # right once
     argmax[1, 1, :] = 8                            # never right
-    hits, count = heads_mod.count_hits(argmax, seq, 6)
+    hits, count = induction.count_hits(argmax, seq, 6)
     assert count == 2 and hits[0, 0] == 2 and hits[1, 2] == 1 and hits[1, 1] == 0
-    ranked = heads_mod.rank_heads(hits)
+    ranked = induction.rank_heads(hits)
     assert ranked[0] == (0, 0, 2) and (1, 1) not in [(l, g) for l, g, _ in ranked]
-    assert heads_mod.rank_heads(hits, top_k=1) == [(0, 0, 2)]
+    assert induction.rank_heads(hits, top_k=1) == [(0, 0, 2)]
 
 
 def test_longest_suffix_source_wins():
     seq = [1, 2, 3, 9, 2, 3, 1, 2, 3]       # prompt 0..5; s[8]=3 has sources 2 ("1 2 3") and 5 ("9 2 3")
-    events = dict(heads_mod.copy_events(seq, 6))
+    events = dict(induction.copy_events(seq, 6))
     assert events[8] == {2}
 
 
-def test_calibrate_saves_and_pld_plus_uses_the_heads(eager_lm, tmp_path, monkeypatch):
+def test_calibrate_saves_and_pld_plus_uses_the_induction_heads(eager_lm, tmp_path, monkeypatch):
     monkeypatch.setenv("MULTIDRAFT_HOME", str(tmp_path))
     # Prompts that hold the model's own continuation, so generated tokens do occur in the prompt (copy events).
     prompts = []
     for prompt in PROMPTS[:2]:
         text = prompt + " " + multidraft.generate(eager_lm, prompt, max_new_tokens=12).text
         prompts.append(text + " " + text)
-    record = heads_mod.calibrate(eager_lm, prompts, gen_len=20, top_k=5)
+    record = induction.calibrate(eager_lm, prompts, gen_len=20, top_k=5)
     assert record["events"] > 0 and 1 <= len(record["induction_heads"]) <= 5
     assert all(0 <= r <= 1 for *_, r in record["hit_rates"])
     assert 1 <= record["layer"] <= eager_lm.num_layers
-    heads_mod.save(record)
-    assert heads_mod.default_heads(eager_lm, 3) == [tuple(h[:2]) for h in record["induction_heads"][:3]]
-    assert heads_mod.default_layer(eager_lm) == record["layer"]
+    calibration.save(record)
+    assert calibration.default_induction_heads(eager_lm, 3) == [tuple(h[:2]) for h in record["induction_heads"][:3]]
+    assert calibration.default_layer(eager_lm) == record["layer"]
     greedy = multidraft.generate(eager_lm, PROMPTS[0], max_new_tokens=20)
     out = multidraft.generate(eager_lm, PROMPTS[0], method="pld_plus", rank_by="attention", max_new_tokens=20)
     assert out.token_ids == greedy.token_ids
@@ -333,9 +334,12 @@ def test_bad_options(eager_lm):
     bad = [dict(layer=0), dict(layer=eager_lm.num_layers + 1), dict(layer="9"), dict(rank_by="keys"),
            dict(num_draft_tokens=0), dict(short_draft_tokens=0), dict(avg_window=0), dict(theta="high"),
            dict(scope="everywhere"),
-           dict(rank_by="attention", heads=[(eager_lm.num_layers, 0)]), dict(rank_by="attention", heads=[(0, 99)]),
-           dict(rank_by="attention", heads=[]), dict(rank_by="attention", heads=[(0,)]),
-           dict(rank_by="attention", heads=HEADS, aggregate="mean"), dict(rank_by="attention", head_set="layer:9")]
+           dict(rank_by="attention", induction_heads=[(eager_lm.num_layers, 0)]),
+           dict(rank_by="attention", induction_heads=[(0, 99)]),
+           dict(rank_by="attention", induction_heads=[]), dict(rank_by="attention", induction_heads=[(0,)]),
+           dict(rank_by="attention", induction_heads=HEADS, aggregate="mean"),
+           dict(rank_by="attention", induction_head_set="layer:9"), dict(num_induction_heads=0),
+           dict(induction_head_set="some")]
     for opts in bad:
         with pytest.raises(InvalidOptionError):
             multidraft.generate(eager_lm, PROMPTS[0], method="pld_plus", max_new_tokens=3, **opts)
@@ -343,9 +347,10 @@ def test_bad_options(eager_lm):
     for layer in odd._decoder_layers:
         layer.self_attn.__class__ = type("UnknownAttention", (type(layer.self_attn),), {"__module__": __name__})
     with pytest.raises(InvalidOptionError, match="eager"):
-        multidraft.generate(odd, PROMPTS[0], method="pld_plus", rank_by="attention", heads=HEADS, max_new_tokens=3)
+        multidraft.generate(odd, PROMPTS[0], method="pld_plus", rank_by="attention", induction_heads=HEADS,
+                            max_new_tokens=3)
     with pytest.raises(InvalidOptionError, match="eager"):
-        heads_mod.calibrate(sdpa_lm, PROMPTS[:1], gen_len=5)
+        induction.calibrate(sdpa_lm, PROMPTS[:1], gen_len=5)
     with pytest.raises(InvalidOptionError, match="calibrate"):
         multidraft.generate(eager_lm, PROMPTS[0], method="pld_plus", rank_by="attention",
                             max_new_tokens=3)                          # no calibration for tiny models
@@ -353,9 +358,30 @@ def test_bad_options(eager_lm):
         multidraft.generate(eager_lm, "", method="pld_plus", max_new_tokens=3)
 
 
+@pytest.mark.parametrize("old,new", [("heads", "induction_heads"), ("num_heads", "num_induction_heads"),
+                                     ("head_set", "induction_head_set")])
+def test_old_head_option_names_are_refused_naming_the_new_one(eager_lm, old, new):
+    # "heads" means BPD's prediction heads only: PLD+'s attention-head options were renamed, never silently kept.
+    value = {"heads": HEADS, "num_heads": 5, "head_set": "all"}[old]
+    with pytest.raises(InvalidOptionError, match=f"no option '{old}' any more: it is now '{new}'"):
+        multidraft.generate(eager_lm, PROMPTS[0], method="pld_plus", rank_by="attention", max_new_tokens=3,
+                            **{old: value})
+    assert get_method("pld_plus").resolve_options({new: value})[new] == value
+
+
+def test_the_drafter_takes_ready_heads_and_layer(eager_lm):
+    # Pure proposer: the calibration is read by generate() (pldplus.calibration.resolve_options), not the drafter.
+    with pytest.raises(InvalidOptionError, match="needs induction_heads"):
+        PLDPlusDrafter(eager_lm, rank_by="attention")
+    with pytest.raises(InvalidOptionError, match="layer None does not exist"):
+        PLDPlusDrafter(eager_lm, rank_by="hidden")
+    assert PLDPlusDrafter(eager_lm, rank_by="attention", induction_heads=[(0, 1)]).capture_options() == \
+        {"attention_heads": [(0, 1)]}
+
+
 def test_ablation_head_sets_are_lossless(eager_lm):
     greedy = multidraft.generate(eager_lm, PROMPTS[0], max_new_tokens=15)
-    for opts in (dict(head_set="all"), dict(head_set="layer:1", aggregate="sum")):
+    for opts in (dict(induction_head_set="all"), dict(induction_head_set="layer:1", aggregate="sum")):
         out = multidraft.generate(eager_lm, PROMPTS[0], method="pld_plus", rank_by="attention", max_new_tokens=15, **opts)
         assert out.token_ids == greedy.token_ids
     for opts in (dict(theta=0.0, avg_window=3), dict(scope="prompt")):

@@ -11,7 +11,7 @@ from multidraft import data
 from multidraft.errors import InvalidOptionError
 from multidraft.eval.tasks import VALIDATION_TASKS, load_task, required_data
 from multidraft.pldplus import calibration
-from multidraft.pldplus import induction as heads_mod
+from multidraft.pldplus import induction
 from multidraft.pldplus.layer_choice import bootstrap, choose_layer, middle_band
 from multidraft.pldplus.sweep import all_hidden_states
 from tests.tiny_models import make_tiny_lm
@@ -118,16 +118,16 @@ def test_calibrate_records_the_curve_and_follows_the_rule(tiny_lm, tmp_path, mon
     for prompt in (PROMPT, "def x ( y ) : return x + 1 def x ( y ) : return"):
         text = prompt + " " + multidraft.generate(tiny_lm, prompt, max_new_tokens=10).text
         prompts.append(text + " " + text)
-    record = heads_mod.calibrate(tiny_lm, prompts, gen_len=16, top_k=5, labels=["a", "b"])
+    record = induction.calibrate(tiny_lm, prompts, gen_len=16, top_k=5, labels=["a", "b"])
     assert sum(record["events_by_task"].values()) == record["events"] and set(record["events_by_task"]) == {"a", "b"}
     counts = np.asarray(record["layer_counts"])
     assert counts.shape == (2, tiny_lm.num_layers, 2)
     assert record["layer"] == choose_layer(counts)["layer"]
     assert set(record["layer_curve"]) == {str(l) for l in range(1, tiny_lm.num_layers + 1)}
-    heads_mod.save(record)
+    calibration.save(record)
     assert calibration.default_layer(tiny_lm) == record["layer"]
     with pytest.raises(InvalidOptionError, match="labels"):
-        heads_mod.calibrate(tiny_lm, prompts, gen_len=4, labels=["a"])
+        induction.calibrate(tiny_lm, prompts, gen_len=4, labels=["a"])
 
 
 def test_records_of_the_first_format_still_load(tiny_lm, tmp_path, monkeypatch):
@@ -138,7 +138,7 @@ def test_records_of_the_first_format_still_load(tiny_lm, tmp_path, monkeypatch):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(old))
     assert calibration.default_layer(tiny_lm) == 2
-    assert calibration.default_heads(tiny_lm, 5) == [(0, 1), (1, 2)]
+    assert calibration.default_induction_heads(tiny_lm, 5) == [(0, 1), (1, 2)]
 
 
 # ----- the validation split -----
@@ -170,8 +170,6 @@ def test_shipped_calibrations_load_from_the_renamed_folder(tmp_path, monkeypatch
     record = calibration.load_record("smollm2-135m")
     assert record is not None and record["source"].endswith("calibrations/smollm2-135m.json")
     assert record["induction_heads"] and all(len(pair) == 2 for pair in record["induction_heads"])
-    from multidraft.pldplus import heads as old_name, induction
-    assert old_name.calibrate is induction.calibrate and old_name.load_record is calibration.load_record
 
 
 def test_a_record_without_induction_heads_is_a_clear_error(tmp_path, monkeypatch):
@@ -189,11 +187,11 @@ def test_merging_per_task_runs_equals_one_run_over_all_prompts(tiny_lm, tmp_path
     for prompt in (PROMPT, "def x ( y ) : return x + 1 def x ( y ) : return"):
         text = prompt + " " + multidraft.generate(tiny_lm, prompt, max_new_tokens=10).text
         prompts.append(text + " " + text)
-    together = heads_mod.calibrate(tiny_lm, prompts, gen_len=16, top_k=1000, labels=["a", "b"])
-    parts = [heads_mod.calibrate(tiny_lm, [p], gen_len=16, top_k=1000, labels=[label])
+    together = induction.calibrate(tiny_lm, prompts, gen_len=16, top_k=1000, labels=["a", "b"])
+    parts = [induction.calibrate(tiny_lm, [p], gen_len=16, top_k=1000, labels=[label])
              for p, label in zip(prompts, "ab")]
-    merged = heads_mod.merge_records(parts, top_k=1000)
+    merged = induction.merge_records(parts, top_k=1000)
     for key in ("events", "events_by_task", "induction_heads", "layer", "layer_curve", "layer_counts", "num_prompts"):
         assert merged[key] == together[key], key
     with pytest.raises(InvalidOptionError, match="top-k"):
-        heads_mod.merge_records([heads_mod.calibrate(tiny_lm, prompts[:1], gen_len=16, top_k=1)])
+        induction.merge_records([induction.calibrate(tiny_lm, prompts[:1], gen_len=16, top_k=1)])

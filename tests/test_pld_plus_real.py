@@ -62,10 +62,10 @@ def test_attention_ranking_without_the_eager_kernel(smollm_eager):
     """On sdpa the runner computes the induction heads' rows from queries and keys: equal to eager's weights, and
     PLD+(attention) stays token-identical to greedy on that kernel."""
     from multidraft.models.loader import load_model
-    from multidraft.pldplus.heads import default_heads
+    from multidraft.pldplus.calibration import default_induction_heads
     sdpa = load_model("smollm2-135m", dtype=torch.float32)
     assert sdpa.attn_implementation == "sdpa"
-    heads = default_heads(sdpa, 50)
+    heads = default_induction_heads(sdpa, 50)
     ids = sdpa.encode(task_prompts()[-1])
     eager_rows = smollm_eager.forward(smollm_eager.new_cache(), ids, attention_heads=heads).attention[:, -1]
     computed = sdpa.forward(sdpa.new_cache(), ids, attention_heads=heads).attention.weights(len(ids) - 1,

@@ -291,7 +291,8 @@ BAD_VALUES = [
     ('{"prompt": "a", "method": "speculative", "draft_temperature": 1e-300}', "draft_temperature", "at least"),
     ('{"prompt": "a", "method": "pld", "max_ngram": true}', "max_ngram", "an integer"),
     ('{"prompt": "a", "method": "pld_plus", "theta": NaN}', None, "not valid JSON"),
-    ('{"prompt": "a", "method": "pld_plus", "heads": [[0, "x"]]}', "heads", "an integer"),
+    ('{"prompt": "a", "method": "pld_plus", "induction_heads": [[0, "x"]]}', "induction_heads", "an integer"),
+    ('{"prompt": "a", "method": "pld_plus", "heads": [[0, 1]]}', "method", "it is now 'induction_heads'"),
     ('{"prompt": [1, 2, 3, 9223372036854775808]}', None, "outside the vocabulary"),
     ('{"prompt": [-1]}', None, "outside the vocabulary"),
     ('{"messages": [{"role": "user", "content": "\\ud800"}]}', "messages", "lone surrogate"),
@@ -428,7 +429,7 @@ KEYS = ["prompt", "messages", "max_tokens", "n", "temperature", "top_p", "top_k"
         "model", "num_beams", "length_penalty", "num_draft_tokens", "max_ngram", "ngram", "heads", "rescorer",
         "draft_model", "num_drafts", "lattice_k", "tau", "alpha", "logprobs", "max_completion_tokens", "variant",
         "ngram_weights", "rescoring", "num_paths", "selection", "draft_temperatures", "n_token_sample",
-        "reset_every", "rank_by", "head_set", "layer", "theta"]
+        "reset_every", "rank_by", "induction_head_set", "induction_heads", "layer", "theta"]
 METHODS = ["greedy", "sample", "beam", "pld", "pld_plus", "superposed", "blockwise", "speculative", "multi_draft",
            "mtad", "nope"]
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-2 ** 70, 2 ** 70), st.integers(-3, 40),

@@ -296,7 +296,7 @@ def speed(args):
         for name, (method, options) in methods.items():
             if method == "pld_plus":
                 options.update({"layer": chosen["layer"]} if options["rank_by"] == "hidden" else
-                               {"heads": chosen["heads"]})
+                               {"induction_heads": chosen["heads"]})
     rows = []
     for temperature, methods in ((0.0, GREEDY_METHODS), (1.0, SAMPLED_METHODS)):
         if temperature not in args.temperatures:

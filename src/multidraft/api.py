@@ -66,6 +66,8 @@ def generate(model, prompt_or_messages, method: str = "greedy", max_new_tokens: 
     output = OutputCollector(model, max_new_tokens, stops, on_token)
 
     drafts = None
+    if spec.load_artifacts is not None:        # draft model, calibration...: ready objects before any factory runs
+        options = spec.load_artifacts(model, options)
     if spec.run is not None:
         drafts = spec.run(model, prompt_ids, sampler, output, stats, options)
     else:

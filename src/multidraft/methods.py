@@ -2,8 +2,10 @@
 
 A row names the method, whether it is lossless, its options with defaults, the artifacts it needs, and how it
 runs: a drafter factory (plus an optional verifier factory; greedy match / sample-and-match otherwise) for the one
-loop of `multidraft.decoders.loop`, or `run` for a method with its own decoder. Drafter modules only define
-factories; nothing registers itself on import. To add a method: import its factory below and add one row to
+loop of `multidraft.decoders.loop`, or `run` for a method with its own decoder. A row's `load_artifacts` turns the
+options that name an artifact (a draft model alias, a stored calibration) into ready objects with that artifact's
+own resolver before the factories run: drafters are pure proposers that never load a file. Drafter modules only
+define factories; nothing registers itself on import. To add a method: import its factory below and add one row to
 `_ROWS` (the parametrized tests in tests/test_methods.py then cover it).
 """
 
@@ -17,6 +19,8 @@ from multidraft.blockwise import drafter as blockwise
 from multidraft.decoders.builtin_methods import check_beam, check_pld, make_pld_drafter, run_autoregressive, run_beam
 from multidraft.drafters import bild, draft_model_options, pld_plus, suffix
 from multidraft.errors import InvalidOptionError, UnknownMethodError
+from multidraft.models.draft_models import resolve_draft_model
+from multidraft.pldplus import calibration as pld_plus_calibration
 from multidraft.superposed.decoder import OPTIONS as SUPERPOSED_OPTIONS
 from multidraft.superposed.decoder import check_options as check_superposed
 from multidraft.superposed.decoder import run_superposed
@@ -47,6 +51,10 @@ class Method:
     # ranges), so the CLI, the bench and the server refuse them before loading a model or running anything.
     check_options: Optional[Callable[[dict], None]] = None
     artifacts: tuple[str, ...] = ()        # keys of ARTIFACTS needed with the default options
+    # load_artifacts(lm, options) -> options with artifact names replaced by ready objects (see the docstring).
+    load_artifacts: Optional[Callable] = None
+    # Old option name -> its new name: refused with a message naming the new one (never silently accepted).
+    renamed_options: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         if (self.make_drafter is None) == (self.run is None):
@@ -56,6 +64,10 @@ class Method:
             raise ValueError(f"method {self.name!r} names unknown artifacts {sorted(unknown)}")
 
     def resolve_options(self, given: dict[str, Any]) -> dict[str, Any]:
+        renamed = sorted(set(given) & set(self.renamed_options))
+        if renamed:
+            raise InvalidOptionError(f"method {self.name!r} has no option {renamed[0]!r} any more: it is now "
+                                     f"{self.renamed_options[renamed[0]]!r}")
         unknown = sorted(set(given) - set(self.options))
         if unknown:
             valid = ", ".join(sorted(self.options)) or "none"
@@ -68,6 +80,21 @@ class Method:
             except InvalidOptionError as exc:     # say which method, for the bench's METHOD.NAME=VALUE options
                 raise type(exc)(f"method {self.name!r}: {exc}") from None
         return options
+
+
+def _with_draft_model(method: str) -> Callable:
+    def load(lm, options):
+        return {**options, "draft_model": resolve_draft_model(options["draft_model"], lm, method)}
+    return load
+
+
+def _check_pld_plus(options):
+    pld_plus.check_options(options)
+    pld_plus_calibration.check_options(options)
+
+
+# PLD+'s attention heads were "heads": that word now means BPD's trained prediction heads only.
+PLD_PLUS_RENAMED = {"heads": "induction_heads", "num_heads": "num_induction_heads", "head_set": "induction_head_set"}
 
 
 def _speculative_verifier(lm, sampler, options):
@@ -98,9 +125,10 @@ _ROWS = (
                        "attention (rank_by='attention')",
            options={"rank_by": "hidden", "num_draft_tokens": pld_plus.DEFAULT_NUM_DRAFT_TOKENS,
                     "short_draft_tokens": pld_plus.DEFAULT_SHORT_DRAFT_TOKENS, "layer": None, "theta": None,
-                    "avg_window": 1, "heads": None, "num_heads": 50, "head_set": "selected", "aggregate": "max",
-                    "scope": "context"},
-           make_drafter=pld_plus.make_drafter, check_options=pld_plus.check_options),
+                    "avg_window": 1, "induction_heads": None, "num_induction_heads": 50,
+                    "induction_head_set": "selected", "aggregate": "max", "scope": "context"},
+           make_drafter=pld_plus.make_drafter, check_options=_check_pld_plus,
+           load_artifacts=pld_plus_calibration.resolve_options, renamed_options=PLD_PLUS_RENAMED),
     Method("suffix", lossless=True,
            description="SuffixDecoding: frequency-weighted draft trees from suffix automata over the context and an "
                        "optional cross-request store (store=multidraft.SuffixStore())",
@@ -113,7 +141,8 @@ _ROWS = (
            options={"draft_model": None, "num_draft_tokens": 4, "adaptive": False, "draft_temperature": None,
                     "stop_below": 0.0},
            make_drafter=draft_model_options.make_speculative_drafter, make_verifier=_speculative_verifier,
-           artifacts=("draft_model",), check_options=draft_model_options.check_options),
+           artifacts=("draft_model",), check_options=draft_model_options.check_options,
+           load_artifacts=_with_draft_model("speculative")),
     Method("multi_draft", lossless=True,
            description="num_drafts chains from a draft model verified as one tree in one target forward, token "
                        f"chosen by a selection scheme ({', '.join(SELECTION_SCHEMES)}; is_lp_truncated is seed 002's 'IS'); "
@@ -122,7 +151,8 @@ _ROWS = (
                     "draft_temperatures": None, "selection_options": None, "adaptive": False, "stop_below": 0.0},
            make_drafter=draft_model_options.make_multi_draft_drafter,
            make_verifier=draft_model_options.make_multi_draft_verifier,
-           artifacts=("draft_model",), check_options=draft_model_options.check_options),
+           artifacts=("draft_model",), check_options=draft_model_options.check_options,
+           load_artifacts=_with_draft_model("multi_draft")),
     Method("mtad", lossless=False,
            description="LOSSY multi-token assisted decoding: draft beam search, longest prefix whose target/draft "
                        "joint likelihood ratio passes accept_threshold, then one target token (biased toward high "
@@ -131,14 +161,16 @@ _ROWS = (
            options={"draft_model": None, "num_beams": 8, "num_draft_tokens": 4, "accept_threshold": 0.1,
                     "threshold_semantics": "paper", "deterministic": False},
            make_drafter=draft_model_options.make_mtad_drafter, make_verifier=_mtad_verifier,
-           artifacts=("draft_model",), check_options=draft_model_options.check_options),
+           artifacts=("draft_model",), check_options=draft_model_options.check_options,
+           load_artifacts=_with_draft_model("mtad")),
     Method("bild", lossless=False,
            description="LOSSY Big Little Decoder: the draft model writes until its top probability falls below "
                        "fallback_threshold (or max_draft_tokens), the target keeps the tokens before the first one "
                        "whose NLL exceeds rollback_threshold, then emits one token (not the target's sampling law)",
            options={"draft_model": None, "max_draft_tokens": 10, "fallback_threshold": 0.9,
                     "rollback_threshold": 2.0},
-           make_drafter=bild.make_drafter, make_verifier=_bild_verifier, artifacts=("draft_model",)),
+           make_drafter=bild.make_drafter, make_verifier=_bild_verifier, artifacts=("draft_model",),
+           check_options=bild.check_options, load_artifacts=_with_draft_model("bild")),
     Method("superposed", lossless=False,
            description="Superposed Decoding: k drafts from one forward pass per token, with n-gram interpolation "
                        "(a new decoder, lossy); drafts ranked in Generation.drafts",

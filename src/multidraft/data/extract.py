@@ -20,20 +20,27 @@ from multidraft.errors import CorruptCacheError, DataNotFoundError
 def stdlib(artifact_path, out_dir: Path, options: dict, log=print) -> dict:
     """Copy the interpreter's standard library .py files, so the corpus survives an interpreter upgrade."""
     root = Path(options.get("root") or sysconfig.get_paths()["stdlib"])
-    files_dir = out_dir / "files"
+    count, size = _copy_tree(root, "*.py", out_dir / "files",
+                             skip=lambda rel: rel.parts[0] in ("site-packages", "dist-packages")
+                             or "__pycache__" in rel.parts)
+    if count == 0:
+        raise DataNotFoundError(f"no .py files under {root}; is this a full Python installation?")
+    return {"source_root": str(root), "documents": count, "bytes": size}
+
+
+def _copy_tree(root: Path, pattern: str, files_dir: Path, skip=lambda rel: False) -> tuple[int, int]:
+    """Copy the files under `root` matching `pattern` (relative paths kept) into files_dir: (count, bytes)."""
     count = size = 0
-    for src in sorted(root.rglob("*.py")):
+    for src in sorted(root.rglob(pattern)):
         rel = src.relative_to(root)
-        if rel.parts[0] in ("site-packages", "dist-packages") or "__pycache__" in rel.parts:
+        if not src.is_file() or skip(rel):
             continue
         dst = files_dir / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
         count += 1
         size += dst.stat().st_size
-    if count == 0:
-        raise DataNotFoundError(f"no .py files under {root}; is this a full Python installation?")
-    return {"source_root": str(root), "documents": count, "bytes": size}
+    return count, size
 
 
 def iter_json_array(text_stream, chunk_chars: int = 1 << 22):
@@ -112,21 +119,11 @@ def deb_tree(artifact_path, out_dir: Path, options: dict, log=print) -> dict:
     """Unpack a .deb with `dpkg -x` and keep the text files under one folder of it."""
     if shutil.which("dpkg") is None:
         raise DataNotFoundError("dpkg is not available on this machine; it is needed to unpack Debian packages")
-    files_dir = out_dir / "files"
-    count = size = 0
     with tempfile.TemporaryDirectory(prefix=".unpack-", dir=out_dir.parent) as tmp:
         result = subprocess.run(["dpkg", "-x", str(artifact_path), tmp], capture_output=True, text=True)
         if result.returncode != 0:
             raise CorruptCacheError(f"dpkg -x {Path(artifact_path).name} failed: {result.stderr.strip()}")
-        root = Path(tmp) / options["root"]
-        for src in sorted(root.rglob("*" + options["suffix"])):
-            if not src.is_file():
-                continue
-            dst = files_dir / src.relative_to(root)
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dst)
-            count += 1
-            size += dst.stat().st_size
+        count, size = _copy_tree(Path(tmp) / options["root"], "*" + options["suffix"], out_dir / "files")
     if count == 0:
         raise CorruptCacheError(f"{Path(artifact_path).name} holds no {options['suffix']} files under {options['root']}")
     return {"documents": count, "bytes": size}

@@ -39,6 +39,12 @@ def draft_and_verify(lm, prompt_ids: list[int], drafter: Drafter, verifier: Veri
         stats.target_calls += 1
         stats.prefill_time += prefill_output.seconds
     drafter.begin(state, prefill_output)
+    # What the forwards capture is fixed before the prefill, so it is the drafter's constructor's to say: a drafter
+    # that sets hidden_layer / attention_heads in begin() would silently get nothing (issue #18). Refuse it.
+    if drafter.capture_options() != capture:
+        raise RuntimeError(f"drafter {drafter.name!r} changed what the loop captures in begin() "
+                           f"({capture} -> {drafter.capture_options()}); set hidden_layer / attention_heads in its "
+                           "constructor: the loop reads them once, before the prefill")
 
     while not output.done:
         t0 = time.perf_counter()

@@ -27,8 +27,9 @@ class Drafter:
     """Proposes a `Draft` each step.
 
     Hooks, all optional except `propose`:
-    - `hidden_layer` / `attention_heads`: artifacts the loop should capture on every target forward. The loop reads
-      them (`capture_options()`) once, before the prefill and `begin`: set them in the constructor.
+    - `hidden_layer` / `attention_heads`: artifacts the loop should capture on every target forward. They are part
+      of the drafter's construction: the loop reads them (`capture_options()`) once, before the prefill and
+      `begin`, and refuses a drafter whose `begin` changes them (it would silently capture nothing).
     - `begin(state, prefill_output)`: after the prefill of seq[:-1] (prefill_output is None for a 1-token prompt).
     - `observe(state, draft, verdict, forward_output, kept_rows)`: after each verification; `kept_rows` are the
       rows of forward_output (root first) whose positions stayed in the cache, in sequence order.

@@ -9,12 +9,8 @@ rollback 2; its Table 13).
 
 from __future__ import annotations
 
-from typing import Optional
-
-from multidraft.drafters.base import Drafter
 from multidraft.drafters.draft_model_options import positive_int
-from multidraft.drafters.draft_model_resolve import resolve_draft_model
-from multidraft.drafters.draft_session import DraftSession
+from multidraft.drafters.draft_session import DraftLMDrafter
 from multidraft.errors import InvalidOptionError
 from multidraft.sampling import SamplingParams, draw, logits_to_probs
 from multidraft.types import Draft
@@ -23,18 +19,14 @@ from multidraft.verify.bild import check_rollback
 BILD_STREAM = 24
 
 
-class BiLDDrafter(Drafter):
+class BiLDDrafter(DraftLMDrafter):
     name = "bild_draft"
 
     def __init__(self, draft_lm, max_draft_tokens: int, fallback_threshold: float, params: SamplingParams):
-        self.draft_lm = draft_lm
+        super().__init__(draft_lm)
         self.max_draft_tokens = max_draft_tokens
         self.fallback_threshold = fallback_threshold
         self.params = SamplingParams(params.temperature, params.top_k, params.top_p)
-        self.session: Optional[DraftSession] = None
-
-    def begin(self, state, prefill_output) -> None:
-        self.session = DraftSession(self.draft_lm, state.lm.vocab_size, state.lm.device, state.stats)
 
     def propose(self, state, max_tokens) -> Draft:
         length = min(self.max_draft_tokens, max_tokens)
@@ -64,15 +56,21 @@ class BiLDDrafter(Drafter):
         self.session.keep_path(draft.info.get("draft_nodes", [])[: len(verdict.accepted_nodes)])
 
 
-def make_drafter(lm, sampler, options):
-    max_tokens = positive_int("max_draft_tokens", options["max_draft_tokens"])
+def check_options(options: dict) -> None:
+    """The checks that need no model, run before the draft model is loaded."""
+    positive_int("max_draft_tokens", options["max_draft_tokens"])
     fallback = options["fallback_threshold"]
     if isinstance(fallback, bool) or not isinstance(fallback, (int, float)) or not 0 <= fallback <= 1:
         raise InvalidOptionError(f"fallback_threshold must be a probability in [0, 1] (the draft hands over when "
                                  f"its top probability falls below it; 0 never hands over), got {fallback!r}")
     check_rollback(options["rollback_threshold"])
-    draft_lm = resolve_draft_model(options["draft_model"], lm, "bild")
-    return BiLDDrafter(draft_lm, max_tokens, float(fallback), sampler.params)
+
+
+def make_drafter(lm, sampler, options):
+    """options["draft_model"] is a ready `LM` (methods.py resolves it first)."""
+    check_options(options)
+    return BiLDDrafter(options["draft_model"], options["max_draft_tokens"], float(options["fallback_threshold"]),
+                       sampler.params)
 
 
 __all__ = ["BiLDDrafter"]

@@ -4,8 +4,8 @@
   tree; `MultiDraftVerifier` verifies them (lossless).
 - `BeamDrafter` runs beam sampling over the draft's joint distribution; `MTADVerifier` accepts by joint
   likelihood ratio (lossy).
-Both receive a ready draft `LM` (draft_model_resolve.py loads one) and keep its cache in a `DraftSession`; their
-factories and option checks are in draft_model_options.py.
+Both receive a ready draft `LM` (multidraft.models.draft_models resolves one) and keep its cache in a `DraftSession`
+(draft_session.DraftLMDrafter); their factories and option checks are in draft_model_options.py.
 
 Randomness is keyed by absolute position: draft k's token at position n is drawn from
 `sampler.generator(n, DRAFT_STREAM + k)` and MTAD's beam choices from `sampler.generator(n, BEAM_STREAM)`, so the
@@ -19,8 +19,8 @@ from typing import Optional, Sequence
 
 import torch
 
-from multidraft.drafters.base import Drafter, LoopState
-from multidraft.drafters.draft_session import DraftSession
+from multidraft.drafters.base import LoopState
+from multidraft.drafters.draft_session import DraftLMDrafter
 from multidraft.models.runner import LM
 from multidraft.sampling import SamplingParams, draw, logits_to_probs
 from multidraft.types import Draft
@@ -31,7 +31,7 @@ BEAM_STREAM = 8
 DRAFT_STREAM = 16
 
 
-class DraftModelDrafter(Drafter):
+class DraftModelDrafter(DraftLMDrafter):
     """K chains of `num_draft_tokens` tokens sampled from the draft model, merged into one prefix tree.
 
     Draft k samples at `draft_temperatures[k]` (0 = its argmax) with the target's top-k / top-p. Draft tree node i
@@ -47,17 +47,13 @@ class DraftModelDrafter(Drafter):
     def __init__(self, draft_lm: LM, num_drafts: int, num_draft_tokens: int, draft_temperatures: Sequence[float],
                  top_k: int = 0, top_p: float = 1.0, adaptive: bool = False,
                  max_draft_tokens: Optional[int] = None, stop_below: float = 0.0):
-        self.draft_lm = draft_lm
+        super().__init__(draft_lm)
         self.num_drafts = num_drafts
         self.length = num_draft_tokens
         self.max_length = max_draft_tokens or 3 * num_draft_tokens
         self.adaptive = adaptive
         self.stop_below = stop_below
         self.draft_params = [SamplingParams(float(t), top_k, top_p) for t in draft_temperatures]
-        self.session: Optional[DraftSession] = None
-
-    def begin(self, state: LoopState, prefill_output) -> None:
-        self.session = DraftSession(self.draft_lm, state.lm.vocab_size, state.lm.device, state.stats)
 
     def propose(self, state: LoopState, max_tokens: int) -> Draft:
         length = min(self.length, max_tokens)
@@ -132,7 +128,7 @@ def choose_candidates(scores: torch.Tensor, count: int, generator: Optional[torc
     return torch.multinomial(weights.cpu(), count, replacement=False, generator=generator).to(scores.device)
 
 
-class BeamDrafter(Drafter):
+class BeamDrafter(DraftLMDrafter):
     """MTAD's draft (specs/mtad.md §3.2): beam sampling over the draft's warped joint distribution; proposes the
     final beam with the highest joint log-likelihood, with its per-token log-probs in `info["draft_logprobs"]`.
 
@@ -143,15 +139,11 @@ class BeamDrafter(Drafter):
 
     def __init__(self, draft_lm: LM, num_beams: int, num_draft_tokens: int, params: SamplingParams,
                  deterministic: bool = False):
-        self.draft_lm = draft_lm
+        super().__init__(draft_lm)
         self.num_beams = num_beams
         self.num_draft_tokens = num_draft_tokens
         self.params = joint_law_params(params)
         self.deterministic = deterministic or params.greedy
-        self.session: Optional[DraftSession] = None
-
-    def begin(self, state, prefill_output) -> None:
-        self.session = DraftSession(self.draft_lm, state.lm.vocab_size, state.lm.device, state.stats)
 
     def propose(self, state, max_tokens) -> Draft:
         gamma = min(self.num_draft_tokens, max_tokens)

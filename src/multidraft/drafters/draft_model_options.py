@@ -1,5 +1,6 @@
 """Options of the helper-model methods (`speculative`, `multi_draft`, `mtad`): the checks that need no model, and
-the factories methods.py wires into its rows (each resolves the draft model, then builds the drafter or verifier).
+the factories methods.py wires into its rows. The factories receive options["draft_model"] as a ready `LM`
+(methods.py resolves it with multidraft.models.draft_models first) and build the drafter or verifier.
 """
 
 from __future__ import annotations
@@ -7,7 +8,6 @@ from __future__ import annotations
 import os
 
 from multidraft.drafters.draft_model import BeamDrafter, DraftModelDrafter
-from multidraft.drafters.draft_model_resolve import resolve_draft_model
 from multidraft.errors import InvalidOptionError
 from multidraft.models.runner import LM
 from multidraft.validation import MIN_TEMPERATURE
@@ -40,23 +40,26 @@ def draft_temperature_list(value, num_drafts: int, target_temperature: float) ->
     return [float(t) for t in values]
 
 
-def _make_chain_drafter(lm, sampler, options, num_drafts, draft_temperatures, method):
+def _make_chain_drafter(lm, sampler, options, num_drafts, draft_temperatures):
     num_draft_tokens = positive_int("num_draft_tokens", options["num_draft_tokens"])
     if not isinstance(options["adaptive"], bool):
         raise InvalidOptionError(f"adaptive must be True or False, got {options['adaptive']!r}")
     params = sampler.params
     temperatures = draft_temperature_list(draft_temperatures, num_drafts, params.temperature)
-    draft_lm = resolve_draft_model(options["draft_model"], lm, method)
-    stop_below = options["stop_below"]
+    stop_below = check_stop_below(options["stop_below"])
+    return DraftModelDrafter(options["draft_model"], num_drafts, num_draft_tokens, temperatures, params.top_k,
+                             params.top_p, options["adaptive"], stop_below=stop_below)
+
+
+def check_stop_below(stop_below) -> float:
     if isinstance(stop_below, bool) or not isinstance(stop_below, (int, float)) or not 0 <= stop_below <= 1:
         raise InvalidOptionError(f"stop_below must be a probability in [0, 1] (0 = never stop early), "
                                  f"got {stop_below!r}")
-    return DraftModelDrafter(draft_lm, num_drafts, num_draft_tokens, temperatures, params.top_k, params.top_p,
-                             options["adaptive"], stop_below=float(stop_below))
+    return float(stop_below)
 
 
 def make_speculative_drafter(lm, sampler, options):
-    return _make_chain_drafter(lm, sampler, options, 1, options["draft_temperature"], "speculative")
+    return _make_chain_drafter(lm, sampler, options, 1, options["draft_temperature"])
 
 
 def _multi_draft_settings(options):
@@ -73,7 +76,7 @@ def _multi_draft_settings(options):
 
 def make_multi_draft_drafter(lm, sampler, options):
     num_drafts, selection, _ = _multi_draft_settings(options)
-    drafter = _make_chain_drafter(lm, sampler, options, num_drafts, options["draft_temperatures"], "multi_draft")
+    drafter = _make_chain_drafter(lm, sampler, options, num_drafts, options["draft_temperatures"])
     if selection == "spectr" and len({p.temperature for p in drafter.draft_params}) > 1:
         raise InvalidOptionError("selection='spectr' needs identical drafts; give every draft the same temperature "
                                  "or use selection='specinfer' or an 'is*' scheme")
@@ -96,8 +99,7 @@ def make_mtad_drafter(lm, sampler, options):
     check_threshold(options["accept_threshold"], options["threshold_semantics"])
     if not isinstance(options["deterministic"], bool):
         raise InvalidOptionError(f"deterministic must be True or False, got {options['deterministic']!r}")
-    draft_lm = resolve_draft_model(options["draft_model"], lm, "mtad")
-    return BeamDrafter(draft_lm, num_beams, gamma, sampler.params, options["deterministic"])
+    return BeamDrafter(options["draft_model"], num_beams, gamma, sampler.params, options["deterministic"])
 
 
 def check_options(options: dict) -> None:
@@ -114,6 +116,8 @@ def check_options(options: dict) -> None:
     if "num_beams" in options:
         positive_int("num_beams", options["num_beams"])
         check_threshold(options["accept_threshold"], options["threshold_semantics"])
+    if "stop_below" in options:
+        check_stop_below(options["stop_below"])
     for name in ("adaptive", "deterministic"):
         if name in options and not isinstance(options[name], bool):
             raise InvalidOptionError(f"{name} must be True or False, got {options[name]!r}")

@@ -8,10 +8,11 @@ accepted path.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
+from multidraft.drafters.base import Drafter, LoopState
 from multidraft.errors import PromptError
 from multidraft.models.runner import LM
 from multidraft.sampling import check_finite
@@ -115,3 +116,14 @@ class DraftSession:
             pad = logits.new_full((*logits.shape[:-1], self.target_vocab_size - width), float("-inf"))
             logits = torch.cat([logits, pad], dim=-1)
         return logits.to(self.target_device)
+
+
+class DraftLMDrafter(Drafter):
+    """A drafter that runs a ready draft `LM`: one `DraftSession` (its own cache) per generation, opened in begin()."""
+
+    def __init__(self, draft_lm: LM):
+        self.draft_lm = draft_lm
+        self.session: Optional[DraftSession] = None
+
+    def begin(self, state: LoopState, prefill_output) -> None:
+        self.session = DraftSession(self.draft_lm, state.lm.vocab_size, state.lm.device, state.stats)

@@ -2,9 +2,10 @@
 target model's own artifacts from previous forwards (specs/pldplus.md), then copies up to K tokens after the winner.
 
 - rank_by="hidden": cosine of layer-l hidden states, H[p-1] vs H[q] (optional threshold theta, window m).
-- rank_by="attention": the last query row of selected induction heads, max (or sum) over heads. Only the chosen
-  heads' rows are kept: from eager weights, or with any other kernel computed from the heads' queries and keys
-  (multidraft.models.attention_rows), which spares the slower eager kernel.
+- rank_by="attention": the last query row of selected induction heads (the model's own attention heads, option
+  induction_heads), max (or sum) over them. Only the chosen heads' rows are kept: from eager weights, or with any
+  other kernel computed from the heads' queries and keys (multidraft.models.attention_rows), which spares the
+  slower eager kernel.
 - rank_by="first": the earliest occurrence (a control; equals HF prompt lookup with max n-gram 1).
 Lossless: verification is the ordinary greedy match / sample-and-match of the one loop.
 """
@@ -16,7 +17,6 @@ from typing import Optional, Sequence
 from multidraft import validation
 from multidraft.drafters.base import Drafter, LoopState
 from multidraft.errors import InvalidOptionError
-from multidraft.pldplus import calibration
 from multidraft.pldplus.ranking import SCOPES, candidates, rank_attention, rank_hidden
 from multidraft.pldplus.store import AttentionRowStore, HiddenStore
 from multidraft.types import Draft
@@ -43,11 +43,13 @@ class PLDPlusDrafter(Drafter):
     def __init__(self, lm, rank_by: str = "hidden", num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS,
                  short_draft_tokens: Optional[int] = DEFAULT_SHORT_DRAFT_TOKENS,
                  layer: Optional[int] = None, theta: Optional[float] = None, avg_window: int = 1,
-                 heads: Optional[Sequence[Sequence[int]]] = None, num_heads: int = 50, head_set: str = "selected",
-                 aggregate: str = "max", scope: str = "context"):
+                 induction_heads: Optional[Sequence[Sequence[int]]] = None, aggregate: str = "max",
+                 scope: str = "context"):
+        """`layer` (rank_by="hidden") and `induction_heads` (rank_by="attention") come ready: generate() reads the
+        stored calibration for them (multidraft.pldplus.calibration.resolve_options); the drafter loads nothing."""
         check_options(dict(rank_by=rank_by, num_draft_tokens=num_draft_tokens, short_draft_tokens=short_draft_tokens,
-                           layer=layer, theta=theta, avg_window=avg_window, heads=heads, num_heads=num_heads,
-                           head_set=head_set, aggregate=aggregate, scope=scope))
+                           layer=layer, theta=theta, avg_window=avg_window, induction_heads=induction_heads,
+                           aggregate=aggregate, scope=scope))
         self.rank_by = rank_by
         self.num_draft_tokens = num_draft_tokens
         self.short_draft_tokens = num_draft_tokens if short_draft_tokens is None else min(short_draft_tokens,
@@ -61,13 +63,13 @@ class PLDPlusDrafter(Drafter):
         self.hidden_store: Optional[HiddenStore] = None
         self.attention_store: Optional[AttentionRowStore] = None
         if rank_by == "hidden":
-            self.hidden_layer = calibration.default_layer(lm) if layer is None else layer
-            if not isinstance(self.hidden_layer, int) or not 1 <= self.hidden_layer <= lm.num_layers:
+            if layer is None or not 1 <= layer <= lm.num_layers:
                 raise InvalidOptionError(f"layer {layer!r} does not exist: {lm.name} has decoder layers 1..{lm.num_layers} "
                                          "(HF hidden_states numbering; 0 would be the embeddings)")
+            self.hidden_layer = layer
             self.hidden_store = HiddenStore(lm.hidden_size)
         elif rank_by == "attention":
-            self.attention_heads = _resolve_heads(lm, heads, num_heads, head_set)
+            self.attention_heads = _checked_heads(lm, induction_heads)
             self.attention_store = AttentionRowStore()
 
     # ----- the loop's hooks -----
@@ -126,42 +128,29 @@ class PLDPlusDrafter(Drafter):
         return rank_attention(self.attention_store.row, positions, self.aggregate)
 
 
-def _resolve_heads(lm, heads, num_heads, head_set) -> list[tuple[int, int]]:
-    """The (layer, head) pairs to capture: explicit `heads`, the calibrated top `num_heads`, one layer, or all."""
-    if head_set == "all":
-        return [(l, g) for l in range(lm.num_layers) for g in range(lm.num_heads)]
-    if isinstance(head_set, str) and head_set.startswith("layer:"):
-        try:
-            layer = int(head_set.split(":", 1)[1])
-        except ValueError:
-            layer = -1
-        if not 0 <= layer < lm.num_layers:
-            raise InvalidOptionError(f"head_set {head_set!r}: {lm.name} has attention layers 0..{lm.num_layers - 1}")
-        return [(layer, g) for g in range(lm.num_heads)]
-    if head_set != "selected":
-        raise InvalidOptionError(f"head_set must be 'selected', 'all' or 'layer:<l>', got {head_set!r}")
-    if heads is None:
-        if not isinstance(num_heads, int) or num_heads < 1:
-            raise InvalidOptionError(f"num_heads must be an integer >= 1, got {num_heads!r}")
-        return calibration.default_heads(lm, num_heads)
+def _checked_heads(lm, induction_heads) -> list[tuple[int, int]]:
+    """The (layer, head) attention heads to capture, each checked to exist in `lm`."""
+    if induction_heads is None:
+        raise InvalidOptionError("rank_by='attention' needs induction_heads=[(layer, head), ...] "
+                                 "(generate() reads the calibrated ones)")
     pairs = []
-    for pair in heads:
-        if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(x, int) for x in pair)):
-            raise InvalidOptionError(f"heads must be (layer, head) integer pairs, got {pair!r}")
-        layer, head = pair
+    for layer, head in induction_heads:
         if not (0 <= layer < lm.num_layers and 0 <= head < lm.num_heads):
             raise InvalidOptionError(f"attention head ({layer}, {head}) does not exist: {lm.name} has "
-                                     f"{lm.num_layers} layers x {lm.num_heads} heads (0-based)")
+                                     f"{lm.num_layers} layers x {lm.num_heads} attention heads (0-based)")
         pairs.append((layer, head))
     if not pairs:
-        raise InvalidOptionError("heads is empty; give at least one (layer, head) pair or leave it unset")
+        raise InvalidOptionError("induction_heads is empty; give at least one (layer, head) pair or leave it unset")
     return pairs
 
 
 def make_drafter(lm, sampler, options):
     return PLDPlusDrafter(lm, **options)
+
+
 def check_options(options: dict) -> None:
-    """The checks that need no model (types and ranges); layer and head numbers are checked against the model later."""
+    """The drafter's checks that need no model (types and ranges); layer and head numbers are checked against the
+    model later. The calibration's own options are checked by multidraft.pldplus.calibration.check_options."""
     validation.choice("rank_by", options["rank_by"], RANKERS)
     validation.positive_int("num_draft_tokens", options["num_draft_tokens"])
     validation.integer("short_draft_tokens", options["short_draft_tokens"], minimum=1, allow_none=True,
@@ -169,19 +158,14 @@ def check_options(options: dict) -> None:
     validation.integer("layer", options["layer"], minimum=1, allow_none=True)
     validation.number("theta", options["theta"], allow_none=True)
     validation.positive_int("avg_window", options["avg_window"])
-    validation.positive_int("num_heads", options["num_heads"])
-    heads = options["heads"]
-    if heads is not None:
-        if not isinstance(heads, (list, tuple)):
-            raise InvalidOptionError(f"heads must be a list of (layer, head) integer pairs, got {heads!r:.80}")
-        for pair in heads:
+    pairs = options["induction_heads"]
+    if pairs is not None:
+        if not isinstance(pairs, (list, tuple)):
+            raise InvalidOptionError(f"induction_heads must be a list of (layer, head) integer pairs, "
+                                     f"got {pairs!r:.80}")
+        for pair in pairs:
             if not (isinstance(pair, (list, tuple)) and len(pair) == 2
                     and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)):
-                raise InvalidOptionError(f"heads must be (layer, head) integer pairs, got {pair!r:.80}")
-    head_set = options["head_set"]
-    if not isinstance(head_set, str) or not (head_set in ("selected", "all") or head_set.startswith("layer:")):
-        raise InvalidOptionError(f"head_set must be 'selected', 'all' or 'layer:<l>', got {head_set!r:.80}")
+                raise InvalidOptionError(f"induction_heads must be (layer, head) integer pairs, got {pair!r:.80}")
     validation.choice("aggregate", options["aggregate"], AGGREGATES)
     validation.choice("scope", options["scope"], SCOPES)
-
-

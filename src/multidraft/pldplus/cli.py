@@ -21,7 +21,7 @@ def register(subparsers) -> None:
                            help="task split (default: validation, the prompts benchmarks never run)")
     calibrate.add_argument("--prompts", type=int, default=4, help="prompts per task (default 4)")
     calibrate.add_argument("--gen-len", type=int, default=96, help="greedy tokens generated per prompt (default 96)")
-    calibrate.add_argument("--top-k", type=int, default=50, help="heads kept, best first (default 50)")
+    calibrate.add_argument("--top-k", type=int, default=50, help="induction heads kept, best first (default 50)")
     calibrate.add_argument("--no-layer-sweep", action="store_true", help="skip the PLD+(h) layer sweep")
     calibrate.add_argument("--dtype", default=None, help="model dtype (default: the loader's choice)")
     add_device_argument(calibrate)
@@ -31,7 +31,7 @@ def register(subparsers) -> None:
     merge = commands.add_parser("merge", help="pool several calibrations of one model (e.g. one run per task, run "
                                               "side by side) into one: hits add up, the layer is chosen again")
     merge.add_argument("inputs", nargs="+", help="calibration JSON files (written with --top-k 1000)")
-    merge.add_argument("--top-k", type=int, default=50, help="heads kept, best first (default 50)")
+    merge.add_argument("--top-k", type=int, default=50, help="induction heads kept, best first (default 50)")
     merge.add_argument("--output", required=True)
     merge.set_defaults(func=_merge)
 
@@ -44,7 +44,7 @@ def _calibrate(args) -> int:
     import multidraft
     from multidraft.errors import InvalidOptionError
     from multidraft.eval.tasks import load_task
-    from multidraft.pldplus import induction
+    from multidraft.pldplus import calibration, induction
 
     for name in ("prompts", "gen_len", "top_k"):
         if getattr(args, name) < 1:
@@ -57,9 +57,9 @@ def _calibrate(args) -> int:
     record = induction.calibrate(lm, [item.input for item in items], gen_len=args.gen_len, top_k=args.top_k,
                              sweep=not args.no_layer_sweep, progress=print, labels=[item.task for item in items])
     record.update(task=args.task, split=args.split, prompt_ids=[item.id for item in items])
-    path = induction.save(record, args.output)
+    path = calibration.save(record, args.output)
     top = ", ".join(f"({l},{g}):{h}" for l, g, h in record["induction_heads"][:8])
-    print(f"{record['heads_with_hits']} heads with hits over {record['events']} copy events; top: {top}")
+    print(f"{record['heads_with_hits']} attention heads with hits over {record['events']} copy events; top: {top}")
     if record.get("layer") is not None:
         point = record["layer_curve"][str(record["layer"])]
         print(f"PLD+(h) layer: {record['layer']} (replayed mean acceptance length {point['aal']:.2f}, "
@@ -72,7 +72,7 @@ def _merge(args) -> int:
     from pathlib import Path
 
     from multidraft.errors import InvalidOptionError
-    from multidraft.pldplus import induction
+    from multidraft.pldplus import calibration, induction
 
     records = []
     for name in args.inputs:
@@ -81,7 +81,7 @@ def _merge(args) -> int:
         except (OSError, ValueError) as exc:
             raise InvalidOptionError(f"cannot read calibration {name}: {exc}") from None
     record = induction.merge_records(records, top_k=args.top_k)
-    path = induction.save(record, args.output)
+    path = calibration.save(record, args.output)
     print(f"{record['num_prompts']} prompts, {record['events']} copy events {record['events_by_task']}; "
           f"layer {record['layer']} ({record.get('layer_rule', {}).get('rule', 'no sweep')}); saved {path}")
     return 0
@@ -89,9 +89,9 @@ def _merge(args) -> int:
 
 def _show(args) -> int:
     from multidraft.errors import InvalidOptionError
-    from multidraft.pldplus import induction
+    from multidraft.pldplus import calibration
 
-    record = induction.load_record(args.model)
+    record = calibration.load_record(args.model)
     if record is None:
         raise InvalidOptionError(f"no PLD+ calibration for {args.model}; run `multidraft pld-plus calibrate --model {args.model}`")
     print(json.dumps({k: v for k, v in record.items() if k not in ("hit_rates", "layer_counts")}, indent=1,

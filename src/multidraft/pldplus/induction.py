@@ -5,8 +5,8 @@ holding s[p] with the longest shared suffix; a head scores a hit when its attent
 position that predicted s[p]) peaks on one of them. Heads are ranked by hits. Defaults live in
 `<cache>/pldplus/<alias>.json` (what `multidraft pld-plus calibrate` writes) or, failing that, in the
 package data `multidraft/pldplus/calibrations/<alias>.json` computed with the same command; reading and writing
-them is `multidraft.pldplus.calibration` (re-exported here). This module was `pldplus.heads`, a name that
-elsewhere means BPD's trained prediction heads; the old import path still works.
+them is `multidraft.pldplus.calibration`. (This module was `pldplus.heads`: "heads" alone means BPD's trained
+prediction heads in multidraft.)
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from multidraft.errors import InvalidOptionError
-from multidraft.pldplus.calibration import cache_file, default_heads, default_layer, load_record, save  # noqa: F401
+from multidraft.pldplus.layer_choice import choose_layer
 
 FORMAT_VERSION = 2      # 2: induction heads under "induction_heads" (1: "heads"), layer curve
 
@@ -98,7 +98,6 @@ def calibrate(lm, prompts: Iterable, gen_len: int = 96, top_k: int = 50, min_ove
     task) only group the copy-event counts in the record.
     """
     from multidraft.api import generate
-    from multidraft.pldplus.layer_choice import choose_layer
     from multidraft.pldplus.sweep import sweep_counts
     if lm.attn_implementation != "eager":
         raise InvalidOptionError(
@@ -126,21 +125,29 @@ def calibrate(lm, prompts: Iterable, gen_len: int = 96, top_k: int = 50, min_ove
             progress(f"prompt {number} ({label}): {len(ids)} + {len(out.token_ids)} tokens, {prompt_events} copy events")
     if not prompts:
         raise InvalidOptionError("calibration needs at least one prompt")
-    ranked = rank_heads(hits)
-    record = {"layer": None, "layer_sweep": {}, "format": FORMAT_VERSION, "model": lm.name,
-              "num_layers": lm.num_layers, "num_heads": lm.num_heads, "num_prompts": len(prompts), "gen_len": gen_len,
-              "events": events, "events_by_task": events_by_label, "heads_with_hits": len(ranked),
-              "induction_heads": [list(h) for h in ranked[:top_k]],
-              "hit_rates": [[l, g, h / max(events, 1)] for l, g, h in ranked[:top_k]]}
-    if layer_counts:
-        counts = np.stack(layer_counts)                      # (prompts, layers, 2)
-        choice = choose_layer(counts)
-        record.update({"layer": choice["layer"],
-                       "layer_sweep": {str(l): c["aal"] for l, c in choice["curve"].items()},
-                       "layer_curve": {str(l): c for l, c in choice["curve"].items()},
-                       "layer_rule": {k: choice[k] for k in ("best", "band", "rule", "resamples", "confidence")},
-                       "layer_counts": counts.tolist()})
+    record = {"format": FORMAT_VERSION, "model": lm.name, "num_layers": lm.num_layers, "num_heads": lm.num_heads,
+              "num_prompts": len(prompts), "gen_len": gen_len, "events_by_task": events_by_label,
+              **_ranking_fields(hits, events, top_k)}
+    record.update(_layer_fields(np.stack(layer_counts) if layer_counts else None))   # (prompts, layers, 2)
     return record
+
+
+def _ranking_fields(hits: np.ndarray, events: int, top_k: int) -> dict:
+    """The record's induction heads: the top_k by hits, and their hit rates over the copy events."""
+    ranked = rank_heads(hits)
+    return {"events": events, "heads_with_hits": len(ranked), "induction_heads": [list(h) for h in ranked[:top_k]],
+            "hit_rates": [[l, g, h / max(events, 1)] for l, g, h in ranked[:top_k]]}
+
+
+def _layer_fields(counts: Optional[np.ndarray]) -> dict:
+    """The record's PLD+(h) layer chosen from the per-prompt replay counts (none without a layer sweep)."""
+    if counts is None:
+        return {"layer": None, "layer_sweep": {}}
+    choice = choose_layer(counts)
+    return {"layer": choice["layer"], "layer_sweep": {str(l): c["aal"] for l, c in choice["curve"].items()},
+            "layer_curve": {str(l): c for l, c in choice["curve"].items()},
+            "layer_rule": {k: choice[k] for k in ("best", "band", "rule", "resamples", "confidence")},
+            "layer_counts": counts.tolist()}
 
 
 def merge_records(records: Sequence[dict], top_k: int = 50) -> dict:
@@ -149,7 +156,6 @@ def merge_records(records: Sequence[dict], top_k: int = 50) -> dict:
     Hit counts add up, so the runs must keep every head with hits (calibrate with a large top_k); the layer sweep's
     per-prompt counts are pooled and the layer is chosen again with the same tie rule.
     """
-    from multidraft.pldplus.layer_choice import choose_layer
     if not records:
         raise InvalidOptionError("nothing to merge: give at least one calibration record")
     first = records[0]
@@ -168,22 +174,11 @@ def merge_records(records: Sequence[dict], top_k: int = 50) -> dict:
         for task, count in record.get("events_by_task", {}).items():
             events_by_task[task] = events_by_task.get(task, 0) + count
     events = sum(r["events"] for r in records)
-    ranked = rank_heads(hits)
     merged = {k: v for k, v in first.items() if k not in ("layer_curve", "layer_rule", "layer_counts", "source")}
     merged.update({"format": FORMAT_VERSION, "num_prompts": sum(r["num_prompts"] for r in records),
-                   "events": events, "events_by_task": events_by_task, "heads_with_hits": len(ranked),
-                   "induction_heads": [list(h) for h in ranked[:top_k]],
-                   "hit_rates": [[l, g, h / max(events, 1)] for l, g, h in ranked[:top_k]],
+                   "events_by_task": events_by_task, **_ranking_fields(hits, events, top_k),
                    "task": ",".join(str(r.get("task", "")) for r in records),
-                   "prompt_ids": [p for r in records for p in r.get("prompt_ids", [])],
-                   "layer": None, "layer_sweep": {}})
+                   "prompt_ids": [p for r in records for p in r.get("prompt_ids", [])]})
     counts = [np.asarray(r["layer_counts"]) for r in records if r.get("layer_counts")]
-    if counts:
-        counts = np.concatenate(counts)
-        choice = choose_layer(counts)
-        merged.update({"layer": choice["layer"],
-                       "layer_sweep": {str(l): c["aal"] for l, c in choice["curve"].items()},
-                       "layer_curve": {str(l): c for l, c in choice["curve"].items()},
-                       "layer_rule": {k: choice[k] for k in ("best", "band", "rule", "resamples", "confidence")},
-                       "layer_counts": counts.tolist()})
+    merged.update(_layer_fields(np.concatenate(counts) if counts else None))
     return merged

@@ -59,8 +59,8 @@ class AttentionRowStore:
         if columns and columns[-1] >= available:
             raise InvalidOptionError(
                 f"the captured attention heads see only {available} keys, not the {columns[-1] + 1} positions of the "
-                "context (a sliding-window attention layer?); pass heads=[(layer, head), ...] from full-attention "
-                "layers or use rank_by='hidden'")
+                "context (a sliding-window attention layer?); pass induction_heads=[(layer, head), ...] from "
+                "full-attention layers or use rank_by='hidden'")
         if isinstance(attention, torch.Tensor):
             weights = attention[:, row, columns]
         else:

@@ -28,7 +28,8 @@ BIG = 1_000_000          # a bound for integers that have no natural cap (steps,
 
 @dataclass(frozen=True)
 class Opt:
-    kind: str                        # int | float | bool | enum | temperatures | weights | head_pairs | head_set | artifact
+    # int | float | bool | enum | temperatures | weights | induction_head_pairs | induction_head_set | artifact
+    kind: str
     low: float = -math.inf
     high: float = math.inf
     cap: Optional[str] = None        # a ServerConfig field bounding the value from above
@@ -52,8 +53,8 @@ REQUEST_OPTIONS: dict[str, dict[str, Opt]] = {
     "pld_plus": {"rank_by": Opt("enum", choices=("hidden", "attention", "first")), "num_draft_tokens": DRAFT_TOKENS,
                  "short_draft_tokens": Opt("int", 1, cap="max_draft_tokens", nullable=True),
                  "layer": Opt("int", 0, BIG, nullable=True), "theta": Opt("float", -1, 1, nullable=True),
-                 "avg_window": Opt("int", 1, 64), "heads": Opt("head_pairs", nullable=True),
-                 "num_heads": Opt("int", 1, 4096), "head_set": Opt("head_set"),
+                 "avg_window": Opt("int", 1, 64), "induction_heads": Opt("induction_head_pairs", nullable=True),
+                 "num_induction_heads": Opt("int", 1, 4096), "induction_head_set": Opt("induction_head_set"),
                  "aggregate": Opt("enum", choices=("max", "sum")), "scope": Opt("enum", choices=("context", "prompt"))},
     "suffix": {"max_draft_tokens": DRAFT_TOKENS, "alpha": Opt("float", 0, 1000),
                "min_token_prob": Opt("float", 0, 1), "use_context": Opt("bool")},
@@ -166,12 +167,12 @@ def _checked(name: str, value, spec: Opt, config: ServerConfig):
         if not isinstance(value, list) or not 1 <= len(value) <= 16:
             raise ApiError(400, f"option {name!r} must be a list of 1..16 numbers", param=name)
         return [_number(name, v, 0, 1e6) for v in value]
-    if spec.kind == "head_pairs":            # explicit PLD+ induction heads: numbers, not a calibration file
+    if spec.kind == "induction_head_pairs":  # explicit PLD+ induction heads: numbers, not a calibration file
         if not isinstance(value, list) or not 1 <= len(value) <= 4096 or not all(
                 isinstance(p, list) and len(p) == 2 for p in value):
             raise ApiError(400, f"option {name!r} must be a list of [layer, head] integer pairs", param=name)
         return [[_number(name, x, 0, BIG, integer=True) for x in pair] for pair in value]
-    if spec.kind == "head_set":
+    if spec.kind == "induction_head_set":
         ok = isinstance(value, str) and (value in ("selected", "all") or (
             value.startswith("layer:") and value[6:].isdigit() and len(value) < 16))
         if not ok:

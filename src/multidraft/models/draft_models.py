@@ -1,11 +1,15 @@
 """The draft model of a generation: an `LM` the caller passes, or an alias / path loaded once per process, and the
-check that it shares the target's tokenizer (draft token ids must mean the same tokens to the target)."""
+check that it shares the target's tokenizer (draft token ids must mean the same tokens to the target).
+
+The one resolver of the `draft_model` artifact: methods.py calls it before building a drafter, so the drafters
+receive a ready `LM` and never load one."""
 
 from __future__ import annotations
 
 import os
 
 from multidraft.errors import InvalidOptionError, TokenizerMismatchError
+from multidraft.models.loader import load_model
 from multidraft.models.runner import LM
 from multidraft.tokenizer_identity import same_vocabulary, vocab_family
 
@@ -41,7 +45,6 @@ def resolve_draft_model(draft_model, target: LM, method: str) -> LM:
     if isinstance(draft_model, (str, os.PathLike)):
         key = (os.fspath(draft_model), str(target.dtype), str(target.device))
         if key not in _loaded_drafts:
-            from multidraft.models.loader import load_model
             _loaded_drafts.clear()          # keep at most one loaded draft model alive
             runner = getattr(target, "runner", "eager")
             # A draft session drives HF's cache with its own tree masks (new_cache(dynamic=True)): graphs would idle.
