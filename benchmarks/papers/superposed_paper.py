@@ -58,6 +58,7 @@ K = 3
 # ------------------------------------------------------------------ setup
 
 def setup(args):
+    args.load_start = os.getloadavg()  # the header is written at the end: take the start now
     torch.set_num_threads(1)
     lm = multidraft.load_model(args.model, dtype="float32")
     pool = prefix_pool(lm, args.validation + args.test)
@@ -134,7 +135,7 @@ def write_json(name, payload):
 
 def header(args, lm, **more):
     return {"model": args.model, "scorer": args.model, "dtype": str(lm.dtype), "threads": torch.get_num_threads(),
-            "load_average_start": os.getloadavg(), "prefix_tokens": PREFIX_TOKENS, "new_tokens": NEW_TOKENS,
+            "load_average_start": getattr(args, "load_start", None), "prefix_tokens": PREFIX_TOKENS, "new_tokens": NEW_TOKENS,
             "k": K, "command": " ".join(["python", *sys.argv]), **more}
 
 
@@ -188,6 +189,15 @@ def cmd_tune(args):
     write_json(f"superposed_tune_{args.ngram_name}.json", payload)
     for r in sorted(table, key=lambda r: r["mean_ppl"])[:5]:
         print(f"alpha {r['alpha']} tau {r['tau']}: mean ppl {r['mean_ppl']:.3f}, best-of-3 {r['best_ppl']:.3f}")
+
+
+def ablation_config(args):
+    """Hyperparameters of the ablations: the paper's main values (default; they start before tuning ends)
+    or the tuned ones."""
+    if args.hyper == "paper":
+        return {"alpha": PAPER["alpha"], "tau": PAPER["tau"], "lambda": PAPER["lambda"], "source": "paper"}
+    cfg, _ = tuned(args.tune_name)
+    return {**cfg, "source": f"tuned ({args.tune_name})"}
 
 
 def tuned(name):
@@ -266,7 +276,7 @@ def cmd_quality(args):
 def cmd_ablate(args):
     lm, _, test = setup(args)
     ngram = load_ngram(args.ngram_file, lm)
-    cfg, _ = tuned(args.tune_name)
+    cfg = ablation_config(args)
     t0 = time.time()
     rows = []
     settings = [("prefix", p, NEW_TOKENS) for p in (5, 15, 25, 40)] + [("G", PREFIX_TOKENS, g) for g in (5, 15, 20)]
@@ -299,7 +309,7 @@ def cmd_ablate(args):
 def cmd_long(args):
     lm, _, test = setup(args)
     ngram = load_ngram(args.ngram_file, lm)
-    cfg, _ = tuned(args.tune_name)
+    cfg = ablation_config(args)
     G = args.new_tokens
     lengths = [L for L in (5, 10, 20, 50, 100, 200, 400) if L <= G]
     t0 = time.time()
@@ -337,7 +347,7 @@ def cmd_long(args):
 def cmd_linearity(args):
     lm, _, test = setup(args)
     t0 = time.time()
-    per_prefix = []
+    per_prefix, gamma_max = [], []
     for i, full in enumerate(test):
         prefix = full[:PREFIX_TOKENS]
         # The trajectory: SPD without n-grams (alpha = 0: a beam-like search under the LM), its per-step newest
@@ -347,6 +357,7 @@ def cmd_linearity(args):
         steps = [t for t in result.trace if t["gamma"] is not None][: args.steps]
         tokens = [t["tokens"].tolist() for t in steps]
         weights = [t["gamma"][: len(t["tokens"])].tolist() for t in steps]
+        gamma_max.append([max(w) for w in weights])
         per_prefix.append(linearity_probe(lm, prefix, tokens, weights).tolist())
         print(f"  linearity {i + 1}/{len(test)} ({time.time() - t0:.0f}s)", flush=True)
     cos = np.asarray(per_prefix)  # [prefixes, steps, layers]
@@ -355,7 +366,7 @@ def cmd_linearity(args):
         layers="0 = embedding mix, 1..L = blocks (L after the final norm), L+1 = logits",
         final_output_mean=cos[:, :, -1].mean(0).tolist(), final_output_std=cos[:, :, -1].std(0).tolist(),
         per_layer_first5_mean=cos[:, :5, :].mean((0, 1)).tolist(), per_layer_first5_std=cos[:, :5, :].mean(1).std(0).tolist(),
-        cosines=per_prefix, seconds=time.time() - t0, load_average_end=os.getloadavg()))
+        gamma_max_mean=np.asarray(gamma_max).mean(0).tolist(), cosines=per_prefix, seconds=time.time() - t0, load_average_end=os.getloadavg()))
     print("final-output cosine by step:", " ".join(f"{x:.2f}" for x in cos[:, :, -1].mean(0)))
 
 
@@ -449,6 +460,8 @@ def main(argv=None):
     parser.add_argument("--ngram-name", default="in", help="tune: label of --ngram-file in the output name")
     parser.add_argument("--ood-ngram-file", help="quality: out-of-domain n-gram file")
     parser.add_argument("--tune-name", default="in", help="which tuning result the other experiments use")
+    parser.add_argument("--hyper", choices=["paper", "tuned"], default="paper",
+                        help="ablate/long: the paper's alpha/tau/lambda or the tuned ones")
     parser.add_argument("--validation", type=int, default=16, help="validation prefixes (tuning only)")
     parser.add_argument("--test", type=int, default=30, help="test prefixes")
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.3, 0.54, 0.8])
