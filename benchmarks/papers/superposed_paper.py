@@ -328,14 +328,17 @@ def cmd_long(args):
             lp = score_rows(lm, prefix, ds[:1])
             ppls[name].append(ppl(lp[tuple(ds[0])]))
         print(f"  long {i + 1}/{len(test)} ({time.time() - t0:.0f}s)", flush=True)
-    summary = {}
-    for name, per in curves.items():
-        summary[name] = {"first_draft_ppl": mean(ppls[name]), "curve": [
-            {"length": L, "unique_ngram_ratio": [mean([p[j]["unique_ngram_ratio"][n] for p in per]) for n in range(3)],
-             "self_bleu": mean([p[j]["self_bleu"] for p in per])} for j, L in enumerate(lengths)]}
-    write_json("superposed_long.json", header(args, lm, split="test", prefixes=len(test), new_tokens=G, tuned=cfg,
-                                              ngram=str(args.ngram_file), summary=summary, seconds=time.time() - t0,
-                                              load_average_end=os.getloadavg()))
+        # written after every prefix, so a run cut short still leaves the prefixes it finished
+        summary = {}
+        for name, per in curves.items():
+            summary[name] = {"first_draft_ppl": mean(ppls[name]), "curve": [
+                {"length": L,
+                 "unique_ngram_ratio": [mean([p[j]["unique_ngram_ratio"][n] for p in per]) for n in range(3)],
+                 "self_bleu": mean([p[j]["self_bleu"] for p in per])} for j, L in enumerate(lengths)]}
+        write_json("superposed_long.json", header(args, lm, split="test", prefixes_done=i + 1,
+                                                  prefixes_planned=len(test), new_tokens_long=G, tuned=cfg,
+                                                  ngram=str(args.ngram_file), summary=summary,
+                                                  seconds=time.time() - t0, load_average_end=os.getloadavg()))
     for name, s in summary.items():
         last = s["curve"][-1]
         print(f"{name:20s} ppl#1 {s['first_draft_ppl']:.2f}  L={last['length']}: unique 1/2/3 "
