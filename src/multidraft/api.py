@@ -45,6 +45,8 @@ def generate(model, prompt_or_messages, method: str = "greedy", max_new_tokens: 
     params = SamplingParams(temperature, top_k, top_p, seed).validate()
     if method == "sample" and params.greedy:
         raise InvalidOptionError("method='sample' needs temperature > 0; use method='greedy' for temperature 0")
+    if spec.greedy_only and not params.greedy:
+        raise InvalidOptionError(f"method={method!r} verifies by greedy matching; use temperature=0")
     if method == "greedy" and not params.greedy:
         # "greedy" names the plain decoder; with a temperature it samples, and the result says so.
         method, spec = "sample", get_method("sample")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 # Leaf modules only (never the package root `multidraft`, which imports api -> this module).
+from multidraft.blockwise import artifacts as blockwise_artifacts
 from multidraft.blockwise import drafter as blockwise
 from multidraft.decoders.builtin_methods import check_beam, check_pld, make_pld_drafter, run_autoregressive, run_beam
 from multidraft.drafters import bild, draft_model_options, pld_plus, suffix
@@ -53,6 +54,8 @@ class Method:
     artifacts: tuple[str, ...] = ()        # keys of ARTIFACTS needed with the default options
     # load_artifacts(lm, options) -> options with artifact names replaced by ready objects (see the docstring).
     load_artifacts: Optional[Callable] = None
+    # Verifies by greedy matching only: a temperature > 0 is refused before any artifact loads.
+    greedy_only: bool = False
     # Old option name -> its new name: refused with a message naming the new one (never silently accepted).
     renamed_options: dict[str, str] = field(default_factory=dict)
 
@@ -183,7 +186,8 @@ _ROWS = (
            options={"heads": None, "num_heads": None, "rescoring": "ngram", "lattice_k": 8, "num_paths": 2,
                     "alpha": 1.0, "ngram_order": 3, "ngram_path": None, "ngram": None, "rescorer": None},
            make_drafter=blockwise.make_drafter, artifacts=("heads", "ngram"),
-           check_options=blockwise.check_options),
+           check_options=blockwise.check_options, load_artifacts=blockwise_artifacts.resolve_options,
+           greedy_only=True),
 )
 
 METHODS: dict[str, Method] = {method.name: method for method in _ROWS}

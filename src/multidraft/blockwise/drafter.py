@@ -25,9 +25,7 @@ from multidraft import validation
 from multidraft.drafters.base import Drafter, LoopState
 from multidraft.blockwise.lattice import (Lattice, LocalScorer, build_lattice, check_width, local_rescore,
                                          paths_to_tree, pbest_paths)
-from multidraft.errors import InvalidOptionError, TokenizerMismatchError
-from multidraft.ngram.resolve import resolve_ngram
-from multidraft.tokenizer_identity import model_vocab_fingerprint
+from multidraft.errors import InvalidOptionError
 from multidraft.types import Draft
 
 RESCORINGS = ("none", "neural", "ngram")
@@ -178,39 +176,19 @@ class BlockwiseDrafter(Drafter):
 _LOADED: dict = {}
 
 
-def _cached(key, make):
-    if key not in _LOADED:
-        _LOADED[key] = make()
-    return _LOADED[key]
-
-
-def resolve_rescorer(lm, rescorer):
-    """A neural rescoring LM (alias, path or LM) that must share lm's tokenizer."""
-    if isinstance(rescorer, (str, Path)):
-        from multidraft.models.loader import load_model
-
-        rescorer = _cached(("lm", str(rescorer)), lambda: load_model(str(rescorer), dtype=lm.dtype))
-    if model_vocab_fingerprint(rescorer) != model_vocab_fingerprint(lm):
-        raise TokenizerMismatchError(f"rescorer {rescorer.name} does not share the tokenizer of {lm.name}; "
-                                     "neural rescoring needs a smaller LM of the same vocabulary family")
-    return rescorer
-
-
 def make_strategy(lm, options: dict) -> BlockwiseStrategy:
     rescoring = options["rescoring"]
     if rescoring not in RESCORINGS:
         raise InvalidOptionError(f"rescoring must be one of {', '.join(RESCORINGS)}, got {rescoring!r}")
     check_width(options["lattice_k"], options["num_paths"])
+    # `ngram` and `rescorer` arrive loaded (blockwise/artifacts.py, wired by methods.py)
     ngram, scorer, order = None, None, options["ngram_order"]
     if rescoring == "ngram":
-        ngram = resolve_ngram(lm, options.get("ngram") or options["ngram_path"])
+        ngram = options["ngram"]
         if not isinstance(order, int) or not 1 <= order <= ngram.max_order:
             raise InvalidOptionError(f"ngram_order must be an integer in 1..{ngram.max_order}, got {order!r}")
     if rescoring == "neural":
-        if options["rescorer"] is None:
-            raise InvalidOptionError("rescoring='neural' needs rescorer=<a smaller model sharing the tokenizer: alias, "
-                                     "path or loaded LM>; use rescoring='ngram' to rescore with an n-gram model")
-        scorer = NeuralScorer(resolve_rescorer(lm, options["rescorer"]))
+        scorer = NeuralScorer(options["rescorer"])
     return BlockwiseStrategy(rescoring, options["lattice_k"], options["num_paths"], options["alpha"], ngram, order, scorer)
 
 
@@ -238,16 +216,9 @@ def check_options(options: dict) -> None:
 
 
 def make_drafter(lm, sampler, options: dict) -> BlockwiseDrafter:
-    from multidraft.blockwise.heads_store import load_heads
-
+    """The drafter over ready heads / n-gram / rescorer (blockwise.artifacts.resolve_options loads them first)."""
     if not sampler.params.greedy:
         raise InvalidOptionError("method='blockwise' verifies by greedy matching; use temperature=0")
     check_options(options)
-    num_heads = options["num_heads"]
-    heads = options["heads"]
-    if heads is None or isinstance(heads, (str, Path)):
-        key = ("heads", str(heads), id(lm), num_heads)
-        heads = _cached(key, lambda: load_heads(lm, heads, num_heads))
-    elif num_heads is not None and num_heads > heads.num_heads:
-        raise InvalidOptionError(f"num_heads={num_heads} but the heads hold only {heads.num_heads}")
-    return BlockwiseDrafter(heads, make_strategy(lm, options), num_heads, num_layers=lm.num_layers)
+    return BlockwiseDrafter(options["heads"], make_strategy(lm, options), options["num_heads"],
+                            num_layers=lm.num_layers)
