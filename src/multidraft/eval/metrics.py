@@ -16,15 +16,16 @@ import math
 from collections import Counter
 from typing import Sequence
 
+import numpy as np
 import torch
 
 SMOOTHING_EPSILON = 0.1
 
 
 @torch.inference_mode()
-def draft_perplexities(scorer, prefix_ids: Sequence[int], drafts: Sequence[Sequence[int]]) -> list[float]:
-    """Perplexity of each draft (generated ids) after `prefix_ids` under `scorer` (an LM). One batched forward
-    (right-padded); an empty draft gets nan."""
+def token_log_probs(scorer, prefix_ids: Sequence[int], drafts: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    """log p_scorer(token | prefix, earlier tokens) of every generated token of each draft, from one batched
+    right-padded forward (so perplexities over the first m tokens need no rescoring)."""
     prefix = [int(t) for t in prefix_ids]
     if not prefix:
         raise ValueError("perplexity needs a non-empty prefix (the first generated token is scored given it)")
@@ -41,15 +42,14 @@ def draft_perplexities(scorer, prefix_ids: Sequence[int], drafts: Sequence[Seque
     logits = scorer.call_model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
     log_probs = torch.log_softmax(logits[:, :-1], dim=-1)  # position t predicts token t+1
     token_lp = log_probs.gather(-1, ids[:, 1:, None].to(device))[..., 0].cpu()
-    out = []
-    for i, draft in enumerate(drafts):
-        n = len(draft)
-        if n == 0:
-            out.append(float("nan"))
-            continue
-        generated = token_lp[i, len(prefix) - 1: len(prefix) - 1 + n]
-        out.append(math.exp(-float(generated.mean())))
-    return out
+    return [token_lp[i, len(prefix) - 1: len(prefix) - 1 + len(d)].double().numpy() for i, d in enumerate(drafts)]
+
+
+def draft_perplexities(scorer, prefix_ids: Sequence[int], drafts: Sequence[Sequence[int]]) -> list[float]:
+    """Perplexity of each draft (generated ids) after `prefix_ids` under `scorer` (an LM). One batched forward
+    (right-padded); an empty draft gets nan."""
+    return [math.exp(-float(lp.mean())) if len(lp) else float("nan")
+            for lp in token_log_probs(scorer, prefix_ids, drafts)]
 
 
 def best_of_k(perplexities: Sequence[float]) -> float:

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from multidraft.eval.metrics import self_bleu, unique_ngram_ratios
+from multidraft.eval.metrics import self_bleu, token_log_probs, unique_ngram_ratios  # noqa: F401 (token_log_probs: re-exported)
 
 
 # ------------------------------------------------------------------ splits
@@ -148,24 +148,3 @@ def repetition_curve(drafts: Sequence[Sequence[int]], lengths: Sequence[int]) ->
 def _nanmean(values) -> float:
     finite = [v for v in values if v == v]
     return sum(finite) / len(finite) if finite else math.nan
-
-
-# ------------------------------------------------------------------ per-token scores
-
-@torch.inference_mode()
-def token_log_probs(scorer, prefix_ids: Sequence[int], drafts: Sequence[Sequence[int]]) -> list[np.ndarray]:
-    """log p_scorer(token | prefix, earlier tokens) of every generated token of each draft (one batched,
-    right-padded forward), so that perplexities over the first m tokens come without rescoring."""
-    prefix = [int(t) for t in prefix_ids]
-    rows = [prefix + [int(t) for t in d] for d in drafts]
-    if not rows:
-        return []
-    width = max(len(r) for r in rows)
-    ids = torch.zeros(len(rows), width, dtype=torch.long)
-    mask = torch.zeros(len(rows), width, dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)] = torch.tensor(row)
-        mask[i, : len(row)] = 1
-    logits = scorer.call_model(input_ids=ids.to(scorer.device), attention_mask=mask.to(scorer.device)).logits.float()
-    lp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None].to(scorer.device))[..., 0].cpu()
-    return [lp[i, len(prefix) - 1: len(prefix) - 1 + len(d)].double().numpy() for i, d in enumerate(drafts)]
