@@ -28,9 +28,10 @@ from typing import Optional
 
 import torch
 
-# Up to this many rows the kernel beats both MKL and oneDNN on this CPU kind; beyond it (long prompts, wide trees)
-# oneDNN's GEMM does, and MKL's `F.linear` loses to oneDNN at every row count measured (16..300; fast_path.md §8).
-MAX_ROWS = 32
+# Up to this many rows the kernel is the fastest path; beyond it oneDNN's GEMM is. Whole 1.5B forwards at idle,
+# 2 threads, wall time (fast_path.md §8): kernel vs oneDNN 509 vs 536 ms at 2 rows, 584 vs 570 at 4, 751 vs 612 at 8,
+# 1124 vs 797 at 16; MKL's `F.linear` lost to oneDNN at every size from 16 to 300 rows.
+MAX_ROWS = 2
 
 KERNEL_SOURCE = r"""
 #include <ATen/ATen.h>
