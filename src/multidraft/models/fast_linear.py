@@ -1,18 +1,18 @@
-"""A batch-invariant fp32 linear kernel for the few-row forwards of drafting and verification (CPU, AVX2+FMA).
+"""The fast runner's CPU linears (fp32, AVX2+FMA): a small batch-invariant kernel for 1-2 rows, oneDNN beyond.
 
 Why: on an AVX2-only AMD CPU, MKL's sgemm (what `F.linear` calls) is ~5-8x slower for 8 input rows than for
 one on the 1.5B's layer shapes: its small-M path re-packs the weight on every call and does not reach the
 speed of its own 1-row gemv. A verify forward of 8 tokens then costs ~3x a 1-token forward instead of about the
-same (the weights stream from memory once either way). This kernel reads every weight row once and uses it for
-all input rows while it is in L1/L2 (benchmarks/reports/fast_path.md has the measurements).
+same (the weights stream from memory once either way). The kernel reads every weight row once and uses it for
+all input rows while it is in L1/L2; it is the fastest path for 1-2 rows, and oneDNN's GEMM (no weight copy) is
+from 3 rows on, every verify forward included (benchmarks/reports/fast_path.md, sections 1 and 8).
 
-It is also *batch-invariant*: each output element is computed with the same operations in the same order
-whatever the number of rows, so the logits of a token are bit-identical in a 1-token and an 8-token forward
-(as far as the linear layers go). Lossless methods stay token-identical to greedy more robustly than with MKL.
+The kernel is *batch-invariant*: each output element is computed with the same operations in the same order
+whatever the number of rows it is given (tested up to 32). The runner no longer relies on that, since verify
+forwards go to oneDNN.
 
 The C++ source is built once per torch version with the system's C++ compiler (torch.utils.cpp_extension) into
 $MULTIDRAFT_HOME/kernels; any failure (no compiler, no AVX2, a build error) gives one warning and the stock path.
-Forwards of more than MAX_ROWS rows (prefills, wide trees) go to oneDNN, which beat MKL at every size measured.
 """
 
 from __future__ import annotations
