@@ -38,7 +38,7 @@ import multidraft
 from multidraft.decoders.mtjd import exact_greedy_mtjd, sequence_logprob
 from multidraft.fsutil import atomic_path
 from multidraft.models.runner import LM
-from multidraft.sampling import SamplingParams
+from selection_laws import real_prompt_texts
 
 PAPER_WARP = {"temperature": 1.0, "top_k": 20, "top_p": 0.9}
 
@@ -126,6 +126,15 @@ def layer_skip_draft(lm: LM, layers: int) -> LM:
     return LM(model, lm.tokenizer, name=f"{lm.name}-first{layers}layers")
 
 
+def real_pair_and_prompts(args) -> tuple[LM, LM, list[list[int]]]:
+    """Target (--model), draft (--draft-model, else the target's first --draft-layers layers) and the token ids of
+    the real prompts (--prompts per task, last 256 tokens), in fp32."""
+    target = multidraft.load_model(args.model, dtype=torch.float32)
+    draft = (multidraft.load_model(args.draft_model, dtype=torch.float32) if args.draft_model
+             else layer_skip_draft(target, args.draft_layers))
+    return target, draft, [target.encode(t)[-256:] for t in real_prompt_texts(args.prompts)]
+
+
 def real_settings(args, small=False):
     """(table, label, method, options); `small`: the main comparison only."""
     base = dict(PAPER_WARP)
@@ -155,9 +164,6 @@ def real_settings(args, small=False):
 
 
 def run_real(args):
-    from multidraft.data import load_humaneval
-    from multidraft.eval.tasks import load_task
-
     if args.mode == "toy":
         from tests.test_draft_model import perturbed_copy
         from tests.tiny_models import make_tiny_lm
@@ -170,12 +176,7 @@ def run_real(args):
         prompts = [torch.randint(3, target.vocab_size, (6,), generator=generator).tolist()
                    for _ in range(args.prompts)]
     else:
-        target = multidraft.load_model(args.model, dtype=torch.float32)
-        draft = (multidraft.load_model(args.draft_model, dtype=torch.float32) if args.draft_model
-                 else layer_skip_draft(target, args.draft_layers))
-        texts = [p["prompt"] for p in load_humaneval()[: args.prompts]]
-        texts += [p.input for p in load_task("chat", limit=args.prompts)]
-        prompts = [target.encode(t)[-256:] for t in texts]
+        target, draft, prompts = real_pair_and_prompts(args)
     counters = {"target": ForwardCounter(target), "draft": ForwardCounter(draft)}
     results: dict = {}
     start = time.perf_counter()

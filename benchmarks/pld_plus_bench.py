@@ -23,6 +23,7 @@ import torch
 
 import multidraft
 from multidraft.eval.tasks import INPUT_GUIDED_TASKS, load_task
+from hf_peers import hf_prompt_lookup
 
 METHODS = {
     "greedy": ("greedy", {}),
@@ -32,20 +33,6 @@ METHODS = {
     "pld_plus_attention": ("pld_plus", {"rank_by": "attention"}),
     "pld_plus_first": ("pld_plus", {"rank_by": "first"}),
 }
-
-
-def hf_prompt_lookup(lm, ids, max_new_tokens, num_tokens=10):
-    """HF's own prompt lookup (`prompt_lookup_num_tokens`), timed like ours."""
-    start = time.perf_counter()
-    with torch.inference_mode():
-        out = lm.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                max_new_tokens=max_new_tokens, do_sample=False, prompt_lookup_num_tokens=num_tokens)
-    tokens = out[0, len(ids):].tolist()
-    for i, t in enumerate(tokens):
-        if t in lm.eos_token_ids:
-            tokens = tokens[: i + 1]
-            break
-    return tokens, time.perf_counter() - start
 
 
 def run_prompt(lm, item, name, max_new_tokens, k):

@@ -43,6 +43,14 @@ def context_logits(context: tuple, seed: int, vocab: int = 1000, noise: float = 
     return synthetic_logits(rng, vocab, noise)
 
 
+def real_prompt_texts(count: int) -> list[str]:
+    """The real-law experiments' prompts: the first `count` HumanEval problems and `count` MT-Bench first turns."""
+    from multidraft.data import load_humaneval
+    from multidraft.eval.tasks import load_task
+
+    return [p["prompt"] for p in load_humaneval()[:count]] + [p.input for p in load_task("chat", limit=count)]
+
+
 def real_logits(prompt_texts: list[str], tokens: int, draft_layers: int, model: str = "smollm2-135m",
                 draft_model: str | None = None):
     """Yield (target_logits, draft_logits) rows (float32, (V,)) along the target's greedy continuations. The draft

@@ -31,7 +31,7 @@ import torch
 
 from multidraft.fsutil import atomic_path
 from multidraft.selection import closed_form_acceptance, optimal_acceptance, select, surviving_drafts
-from selection_laws import context_logits, real_logits, synthetic_logits, warp
+from selection_laws import context_logits, real_logits, real_prompt_texts, synthetic_logits, warp
 
 PAPER_IS = {"s": 5, "alphabet_size": 40}
 
@@ -103,12 +103,7 @@ def law_pairs(args):
         for _ in range(args.instances):
             yield synthetic_logits(rng, args.vocab, args.noise, tuple(args.sharpness))
     else:
-        from multidraft.data import load_humaneval
-        from multidraft.eval.tasks import load_task
-
-        texts = [p["prompt"] for p in load_humaneval()[: args.prompts]]
-        texts += [p.input for p in load_task("chat", limit=args.prompts)]
-        yield from real_logits(texts, args.tokens, args.draft_layers, model=args.model, draft_model=args.draft_model)
+        yield from real_logits(real_prompt_texts(args.prompts), args.tokens, args.draft_layers, model=args.model, draft_model=args.draft_model)
 
 
 def run_acceptance(args):

@@ -29,7 +29,7 @@ import torch
 
 import multidraft
 from multidraft.fsutil import atomic_path
-from mtad_paper import layer_skip_draft
+from mtad_paper import real_pair_and_prompts
 
 WARP = {"temperature": 1.0, "top_p": 0.95}
 DRAFT_T = 1.2
@@ -62,15 +62,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
 
-    from multidraft.data import load_humaneval
-    from multidraft.eval.tasks import load_task
-
-    target = multidraft.load_model(args.model, dtype=torch.float32)
-    draft = (multidraft.load_model(args.draft_model, dtype=torch.float32) if args.draft_model
-             else layer_skip_draft(target, args.draft_layers))
-    texts = [p["prompt"] for p in load_humaneval()[: args.prompts]]
-    texts += [p.input for p in load_task("chat", limit=args.prompts)]
-    prompts = [target.encode(t)[-256:] for t in texts]
+    target, draft, prompts = real_pair_and_prompts(args)
     table = {label: {"K": k, "tokens": 0, "calls": 0, "accepted": 0, "cpu_s": 0.0, "wall_s": 0.0}
              for label, k, _, _ in rows(args.ks)}
     # warm-up (allocator, first-call paths), not counted

@@ -30,6 +30,7 @@ import torch
 import multidraft
 from multidraft.eval.tasks import _stdlib_functions, load_task
 from multidraft.suffix import SuffixStore
+from hf_peers import hf_prompt_lookup
 
 TYPE_HINTS = "Add type hints to every parameter and to the return value of this function. Return the complete function."
 AGENT_STEPS = [
@@ -66,20 +67,6 @@ def agent_loop_prompt(code: str, step: int):
     return [{"role": "user", "content": f"You are editing a function step by step. The current code:\n\n```python\n"
                                         f"{code}\n```\n\nStep {step + 1}: {AGENT_STEPS[step % len(AGENT_STEPS)]} "
                                         "Return the complete function."}]
-
-
-def hf_prompt_lookup(lm, ids, max_new_tokens, num_tokens=10):
-    """HF's own prompt lookup (`prompt_lookup_num_tokens`), timed like ours."""
-    start = time.perf_counter()
-    with torch.inference_mode():
-        out = lm.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                max_new_tokens=max_new_tokens, do_sample=False, prompt_lookup_num_tokens=num_tokens)
-    tokens = out[0, len(ids):].tolist()
-    for i, t in enumerate(tokens):
-        if t in lm.eos_token_ids:
-            tokens = tokens[: i + 1]
-            break
-    return tokens, time.perf_counter() - start
 
 
 def run_method(lm, name, ids, max_new_tokens, store):

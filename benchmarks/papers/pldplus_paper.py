@@ -41,6 +41,9 @@ from multidraft.pldplus import calibration
 from multidraft.pldplus.ranking import candidates, rank_attention, rank_hidden
 from multidraft.pldplus.sweep import all_hidden_states
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: the shared HF peers
+from hf_peers import hf_prompt_lookup  # noqa: E402
+
 PAPER = {
     "table6": {10: 3.17, 20: 3.18, 30: 3.2, 40: 3.21, 50: 3.21, 100: 2.93, 200: 2.9, 300: 2.9, "all": 2.9},
     "table7_tok_s": {"none": 92.26, -0.75: 94.44, -0.5: 93.79, 0.0: 95.05, 0.5: 76.86, 0.75: 57.73},
@@ -228,17 +231,6 @@ def curve(args):
 
 
 # ----- speed -----
-def hf_prompt_lookup(lm, ids, max_new_tokens, num_tokens=10):
-    with torch.inference_mode():
-        out = lm.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                max_new_tokens=max_new_tokens, do_sample=False, prompt_lookup_num_tokens=num_tokens)
-    tokens = out[0, len(ids):].tolist()
-    for i, t in enumerate(tokens):
-        if t in lm.eos_token_ids:
-            return tokens[: i + 1], None
-    return tokens, None
-
-
 PAPER_K = dict(num_draft_tokens=70, short_draft_tokens=None)
 GREEDY_METHODS = {
     "AR (greedy)": ("greedy", {}),
