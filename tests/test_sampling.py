@@ -47,22 +47,24 @@ def exact_sequence_law(lm, prompt_ids, length, temperature):
 
 
 def chi_square_p_value(law, counts, runs):
-    """Pearson chi-square goodness of fit, pooling outcomes with expected count < 5 into one cell."""
+    """Pearson chi-square goodness of fit; outcomes with expected count < 5 are pooled into one cell, and an
+    outcome the law gives no mass at all makes p = 0."""
     from scipy.stats import chisquare
-    observed, expected, pooled_obs, pooled_exp = [], [], 0, 0.0
+    if any(outcome not in law for outcome in counts):
+        return 0.0
+    observed, expected, pooled_observed, pooled_expected = [], [], 0, 0.0
     for outcome, mass in law.items():
         if mass * runs >= 5:
             observed.append(counts.get(outcome, 0))
             expected.append(mass * runs)
         else:
-            pooled_obs += counts.get(outcome, 0)
-            pooled_exp += mass * runs
-    pooled_obs += sum(c for o, c in counts.items() if o not in law)
-    observed.append(pooled_obs)
-    expected.append(pooled_exp)
-    total = sum(expected)
-    expected = [e * sum(observed) / total for e in expected]      # float32 laws sum to 1 only up to rounding
-    return chisquare(observed, expected).pvalue
+            pooled_observed += counts.get(outcome, 0)
+            pooled_expected += mass * runs
+    if pooled_expected > 0:
+        observed.append(pooled_observed)
+        expected.append(pooled_expected)
+    scale = sum(observed) / sum(expected)      # float32 laws sum to 1 only up to rounding
+    return float(chisquare(observed, [e * scale for e in expected]).pvalue)
 
 
 def sample_pld_runs(lm, prompt_ids, length, temperature, runs, verifier=None):

@@ -30,6 +30,7 @@ import multidraft
 import multidraft.verify.multi_draft as multi_draft_verifier
 from multidraft.models.runner import LM
 from multidraft.sampling import SamplingParams, draw, logits_to_probs
+from tests.test_sampling import chi_square_p_value
 from tests.tiny_models import make_tiny_hf_model, make_tokenizer, perturbed_copy
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tiny models run fastest on one thread
@@ -100,27 +101,6 @@ def sample_runs(models, scheme, warp, runs):
         counts[tuple(result.token_ids)] += 1
         accepted += result.stats.draft_tokens_accepted
     return counts, accepted
-
-
-def chi_square_p_value(law, counts, runs):
-    """Pearson chi-square goodness of fit; outcomes with expected count < 5 are pooled into one cell, and an
-    outcome the law gives no mass at all makes p = 0."""
-    from scipy.stats import chisquare
-    if any(outcome not in law for outcome in counts):
-        return 0.0
-    observed, expected, pooled_observed, pooled_expected = [], [], 0, 0.0
-    for outcome, mass in law.items():
-        if mass * runs >= 5:
-            observed.append(counts.get(outcome, 0))
-            expected.append(mass * runs)
-        else:
-            pooled_observed += counts.get(outcome, 0)
-            pooled_expected += mass * runs
-    if pooled_expected > 0:
-        observed.append(pooled_observed)
-        expected.append(pooled_expected)
-    scale = sum(observed) / sum(expected)      # float32 laws sum to 1 only up to rounding
-    return float(chisquare(observed, [e * scale for e in expected]).pvalue)
 
 
 def total_variation(law, counts, runs):
