@@ -126,7 +126,7 @@ def test_token_log_probs_are_batch_independent_and_causal(tiny):
     """Per-token scores (eval.metrics.token_log_probs, which draft_perplexities averages; test_metrics checks those
     against a hand computation): right-padding a batch changes no draft's scores, and the first m scores do not
     depend on what follows them."""
-    from multidraft.superposed.paper_eval import token_log_probs
+    from multidraft.eval.metrics import token_log_probs
 
     prefix = tiny.encode("the cat sat")
     drafts = [[5, 9, 11, 4], [7, 3], [2, 4, 6]]

@@ -32,8 +32,7 @@ import torch
 
 import multidraft
 from multidraft.blockwise import load_heads
-from multidraft.blockwise.cost import (PAPER_KV_BYTES_PER_POSITION, PAPER_MODEL_BYTES, MeasuredCosts,
-                                       kv_bytes_per_position, kv_io, parameter_io)
+from multidraft.blockwise.cost import MeasuredCosts, kv_bytes_per_position, kv_io, parameter_io
 from multidraft.blockwise.drafter import BlockwiseStrategy, ngram_logprob_fn
 from multidraft.blockwise.evaluation import OfflineRun, consecutive_stats
 from multidraft.blockwise.lattice import Lattice, build_lattice, paths_to_tree, pbest_paths

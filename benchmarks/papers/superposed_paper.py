@@ -33,8 +33,9 @@ from multidraft.fsutil import atomic_path
 from multidraft.ngram import NGramModel
 from multidraft.superposed.decoder import SuperposedConfig, superposed_decode
 from multidraft.superposed.ngram_mixture import PAPER_WEIGHTS
+from multidraft.eval.metrics import token_log_probs
 from multidraft.superposed.paper_eval import (linearity_probe, ngram_greedy, repetition_curve, split_prefixes,
-                                              token_log_probs, truncate_to_common_length)
+                                              truncate_to_common_length)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -215,7 +216,6 @@ def cmd_quality(args):
     ngram_in, ngram_ood = load_ngram(args.ngram_file, lm), load_ngram(args.ood_ngram_file, lm)
     tuned_in, _ = tuned(args.tune_name)
     eos = eos_of(lm)
-    methods = {}  # name -> per prefix list of drafts
     per_prefix = []
     t0 = time.time()
     for i, full in enumerate(test):

@@ -216,9 +216,8 @@ def check_options(options: dict) -> None:
 
 
 def make_drafter(lm, sampler, options: dict) -> BlockwiseDrafter:
-    """The drafter over ready heads / n-gram / rescorer (blockwise.artifacts.resolve_options loads them first)."""
-    if not sampler.params.greedy:
-        raise InvalidOptionError("method='blockwise' verifies by greedy matching; use temperature=0")
+    """The drafter over ready heads / n-gram / rescorer (blockwise.artifacts.resolve_options loads them first; the
+    method row's greedy_only refuses a temperature before that)."""
     check_options(options)
     return BlockwiseDrafter(options["heads"], make_strategy(lm, options), options["num_heads"],
                             num_layers=lm.num_layers)

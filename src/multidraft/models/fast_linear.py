@@ -231,11 +231,7 @@ def active():
         _active.depth = depth
 
 
-def _onednn_available() -> bool:
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-
-
-ONEDNN = _onednn_available()
+ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
 def _fast_forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from multidraft.eval.metrics import self_bleu, token_log_probs, unique_ngram_ratios  # noqa: F401 (token_log_probs: re-exported)
+from multidraft.eval.metrics import self_bleu, unique_ngram_ratios
 
 
 # ------------------------------------------------------------------ splits
