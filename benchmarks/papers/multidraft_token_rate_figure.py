@@ -91,6 +91,7 @@ def plot(summary: dict, pair: str, path: str) -> None:
     paper.set_title("paper (seed 002 Table 1): OPT-125M -> 13B, Dolly", fontsize=9)
     for axis in (ours, paper):
         axis.set_xlabel("K (identical drafts)")
+        axis.set_xticks(PAPER_KS)
         axis.set_ylabel("block efficiency (tokens / target call)")
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7)
