@@ -8,7 +8,8 @@
 Why: the Qwen pair in fp32 takes ~10 GB of private memory per process (the files are bf16, so every process
 converts its own copy), and this 24 GB machine cannot hold two copies beside the other agents' work. The pair is
 loaded once, then the process forks: the child runs mtad_paper's main, the parent selection_token_rate's main.
-The weights are never written after loading, so the two processes share their pages copy-on-write. Each script
+The weights are never written after loading, so the two processes share their pages copy-on-write. The prompts
+alternate between the tasks (HumanEval, chat, HumanEval, ...), so a run stopped early covers both. Each script
 sees the usual command line (its --model / --draft-model are set to the shared pair's names) and measures its own
 process CPU time, so the token-rate timing is unchanged.
 """
@@ -61,8 +62,11 @@ def main() -> None:
     draft = multidraft.load_model(args.draft_model, dtype=torch.float32)
 
     def shared_pair(script_args):
-        prompts = [target.encode(t)[-256:] for t in mtad_paper.real_prompt_texts(script_args.prompts)]
-        return target, draft, prompts
+        texts = mtad_paper.real_prompt_texts(script_args.prompts)     # n HumanEval prompts, then n chat prompts
+        count = script_args.prompts
+        # alternate the tasks (HumanEval 0, chat 0, HumanEval 1, ...): a run stopped early still covers both
+        texts = [text for pair in zip(texts[:count], texts[count:]) for text in pair]
+        return target, draft, [target.encode(t)[-256:] for t in texts]
 
     # both scripts get their pair through this one function: hand them the loaded one
     mtad_paper.real_pair_and_prompts = shared_pair
