@@ -209,8 +209,9 @@ def run_real(args):
                "counted_mj_per_token": energy_pj / tokens / 1e9, "tokens": tokens,
                "cpu_tokens_per_s": tokens / seconds if seconds else 0.0,
                "target_forwards_per_token": forwards["target"] / tokens,
-               "draft_forwards_per_token": forwards["draft"] / tokens}
+               "draft_forwards_per_token": forwards["draft"] / tokens, "nll_per_prompt": nlls}
         results.setdefault(table, {})[label] = row
+        write_json(args, {"results": results, "target": target.name, "draft": draft.name, "finished": False})
         print(f"{table:>16} | {label:>42} | PPL {row['ppl']:.3f} | BE {row['block_efficiency']:.2f} | "
               f"{row['gflops_per_token']:.2f} GFLOP/tok | {row['mb_moved_per_token']:.0f} MB/tok | "
               f"{row['counted_mj_per_token']:.2f} mJ/tok (counted) | fwd/tok target {row['target_forwards_per_token']:.2f}"
@@ -242,10 +243,16 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     result = run_exact(args) if args.mode == "exact" else run_real(args)
-    result["args"] = vars(args)
+    result["finished"] = True
+    write_json(args, result)
+
+
+def write_json(args, result: dict) -> None:
+    """Write `result` (with the arguments) to --json, if given; also called after every row of a long run, so a
+    stopped run keeps its finished rows."""
     if args.json:
         with atomic_path(args.json) as path:      # no half-written file on a crash
-            path.write_text(json.dumps(result, indent=1))
+            path.write_text(json.dumps({**result, "args": vars(args)}, indent=1))
 
 
 if __name__ == "__main__":
