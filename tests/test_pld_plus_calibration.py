@@ -195,3 +195,45 @@ def test_merging_per_task_runs_equals_one_run_over_all_prompts(tiny_lm, tmp_path
         assert merged[key] == together[key], key
     with pytest.raises(InvalidOptionError, match="top-k"):
         induction.merge_records([induction.calibrate(tiny_lm, prompts[:1], gen_len=16, top_k=1)])
+
+
+# ----- the faster calibration path gives what the old one gave -----
+def old_calibration_counts(lm, prompts, gen_len):
+    """The calibration as it ran before: token-by-token greedy, one forward for the attention argmax, another
+    for the hidden states of seq[:-1]; (hits, events, per-prompt layer counts)."""
+    from multidraft.pldplus.sweep import sweep_counts
+    hits, events, layer_counts = 0, 0, []
+    for prompt in prompts:
+        ids = lm.encode(prompt)
+        seq = ids + multidraft.generate(lm, ids, method="greedy", max_new_tokens=gen_len).token_ids
+        prompt_hits, prompt_events = induction.count_hits(induction.attention_argmax(lm, seq), seq, len(ids))
+        hits, events = hits + prompt_hits, events + prompt_events
+        layer_counts.append(sweep_counts(lm, seq, len(ids)))      # its own forward over seq[:-1]
+    return hits, events, np.stack(layer_counts)
+
+
+@pytest.mark.parametrize("decode_method", ["greedy", "pld"])
+def test_one_forward_and_drafted_greedy_give_the_old_calibration(tiny_lm, decode_method):
+    prompts = []
+    for prompt in (PROMPT, "def x ( y ) : return x + 1 def x ( y ) : return"):
+        text = prompt + " " + multidraft.generate(tiny_lm, prompt, max_new_tokens=10).text
+        prompts.append(text + " " + text)
+    hits, events, counts = old_calibration_counts(tiny_lm, prompts, gen_len=24)
+    record = induction.calibrate(tiny_lm, prompts, gen_len=24, top_k=1000, decode_method=decode_method)
+    assert events > 10 and record["events"] == events
+    assert record["induction_heads"] == [list(h) for h in induction.rank_heads(hits)]
+    assert np.array_equal(np.asarray(record["layer_counts"]), counts)
+    assert record["layer"] == choose_layer(counts)["layer"]
+    assert record["decode"] == {"method": decode_method, "runner": tiny_lm.runner}
+
+
+def test_one_forward_reads_the_same_argmax_and_hidden_states(tiny_lm):
+    seq = tiny_lm.encode(PROMPT) * 2
+    argmax, hidden = induction.attention_argmax_and_hidden(tiny_lm, seq)
+    assert np.array_equal(argmax, induction.attention_argmax(tiny_lm, seq))
+    torch.testing.assert_close(hidden[:, :-1], all_hidden_states(tiny_lm, seq[:-1]), rtol=0, atol=1e-5)
+
+
+def test_calibration_refuses_a_lossy_decoder(tiny_lm):
+    with pytest.raises(InvalidOptionError, match="not lossless"):
+        induction.calibrate(tiny_lm, [PROMPT], gen_len=4, decode_method="beam")
