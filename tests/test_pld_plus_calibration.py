@@ -237,3 +237,27 @@ def test_one_forward_reads_the_same_argmax_and_hidden_states(tiny_lm):
 def test_calibration_refuses_a_lossy_decoder(tiny_lm):
     with pytest.raises(InvalidOptionError, match="not lossless"):
         induction.calibrate(tiny_lm, [PROMPT], gen_len=4, decode_method="beam")
+
+
+# ----- the shipped files (issue #21: >= 1,000 copy events from validation prompts, the tie rule's layer; not every
+# registry model ships one yet, e.g. gemma3-270m) -----
+SHORT_OF_EVENTS = {   # known gaps, strict: the test says so as soon as a re-run closes one
+    "qwen2.5-coder-1.5b": "754 copy events from 8 prompts: the run was cut by the deadline (pldplus.md section 1.2)"}
+
+
+@pytest.mark.parametrize("alias", [
+    pytest.param(a, marks=pytest.mark.xfail(reason=SHORT_OF_EVENTS[a], strict=True)) if a in SHORT_OF_EVENTS else a
+    for a in sorted(p.stem for p in (__import__("pathlib").Path(calibration.__file__).parent / "calibrations").glob("*.json"))])
+def test_every_shipped_calibration_rests_on_enough_validation_events(alias, tmp_path, monkeypatch):
+    monkeypatch.setenv("MULTIDRAFT_HOME", str(tmp_path))       # empty cache: only the package data can answer
+    record = calibration.load_record(alias)
+    assert record is not None and record["source"].endswith(f"calibrations/{alias}.json")
+    assert record["format"] == induction.FORMAT_VERSION and record["model"] == alias
+    assert record["events"] >= 1000 and sum(record["events_by_task"].values()) == record["events"]
+    assert set(record["events_by_task"]) == {"code_edit", "text_edit", "summarize"}
+    assert record["split"] == "validation" and all("/val-" in p for p in record["prompt_ids"])
+    assert len(record["prompt_ids"]) == record["num_prompts"]
+    counts = np.asarray(record["layer_counts"])
+    assert counts.shape == (record["num_prompts"], record["num_layers"], 2)
+    assert record["layer"] == choose_layer(counts)["layer"]          # the tie rule, re-derived from the counts
+    assert len(record["induction_heads"]) == 50
