@@ -195,3 +195,69 @@ def test_merging_per_task_runs_equals_one_run_over_all_prompts(tiny_lm, tmp_path
         assert merged[key] == together[key], key
     with pytest.raises(InvalidOptionError, match="top-k"):
         induction.merge_records([induction.calibrate(tiny_lm, prompts[:1], gen_len=16, top_k=1)])
+
+
+# ----- the faster calibration path gives what the old one gave -----
+def old_calibration_counts(lm, prompts, gen_len):
+    """The calibration as it ran before: token-by-token greedy, one forward for the attention argmax, another
+    for the hidden states of seq[:-1]; (hits, events, per-prompt layer counts)."""
+    from multidraft.pldplus.sweep import sweep_counts
+    hits, events, layer_counts = 0, 0, []
+    for prompt in prompts:
+        ids = lm.encode(prompt)
+        seq = ids + multidraft.generate(lm, ids, method="greedy", max_new_tokens=gen_len).token_ids
+        prompt_hits, prompt_events = induction.count_hits(induction.attention_argmax(lm, seq), seq, len(ids))
+        hits, events = hits + prompt_hits, events + prompt_events
+        layer_counts.append(sweep_counts(lm, seq, len(ids)))      # its own forward over seq[:-1]
+    return hits, events, np.stack(layer_counts)
+
+
+@pytest.mark.parametrize("decode_method", ["greedy", "pld"])
+def test_one_forward_and_drafted_greedy_give_the_old_calibration(tiny_lm, decode_method):
+    prompts = []
+    for prompt in (PROMPT, "def x ( y ) : return x + 1 def x ( y ) : return"):
+        text = prompt + " " + multidraft.generate(tiny_lm, prompt, max_new_tokens=10).text
+        prompts.append(text + " " + text)
+    hits, events, counts = old_calibration_counts(tiny_lm, prompts, gen_len=24)
+    record = induction.calibrate(tiny_lm, prompts, gen_len=24, top_k=1000, decode_method=decode_method)
+    assert events > 10 and record["events"] == events
+    assert record["induction_heads"] == [list(h) for h in induction.rank_heads(hits)]
+    assert np.array_equal(np.asarray(record["layer_counts"]), counts)
+    assert record["layer"] == choose_layer(counts)["layer"]
+    assert record["decode"] == {"method": decode_method, "runner": tiny_lm.runner}
+
+
+def test_one_forward_reads_the_same_argmax_and_hidden_states(tiny_lm):
+    seq = tiny_lm.encode(PROMPT) * 2
+    argmax, hidden = induction.attention_argmax_and_hidden(tiny_lm, seq)
+    assert np.array_equal(argmax, induction.attention_argmax(tiny_lm, seq))
+    torch.testing.assert_close(hidden[:, :-1], all_hidden_states(tiny_lm, seq[:-1]), rtol=0, atol=1e-5)
+
+
+def test_calibration_refuses_a_lossy_decoder(tiny_lm):
+    with pytest.raises(InvalidOptionError, match="not lossless"):
+        induction.calibrate(tiny_lm, [PROMPT], gen_len=4, decode_method="beam")
+
+
+# ----- the shipped files (issue #21: >= 1,000 copy events from validation prompts, the tie rule's layer; not every
+# registry model ships one yet, e.g. gemma3-270m) -----
+SHORT_OF_EVENTS = {   # known gaps, strict: the test says so as soon as a re-run closes one
+    "qwen2.5-coder-1.5b": "754 copy events from 8 prompts: the run was cut by the deadline (pldplus.md section 1.2)"}
+
+
+@pytest.mark.parametrize("alias", [
+    pytest.param(a, marks=pytest.mark.xfail(reason=SHORT_OF_EVENTS[a], strict=True)) if a in SHORT_OF_EVENTS else a
+    for a in sorted(p.stem for p in (__import__("pathlib").Path(calibration.__file__).parent / "calibrations").glob("*.json"))])
+def test_every_shipped_calibration_rests_on_enough_validation_events(alias, tmp_path, monkeypatch):
+    monkeypatch.setenv("MULTIDRAFT_HOME", str(tmp_path))       # empty cache: only the package data can answer
+    record = calibration.load_record(alias)
+    assert record is not None and record["source"].endswith(f"calibrations/{alias}.json")
+    assert record["format"] == induction.FORMAT_VERSION and record["model"] == alias
+    assert record["events"] >= 1000 and sum(record["events_by_task"].values()) == record["events"]
+    assert set(record["events_by_task"]) == {"code_edit", "text_edit", "summarize"}
+    assert record["split"] == "validation" and all("/val-" in p for p in record["prompt_ids"])
+    assert len(record["prompt_ids"]) == record["num_prompts"]
+    counts = np.asarray(record["layer_counts"])
+    assert counts.shape == (record["num_prompts"], record["num_layers"], 2)
+    assert record["layer"] == choose_layer(counts)["layer"]          # the tie rule, re-derived from the counts
+    assert len(record["induction_heads"]) == 50

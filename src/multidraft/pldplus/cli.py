@@ -23,6 +23,11 @@ def register(subparsers) -> None:
     calibrate.add_argument("--gen-len", type=int, default=96, help="greedy tokens generated per prompt (default 96)")
     calibrate.add_argument("--top-k", type=int, default=50, help="induction heads kept, best first (default 50)")
     calibrate.add_argument("--no-layer-sweep", action="store_true", help="skip the PLD+(h) layer sweep")
+    calibrate.add_argument("--decode-method", default="pld",
+                           help="lossless method that produces the greedy outputs (default pld: token-identical to "
+                                "greedy, fewer forwards; 'greedy' decodes token by token)")
+    calibrate.add_argument("--decode-runner", default=None, choices=("eager", "fast", "auto"),
+                           help="runner for that decoding (default: the eager one the calibration forward uses)")
     calibrate.add_argument("--dtype", default=None, help="model dtype (default: the loader's choice)")
     add_device_argument(calibrate)
     calibrate.add_argument("--output", default=None, help="write here instead of the cache")
@@ -55,7 +60,8 @@ def _calibrate(args) -> int:
         raise InvalidOptionError("--task names no task; give e.g. --task code_edit,text_edit,summarize")
     lm = multidraft.load_model(args.model, dtype=args.dtype, device=args.device, attn_implementation="eager")
     record = induction.calibrate(lm, [item.input for item in items], gen_len=args.gen_len, top_k=args.top_k,
-                             sweep=not args.no_layer_sweep, progress=print, labels=[item.task for item in items])
+                             sweep=not args.no_layer_sweep, progress=print, labels=[item.task for item in items],
+                             decode_method=args.decode_method, decode_runner=args.decode_runner)
     record.update(task=args.task, split=args.split, prompt_ids=[item.id for item in items])
     path = calibration.save(record, args.output)
     top = ", ".join(f"({l},{g}):{h}" for l, g, h in record["induction_heads"][:8])

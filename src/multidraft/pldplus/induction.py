@@ -11,6 +11,7 @@ prediction heads in multidraft.)
 
 from __future__ import annotations
 
+import contextlib
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
@@ -66,10 +67,28 @@ def rank_heads(hits: np.ndarray, top_k: Optional[int] = None) -> list[tuple[int,
 @torch.inference_mode()
 def attention_argmax(lm, token_ids: Sequence[int]) -> np.ndarray:
     """(L, G, T) argmax key of every query row of every head, from one full eager forward (hooks keep only argmax)."""
+    with _argmax_hooks(lm) as argmax:
+        lm.forward(lm.new_cache(), list(token_ids), logits_rows=slice(-1, None))
+    return _stack_argmax(lm, argmax)
+
+
+@torch.inference_mode()
+def attention_argmax_and_hidden(lm, token_ids: Sequence[int]) -> tuple[np.ndarray, torch.Tensor]:
+    """`attention_argmax` and `sweep.all_hidden_states` of token_ids from ONE forward (what calibration needs
+    per prompt; the two used to cost a forward each)."""
+    from multidraft.pldplus.sweep import hidden_state_hooks, stack_hidden_states
+    with _argmax_hooks(lm) as argmax, hidden_state_hooks(lm) as hidden:
+        lm.forward(lm.new_cache(), list(token_ids), logits_rows=slice(-1, None))
+    return _stack_argmax(lm, argmax), stack_hidden_states(hidden)
+
+
+@contextlib.contextmanager
+def _argmax_hooks(lm):
+    """Hooks on every attention module that fill the yielded dict {layer: (G, T) argmax key} during a forward."""
     layers = lm._decoder_layers
     if layers is None:
         raise InvalidOptionError(f"cannot find the decoder layers of {lm.name}; PLD+ calibration supports Llama-like models")
-    argmax: dict[int, torch.Tensor] = {}
+    argmax: dict[int, Optional[torch.Tensor]] = {}
 
     def make_hook(index):
         def hook(_module, _inputs, output):
@@ -78,26 +97,51 @@ def attention_argmax(lm, token_ids: Sequence[int]) -> np.ndarray:
         return hook
     handles = [layer.self_attn.register_forward_hook(make_hook(i)) for i, layer in enumerate(layers)]
     try:
-        lm.forward(lm.new_cache(), list(token_ids), logits_rows=slice(-1, None))
+        yield argmax
     finally:
         for handle in handles:
             handle.remove()
-    if any(argmax.get(i) is None for i in range(len(layers))):
+
+
+def _stack_argmax(lm, argmax: dict) -> np.ndarray:
+    if any(argmax.get(i) is None for i in range(lm.num_layers)):
         raise InvalidOptionError(
             f"{lm.name} returns no attention weights (attn_implementation={lm.attn_implementation!r}); calibrate a "
             "model loaded with attn_implementation='eager' (the CLI does this) on an architecture that supports it")
-    return torch.stack([argmax[i] for i in range(len(layers))]).cpu().numpy()
+    return torch.stack([argmax[i] for i in range(lm.num_layers)]).cpu().numpy()
+
+
+def greedy_output(lm, ids: list[int], gen_len: int, method: str = "greedy", runner: Optional[str] = None) -> list[int]:
+    """The greedy continuation of ids. method: any lossless method (at temperature 0 token-identical to greedy,
+    e.g. "pld", which on these copy-heavy prompts needs about half the forwards). runner: the runner to decode
+    with (e.g. "fast"), the model's own when None; the model is put back on its runner afterwards, because the
+    calibration's own forward needs the eager attention weights."""
+    from multidraft.api import generate
+    from multidraft.methods import get_method
+    if not get_method(method).lossless:
+        raise InvalidOptionError(f"calibration needs the greedy output; {method!r} is not lossless (use 'greedy' or "
+                                 "a lossless drafting method such as 'pld')")
+    previous = lm.runner
+    if runner is not None and runner != previous:
+        lm.use_runner(runner, progress=False)
+    try:
+        return generate(lm, ids, method=method, max_new_tokens=gen_len, temperature=0.0).token_ids
+    finally:
+        if lm.runner != previous:
+            lm.use_runner(previous, progress=False)
 
 
 def calibrate(lm, prompts: Iterable, gen_len: int = 96, top_k: int = 50, min_overlap: int = 1,
-              sweep: bool = True, progress=None, labels: Optional[Sequence[str]] = None) -> dict:
+              sweep: bool = True, progress=None, labels: Optional[Sequence[str]] = None,
+              decode_method: str = "greedy", decode_runner: Optional[str] = None) -> dict:
     """Identify induction heads on `prompts` (text, chat messages or token ids): greedy-decode, one full forward.
 
     With `sweep`, also replay the greedy outputs to score every PLD+(h) layer (K = 10, as the paper tunes it) and
     pick one with the tie rule of `layer_choice` (bootstrap over prompts). `labels` (one per prompt, e.g. the
-    task) only group the copy-event counts in the record.
+    task) only group the copy-event counts in the record. decode_method / decode_runner: how the greedy output is
+    produced (`greedy_output`); the attention argmax and the hidden states of every layer then come from one
+    teacher-forced forward over prompt + output (causal: the values token-by-token decoding would see).
     """
-    from multidraft.api import generate
     from multidraft.pldplus.sweep import sweep_counts
     if lm.attn_implementation != "eager":
         raise InvalidOptionError(
@@ -113,20 +157,22 @@ def calibrate(lm, prompts: Iterable, gen_len: int = 96, top_k: int = 50, min_ove
     layer_counts = []
     for number, (prompt, label) in enumerate(zip(prompts, labels), start=1):
         ids = lm.encode(prompt)
-        out = generate(lm, ids, method="greedy", max_new_tokens=gen_len)
-        seq = ids + out.token_ids
-        prompt_hits, prompt_events = count_hits(attention_argmax(lm, seq), seq, len(ids), min_overlap)
+        output = greedy_output(lm, ids, gen_len, decode_method, decode_runner)
+        seq = ids + output
+        argmax, hidden = attention_argmax_and_hidden(lm, seq)
+        prompt_hits, prompt_events = count_hits(argmax, seq, len(ids), min_overlap)
         hits += prompt_hits
         events += prompt_events
         events_by_label[label] = events_by_label.get(label, 0) + prompt_events
-        if sweep and len(out.token_ids) > 0:
-            layer_counts.append(sweep_counts(lm, seq, len(ids)))
+        if sweep and len(output) > 0:
+            layer_counts.append(sweep_counts(lm, seq, len(ids), hidden=hidden))
         if progress:
-            progress(f"prompt {number} ({label}): {len(ids)} + {len(out.token_ids)} tokens, {prompt_events} copy events")
+            progress(f"prompt {number} ({label}): {len(ids)} + {len(output)} tokens, {prompt_events} copy events")
     if not prompts:
         raise InvalidOptionError("calibration needs at least one prompt")
     record = {"format": FORMAT_VERSION, "model": lm.name, "num_layers": lm.num_layers, "num_heads": lm.num_heads,
-              "num_prompts": len(prompts), "gen_len": gen_len, "events_by_task": events_by_label,
+              "num_prompts": len(prompts), "gen_len": gen_len, "decode": {"method": decode_method,
+                                                                          "runner": decode_runner or lm.runner}, "events_by_task": events_by_label,
               **_ranking_fields(hits, events, top_k)}
     record.update(_layer_fields(np.stack(layer_counts) if layer_counts else None))   # (prompts, layers, 2)
     return record

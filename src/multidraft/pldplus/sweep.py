@@ -7,6 +7,7 @@ true continuation, advance by accepted + 1. One full forward with all hidden sta
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -45,6 +46,14 @@ def all_hidden_states(lm, token_ids: Sequence[int]) -> torch.Tensor:
     not from HF's `output_hidden_states`: HF applies the final norm to its last entry, so at l = L the sweep
     would score a different vector from the one PLD+ then ranks with.
     """
+    with hidden_state_hooks(lm) as captured:
+        lm.forward(lm.new_cache(), list(token_ids), logits_rows=slice(-1, None))
+    return stack_hidden_states(captured)
+
+
+@contextlib.contextmanager
+def hidden_state_hooks(lm):
+    """Hooks that fill the yielded dict {l: (T, d) float32} during one forward (l = 0 embeddings, l = block l)."""
     layers = lm._decoder_layers
     if layers is None:
         raise InvalidOptionError(f"cannot find the decoder layers of {lm.name}; the PLD+ layer sweep supports "
@@ -59,16 +68,26 @@ def all_hidden_states(lm, token_ids: Sequence[int]) -> torch.Tensor:
     modules = [lm.model.get_input_embeddings()] + list(layers)
     handles = [module.register_forward_hook(make_hook(i)) for i, module in enumerate(modules)]
     try:
-        lm.forward(lm.new_cache(), list(token_ids), logits_rows=slice(-1, None))
+        yield captured
     finally:
         for handle in handles:
             handle.remove()
-    return torch.stack([captured[i] for i in range(len(modules))])
 
 
-def sweep_counts(lm, seq: list[int], prompt_length: int, num_draft_tokens: int = 10) -> np.ndarray:
-    """(layers, 2): the (generated tokens, steps) PLD+(h) takes on one greedy output at each layer 1..L."""
-    hidden = all_hidden_states(lm, seq[:-1])
+def stack_hidden_states(captured: dict) -> torch.Tensor:
+    return torch.stack([captured[i] for i in range(len(captured))])
+
+
+def sweep_counts(lm, seq: list[int], prompt_length: int, num_draft_tokens: int = 10,
+                 hidden: Optional[torch.Tensor] = None) -> np.ndarray:
+    """(layers, 2): the (generated tokens, steps) PLD+(h) takes on one greedy output at each layer 1..L.
+
+    hidden: the (L+1, >= len(seq)-1, d) states of `all_hidden_states` when the caller already ran that forward
+    (the calibration takes them from its one forward over the whole sequence; causal, so the first rows are those
+    of seq[:-1]); computed here otherwise.
+    """
+    if hidden is None:
+        hidden = all_hidden_states(lm, seq[:-1])
     counts = np.zeros((lm.num_layers, 2), dtype=np.int64)
     for layer in range(1, lm.num_layers + 1):
         rows = hidden[layer]
