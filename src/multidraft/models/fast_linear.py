@@ -31,7 +31,7 @@ import torch
 # Up to this many rows the kernel is the fastest path; beyond it oneDNN's GEMM is. Whole 1.5B forwards at idle,
 # 2 threads, wall time (fast_path.md §8): kernel vs oneDNN 509 vs 536 ms at 2 rows, 584 vs 570 at 4, 751 vs 612 at 8,
 # 1124 vs 797 at 16; MKL's `F.linear` lost to oneDNN at every size from 16 to 300 rows.
-MAX_ROWS = 2
+MAX_ROWS = 16
 
 KERNEL_SOURCE = r"""
 #include <ATen/ATen.h>
@@ -53,7 +53,12 @@ inline float hsum(__m256 v) {
 // MG input rows x NR weight rows held in registers; the weight vectors are loaded once per k step for all MG rows.
 // (The lane sums go through `sums`: summing straight from `acc` made GCC keep `acc` on the stack, storing all
 // accumulators on every k step, which halved the speed.)
-template <int MG, int NR>
+// PREFETCH: how far ahead (floats) the first group of input rows asks for the weights. Without it the core computes
+// on what has arrived and then waits for the next lines, instead of streaming while it computes (measured at idle,
+// 2 threads: 8960x1536 at 8 rows 3.11 vs 3.94 ms).
+constexpr int64_t PREFETCH = 2048;
+
+template <int MG, int NR, bool FIRST>
 inline void block(const float* __restrict x, const float* __restrict w, float* __restrict out,
                   int64_t K, int64_t N, int64_t n0) {
   __m256 acc[MG][NR];
@@ -63,6 +68,10 @@ inline void block(const float* __restrict x, const float* __restrict w, float* _
     for (int r = 0; r < NR; ++r) acc[i][r] = _mm256_setzero_ps();
   const int64_t K8 = K & ~int64_t(7);
   for (int64_t k = 0; k < K8; k += 8) {
+    if (FIRST && (k & 15) == 0) {     // one prefetch per 64-byte line; later groups find the weights in L1/L2
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; ++r) _mm_prefetch((const char*)(w + (n0 + r) * K + k + PREFETCH), _MM_HINT_T0);
+    }
     __m256 wv[NR];
 #pragma GCC unroll 8
     for (int r = 0; r < NR; ++r) wv[r] = _mm256_loadu_ps(w + (n0 + r) * K + k);
@@ -88,22 +97,23 @@ inline void block(const float* __restrict x, const float* __restrict w, float* _
     }
 }
 
-template <int MG>
+template <int MG, bool FIRST>
 void rows(const float* x, const float* w, float* out, int64_t K, int64_t N, int64_t b, int64_t e) {
   constexpr int NR = MG <= 2 ? 4 : 2;   // 8-12 accumulators: within AVX2's 16 registers
   int64_t n = b;
-  for (; n + NR <= e; n += NR) block<MG, NR>(x, w, out, K, N, n);
-  for (; n < e; ++n) block<MG, 1>(x, w, out, K, N, n);
+  for (; n + NR <= e; n += NR) block<MG, NR, FIRST>(x, w, out, K, N, n);
+  for (; n < e; ++n) block<MG, 1, FIRST>(x, w, out, K, N, n);
 }
 
+template <bool FIRST>
 void rows_any(int mg, const float* x, const float* w, float* out, int64_t K, int64_t N, int64_t b, int64_t e) {
   switch (mg) {
-    case 1: rows<1>(x, w, out, K, N, b, e); break;
-    case 2: rows<2>(x, w, out, K, N, b, e); break;
-    case 3: rows<3>(x, w, out, K, N, b, e); break;
-    case 4: rows<4>(x, w, out, K, N, b, e); break;
-    case 5: rows<5>(x, w, out, K, N, b, e); break;
-    default: rows<6>(x, w, out, K, N, b, e); break;
+    case 1: rows<1, FIRST>(x, w, out, K, N, b, e); break;
+    case 2: rows<2, FIRST>(x, w, out, K, N, b, e); break;
+    case 3: rows<3, FIRST>(x, w, out, K, N, b, e); break;
+    case 4: rows<4, FIRST>(x, w, out, K, N, b, e); break;
+    case 5: rows<5, FIRST>(x, w, out, K, N, b, e); break;
+    default: rows<6, FIRST>(x, w, out, K, N, b, e); break;
   }
 }
 
@@ -123,11 +133,17 @@ at::Tensor small_m_linear(const at::Tensor& x_in, const at::Tensor& w_in) {
   const int64_t grain = std::max<int64_t>(64, ((N + threads - 1) / threads + 3) & ~int64_t(3));
   // Weight rows in chunks that stay in L1/L2 while every group of 6 input rows uses them: one pass over memory.
   const int64_t chunk = std::max<int64_t>(4, (int64_t(16384) / K) & ~int64_t(3));
+  // Input rows in groups of at most 6, of balanced sizes (8 rows: 4 + 4, not 6 + 2).
+  const int64_t groups = (M + 5) / 6;
+  // at::parallel_for runs on torch's OpenMP threads only when this file is built with -fopenmp (see _build_or_find).
   at::parallel_for(0, N, grain, [&](int64_t b, int64_t e) {
     for (int64_t c = b; c < e; c += chunk) {
       const int64_t ce = std::min(e, c + chunk);
-      for (int64_t m0 = 0; m0 < M; m0 += 6)
-        rows_any((int)std::min<int64_t>(6, M - m0), xp + m0 * K, wp, op + m0 * N, K, N, c, ce);
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t m0 = g * M / groups, m1 = (g + 1) * M / groups;
+        if (g == 0) rows_any<true>((int)(m1 - m0), xp + m0 * K, wp, op + m0 * N, K, N, c, ce);
+        else rows_any<false>((int)(m1 - m0), xp + m0 * K, wp, op + m0 * N, K, N, c, ce);
+      }
     }
   });
   return out;
@@ -209,10 +225,13 @@ def _build_or_find(progress: bool):
     if progress and not built:
         print("multidraft: building the fast CPU linear kernel (once per torch version, ~1 min)...",
               file=sys.stderr, flush=True)
+    # -fopenmp makes at::parallel_for use torch's threads: without it the kernel ran on one thread whatever
+    # torch.get_num_threads() said (at idle with 2 threads, 8960x1536 at 1 row 3.37 vs 2.11 ms). The library it
+    # links, libgomp.so.1, is the one torch has already loaded (same soname), so there is one thread pool.
     with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
         load_inline(name="multidraft_small_m_linear", cpp_sources=[KERNEL_SOURCE],
-                    extra_cflags=["-O3", "-mavx2", "-mfma"], is_python_module=False,
-                    build_directory=folder, verbose=False)
+                    extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"],
+                    is_python_module=False, build_directory=folder, verbose=False)
     if progress and not built:
         print(f"multidraft: fast CPU linear kernel ready ({time.perf_counter() - started:.0f} s)",
               file=sys.stderr, flush=True)
