@@ -1,15 +1,15 @@
-"""The fast runner's CPU linears (fp32, AVX2+FMA): a small batch-invariant kernel for 1-2 rows, oneDNN beyond.
+"""The fast runner's CPU linears (fp32, AVX2+FMA): a small batch-invariant kernel for 1-16 rows, oneDNN beyond.
 
 Why: on an AVX2-only AMD CPU, MKL's sgemm (what `F.linear` calls) is ~5-8x slower for 8 input rows than for
 one on the 1.5B's layer shapes: its small-M path re-packs the weight on every call and does not reach the
 speed of its own 1-row gemv. A verify forward of 8 tokens then costs ~3x a 1-token forward instead of about the
 same (the weights stream from memory once either way). The kernel reads every weight row once and uses it for
-all input rows while it is in L1/L2; it is the fastest path for 1-2 rows, and oneDNN's GEMM (no weight copy) is
-from 3 rows on, every verify forward included (benchmarks/reports/fast_path.md, sections 1 and 8).
+all input rows while it is in L1/L2, on torch's OpenMP threads; it is the fastest path up to 16 rows, and oneDNN's
+GEMM (no weight copy) beyond, where it beats MKL (benchmarks/reports/fast_path.md, sections 1, 8 and 9).
 
 The kernel is *batch-invariant*: each output element is computed with the same operations in the same order
-whatever the number of rows it is given (tested up to 32). The runner no longer relies on that, since verify
-forwards go to oneDNN.
+whatever the number of rows it is given (tested up to 32), so a token's linears give the same bits in a 1-token
+forward and in a verify forward of up to 16 tokens (attention and forwards past 16 rows still round differently).
 
 The C++ source is built once per torch version with the system's C++ compiler (torch.utils.cpp_extension) into
 $MULTIDRAFT_HOME/kernels; any failure (no compiler, no AVX2, a build error) gives one warning and the stock path.
@@ -28,9 +28,9 @@ from typing import Optional
 
 import torch
 
-# Up to this many rows the kernel is the fastest path; beyond it oneDNN's GEMM is. Whole 1.5B forwards at idle,
-# 2 threads, wall time (fast_path.md §8): kernel vs oneDNN 509 vs 536 ms at 2 rows, 584 vs 570 at 4, 751 vs 612 at 8,
-# 1124 vs 797 at 16; MKL's `F.linear` lost to oneDNN at every size from 16 to 300 rows.
+# Up to this many rows the kernel is the fastest path; beyond it oneDNN's GEMM is. One linear at idle, 2 threads
+# (fast_path.md §9): 8960x1536 kernel vs oneDNN 2.11 vs 2.56 ms at 1 row, 3.11 vs 4.60 at 8, 4.58 vs 6.09 at 16;
+# MKL's `F.linear` lost to oneDNN at every size from 16 to 300 rows (§8).
 MAX_ROWS = 16
 
 KERNEL_SOURCE = r"""
