@@ -1,6 +1,7 @@
 """PLD+ calibration: the sweep reads the drafter's vectors, the layer tie rule, the validation split, the record."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -241,8 +242,10 @@ def test_calibration_refuses_a_lossy_decoder(tiny_lm):
 
 # ----- the shipped files (issue #21: >= 1,000 copy events from validation prompts, the tie rule's layer; not every
 # registry model ships one yet, e.g. gemma3-270m) -----
-@pytest.mark.parametrize("alias", [
-    a for a in sorted(p.stem for p in (__import__("pathlib").Path(calibration.__file__).parent / "calibrations").glob("*.json"))])
+SHIPPED = sorted(path.stem for path in (Path(calibration.__file__).parent / "calibrations").glob("*.json"))
+
+
+@pytest.mark.parametrize("alias", SHIPPED)
 def test_every_shipped_calibration_rests_on_enough_validation_events(alias, tmp_path, monkeypatch):
     monkeypatch.setenv("MULTIDRAFT_HOME", str(tmp_path))       # empty cache: only the package data can answer
     record = calibration.load_record(alias)

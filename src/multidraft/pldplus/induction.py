@@ -171,8 +171,9 @@ def calibrate(lm, prompts: Iterable, gen_len: int = 96, top_k: int = 50, min_ove
     if not prompts:
         raise InvalidOptionError("calibration needs at least one prompt")
     record = {"format": FORMAT_VERSION, "model": lm.name, "num_layers": lm.num_layers, "num_heads": lm.num_heads,
-              "num_prompts": len(prompts), "gen_len": gen_len, "decode": {"method": decode_method,
-                                                                          "runner": decode_runner or lm.runner}, "events_by_task": events_by_label,
+              "num_prompts": len(prompts), "gen_len": gen_len,
+              "decode": {"method": decode_method, "runner": decode_runner or lm.runner},
+              "events_by_task": events_by_label,
               **_ranking_fields(hits, events, top_k)}
     record.update(_layer_fields(np.stack(layer_counts) if layer_counts else None))   # (prompts, layers, 2)
     return record
