@@ -161,6 +161,15 @@ def test_unknown_runner_is_a_clear_error():
         make_tiny_lm("llama").use_runner("turbo")
 
 
+def test_each_environment_builds_into_its_own_folder(monkeypatch):
+    # ninja rebuilds when the compile command changes, and it names the environment's include folders: two
+    # virtual environments sharing one folder would rebuild the kernel whenever a process of the other one started.
+    here = fast_linear.build_dir()
+    monkeypatch.setattr(fast_linear.sys, "prefix", "/some/other/venv")
+    assert fast_linear.build_dir() != here
+    assert os.path.dirname(fast_linear.build_dir()) == os.path.dirname(here)
+
+
 def test_build_failure_warns_once_and_stays_eager(monkeypatch):
     monkeypatch.setattr(fast_linear, "_kernel", None)
     monkeypatch.setattr(fast_linear, "_failure", None)

@@ -179,7 +179,10 @@ def build_failure() -> Optional[str]:
 def build_dir() -> str:
     from multidraft.paths import subdir
 
-    key = hashlib.sha256((KERNEL_SOURCE + torch.__version__).encode()).hexdigest()[:12]
+    # The environment is part of the key: ninja rebuilds when the compile command changes, and the command names the
+    # environment's include folders, so two virtual environments sharing one folder rebuilt the kernel (~35 s) each
+    # time a process from the other one started.
+    key = hashlib.sha256((KERNEL_SOURCE + torch.__version__ + sys.prefix).encode()).hexdigest()[:12]
     return str(subdir("kernels") / f"small_m_linear-{key}")
 
 

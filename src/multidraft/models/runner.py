@@ -61,7 +61,7 @@ class LM:
     # ----- runner choice -----
     def use_runner(self, runner: str = "auto", progress: bool = True) -> str:
         """Pick how forwards run: "eager" (HF modeling as is), "fast" (CPU fp32: fast_linear.py's linears, a
-        small kernel for 1-2 rows and oneDNN beyond; CUDA: SDPA without the cuDNN backend), "static" (a preallocated KV cache
+        small kernel for 1-16 rows and oneDNN beyond; CUDA: SDPA without the cuDNN backend), "static" (a preallocated KV cache
         and fixed shape buckets, replayed as CUDA graphs on CUDA; on CPU with the fast kernel where it applies;
         static_runner.py) or "auto" (fast where it was measured faster: a CPU whose best ISA is AVX2, in fp32;
         and CUDA). Where a runner cannot run here it warns once and falls back. Returns the runner in use."""
