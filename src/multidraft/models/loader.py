@@ -204,7 +204,6 @@ def load_model(name_or_path, dtype=None, device=None, runner: str = "eager", **k
 def load_hf_model(name_or_path, dtype=None, device=None, attn_implementation: str = "sdpa", progress: bool = True):
     """Load (hf_model, tokenizer, info). dtype None: bf16 where the hardware supports it, else fp32 (fp16 on
     CUDA without bf16); device None: cuda if available, else cpu. The model is in eval mode."""
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     resolved = resolve(name_or_path)
