@@ -45,8 +45,8 @@ test-fast: $(STAMP)
 # A short `multidraft bench` on the default model, with progress bars, that ends with a side-by-side table: HF
 # greedy, our greedy, prompt lookup (`pld`) and HF's prompt lookup on 2 real code edits, 64 new tokens, on the
 # fast runner where it helps (--runner auto; the first run builds its CPU kernel once, ~1 min). The full
-# per-task tables go to bench-out/demo/report.md. On an idle 2-core AVX2-only CPU it took 5 min 41 s after the model
-# pull (kernel already built; benchmarks/reports/fast_path.md, section 7).
+# per-task tables go to bench-out/demo/report.md. On an idle 2-core AVX2-only CPU it took 4 min 14 s after the model
+# pull (kernel already built; benchmarks/reports/fast_path.md, section 9).
 demo: $(STAMP)
 	$(MD) models pull qwen2.5-coder-1.5b
 	$(MD) data pull cpython-stdlib
