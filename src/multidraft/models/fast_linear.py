@@ -218,27 +218,29 @@ def _put_ninja_on_path() -> None:
 def _build_or_find(progress: bool):
     if hasattr(torch.ops.multidraft_fast, "small_m_linear"):   # the library is loaded in this process already
         return torch.ops.multidraft_fast.small_m_linear
+    compile_library("multidraft_small_m_linear", KERNEL_SOURCE, build_dir(), "fast CPU linear kernel", progress)
+    return torch.ops.multidraft_fast.small_m_linear
+
+
+def compile_library(name: str, source: str, folder: str, label: str, progress: bool) -> None:
+    """Build C++ `source` (TORCH_LIBRARY ops) into `folder` once and load it into this process (both CPU kernels
+    use this). Raises on any build error; the callers turn that into one warning line."""
     from torch.utils.cpp_extension import load_inline
 
     _put_ninja_on_path()
-    folder = build_dir()
     os.makedirs(folder, exist_ok=True)
-    built = any(name.endswith(".so") for name in os.listdir(folder))
+    built = any(entry.endswith(".so") for entry in os.listdir(folder))
     started = time.perf_counter()
     if progress and not built:
-        print("multidraft: building the fast CPU linear kernel (once per torch version, ~1 min)...",
-              file=sys.stderr, flush=True)
+        print(f"multidraft: building the {label} (once per torch version, ~1 min)...", file=sys.stderr, flush=True)
     # -fopenmp makes at::parallel_for use torch's threads: without it the kernel ran on one thread whatever
     # torch.get_num_threads() said (at idle with 2 threads, 8960x1536 at 1 row 3.37 vs 2.11 ms). The library it
     # links, libgomp.so.1, is the one torch has already loaded (same soname), so there is one thread pool.
     with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
-        load_inline(name="multidraft_small_m_linear", cpp_sources=[KERNEL_SOURCE],
-                    extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"],
-                    is_python_module=False, build_directory=folder, verbose=False)
+        load_inline(name=name, cpp_sources=[source], extra_cflags=["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"],
+                    extra_ldflags=["-fopenmp"], is_python_module=False, build_directory=folder, verbose=False)
     if progress and not built:
-        print(f"multidraft: fast CPU linear kernel ready ({time.perf_counter() - started:.0f} s)",
-              file=sys.stderr, flush=True)
-    return torch.ops.multidraft_fast.small_m_linear
+        print(f"multidraft: {label} ready ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

@@ -119,6 +119,22 @@ def hf_folder(resolved: ResolvedModel, progress: bool = True) -> Path:
     return folder
 
 
+def gguf_source(name_or_path) -> Path:
+    """The GGUF file a model's weights came from: a pulled alias keeps it in its folder, a .gguf path is itself.
+    Raises ModelNotFoundError (saying what to do) for HF folders and ids, and for aliases pulled before the GGUF
+    was kept."""
+    resolved = resolve(name_or_path)
+    if resolved.kind == "gguf":
+        return resolved.path
+    if resolved.kind == "alias":
+        path = resolved.path / model_store.SOURCE_GGUF
+        if path.is_file():
+            return path
+        raise ModelNotFoundError(f"the cached {resolved.name} predates kept GGUF files; run "
+                                 f"`multidraft models pull {resolved.name} --force` to keep its GGUF")
+    raise ModelNotFoundError(f"{resolved.name} is an HF model, not a GGUF one; give a .gguf file or a registry alias")
+
+
 # ---------------------------------------------------------------- dtype and device
 
 

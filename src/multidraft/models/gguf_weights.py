@@ -1,0 +1,110 @@
+"""A GGUF file's tensors as the quantized runner uses them: weight matrices as their blocks, small tensors as fp32.
+
+`BlockMatrix` is one weight matrix kept in its GGUF encoding (rows of blocks along the input dimension), mapped
+from the file, not copied: the linear kernel decodes it on the fly (gguf_kernels.py). Block types the kernel does
+not read (Q2_K, Q3_K, IQ*) are expanded to F32 once at load with gguf-py, so any GGUF that gguf-py reads works.
+Names: HF parameter names are mapped to GGUF names with gguf-py's own table (the one llama.cpp's converter uses).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from multidraft.errors import CorruptCacheError
+from multidraft.models import gguf_kernels
+
+F32 = 0
+
+
+@dataclass
+class BlockMatrix:
+    """A (rows x width) weight matrix as GGUF blocks: `blocks` is (rows, bytes per row) uint8."""
+
+    blocks: torch.Tensor
+    type_id: int
+    width: int
+    name: str = ""
+
+    @property
+    def rows(self) -> int:
+        return int(self.blocks.shape[0])
+
+    @property
+    def type_name(self) -> str:
+        return gguf_kernels.NATIVE_TYPES.get(self.type_id, str(self.type_id))
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.blocks.numel())
+
+    def linear(self, x: torch.Tensor) -> torch.Tensor:
+        return gguf_kernels.linear(x, self.blocks, self.type_id, self.width)
+
+    def dequantize(self, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return gguf_kernels.dequantize(self.blocks, self.type_id, self.width, rows)
+
+    def select_rows(self, order: torch.Tensor) -> "BlockMatrix":
+        """The same matrix with its rows reordered (a copy of the reordered blocks)."""
+        return BlockMatrix(self.blocks.index_select(0, order).contiguous(), self.type_id, self.width, self.name)
+
+
+class GGUFWeights:
+    """The tensors of one GGUF file, by GGUF name or by the HF parameter name they load into."""
+
+    def __init__(self, path: Path, num_layers: int):
+        import gguf
+
+        self.path = Path(path)
+        try:
+            self._reader = gguf.GGUFReader(str(self.path), "r")
+        except Exception as error:           # truncated or not a GGUF: say which file and how to repair
+            raise CorruptCacheError(f"cannot read {self.path} as a GGUF file ({type(error).__name__}: "
+                                    f"{str(error)[:200]}); pull or copy it again") from error
+        self._tensors = {tensor.name: tensor for tensor in self._reader.tensors}
+        field = self._reader.fields.get("general.architecture")
+        self.architecture = bytes(field.parts[-1]).decode() if field is not None else ""
+        arch = {name: key for key, name in gguf.MODEL_ARCH_NAMES.items()}.get(self.architecture)
+        self._names = gguf.get_tensor_name_map(arch, num_layers) if arch is not None else None
+
+    def gguf_name(self, hf_name: str) -> Optional[str]:
+        """The GGUF tensor an HF parameter (`model.layers.0.self_attn.q_proj.weight`) comes from, if any."""
+        if self._names is None:
+            return None
+        name = self._names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        return name if name in self._tensors else None
+
+    def matrix(self, gguf_name: str) -> BlockMatrix:
+        import gguf
+
+        tensor = self._tensors[gguf_name]
+        type_id = int(tensor.tensor_type)
+        width = int(tensor.shape[0])              # GGUF lists dimensions innermost first
+        data = tensor.data
+        if type_id not in gguf_kernels.NATIVE_TYPES:
+            values = gguf.quants.dequantize(data, tensor.tensor_type).astype(np.float32)
+            data, type_id = values.reshape(-1, width).view(np.uint8), F32
+        elif data.dtype != np.uint8:              # F32 / F16 / BF16 tensors come typed: the same bytes, as rows
+            data = data.reshape(-1, width).view(np.uint8)
+        with warnings.catch_warnings():            # the file is mapped read-only; the kernels only read it
+            warnings.simplefilter("ignore", UserWarning)
+            blocks = torch.from_numpy(data)
+        return BlockMatrix(blocks, type_id, width, gguf_name)
+
+    def dense(self, gguf_name: str) -> torch.Tensor:
+        """A small tensor (norm, bias) as fp32, in HF's shape order (outermost first)."""
+        matrix = self.matrix(gguf_name)
+        values = matrix.dequantize()
+        shape = tuple(int(d) for d in reversed(self._tensors[gguf_name].shape))
+        return values.reshape(shape)
+
+    def type_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for tensor in self._tensors.values():
+            counts[tensor.tensor_type.name] = counts.get(tensor.tensor_type.name, 0) + 1
+        return counts

@@ -1,0 +1,419 @@
+// The quantized runner's CPU kernels (AVX2 + FMA): linears over GGUF weight blocks, and attention, both
+// batch-invariant: an output element is computed by the same operations in the same order whatever the number
+// of rows (tokens) in the call, so a token's logits are the same bits alone or inside a verify or a tree.
+//
+// Linear: out[m, n] = sum_k x[m, k] * w[n, k], w stored as GGUF blocks along k (one row of blocks per output n).
+// Weight rows are decoded in small chunks into an fp32 buffer that stays in L1/L2, and every input row is
+// applied to the chunk while it is there: the weights stream from memory once per call, and decoding costs the
+// same for 1 input row or 16. Each dot product runs in 8 fp32 lanes over k in order, then a fixed lane sum.
+//
+// Block formats (ggml's layouts; value = the fp32 arithmetic written in each decoder below):
+//   F32 0, F16 1, Q4_0 2, Q4_1 3, Q5_0 6, Q5_1 7, Q8_0 8, Q4_K 12, Q5_K 13, Q6_K 14, BF16 30.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+#include <immintrin.h>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+inline float fp16_to_fp32(uint16_t h) { return _cvtsh_ss(h); }
+inline uint16_t rd16(const uint8_t* p) { uint16_t v; std::memcpy(&v, p, 2); return v; }
+
+// ---------------------------------------------------------------- block decoders: one block -> fp32 values
+// Q5_K (rare in the models we ship) decodes in plain C++; the hot formats have AVX2 decoders below.
+
+struct Format { int block_values; int block_bytes; };
+
+inline Format format_of(int64_t type) {
+  switch (type) {
+    case 0: return {1, 4};
+    case 1: return {1, 2};
+    case 30: return {1, 2};
+    case 2: return {32, 18};
+    case 3: return {32, 20};
+    case 6: return {32, 22};
+    case 7: return {32, 24};
+    case 8: return {32, 34};
+    case 12: return {256, 144};
+    case 13: return {256, 176};
+    case 14: return {256, 210};
+    default: return {0, 0};
+  }
+}
+
+// The 6-bit scale and min of sub-block j of a Q4_K / Q5_K super-block (12 packed bytes).
+inline void scale_min_k4(int j, const uint8_t* q, int& sc, int& mn) {
+  if (j < 4) {
+    sc = q[j] & 63; mn = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+inline void decode_q5_k(const uint8_t* b, float* y) {
+  const float d = fp16_to_fp32(rd16(b)), dmin = fp16_to_fp32(rd16(b + 2));
+  const uint8_t* scales = b + 4;
+  const uint8_t* qh = b + 16;
+  const uint8_t* ql = b + 48;
+  uint8_t u1 = 1, u2 = 2;
+  for (int j = 0; j < 4; ++j) {
+    int sc, mn;
+    scale_min_k4(2 * j, scales, sc, mn);
+    const float d1 = d * float(sc), m1 = dmin * float(mn);
+    scale_min_k4(2 * j + 1, scales, sc, mn);
+    const float d2 = d * float(sc), m2 = dmin * float(mn);
+    for (int l = 0; l < 32; ++l) y[l] = d1 * float((ql[l] & 0xF) + ((qh[l] & u1) ? 16 : 0)) - m1;
+    for (int l = 0; l < 32; ++l) y[l + 32] = d2 * float((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
+    ql += 32; y += 64; u1 <<= 2; u2 <<= 2;
+  }
+}
+
+// ---------------------------------------------------------------- AVX2 decoders of the hot formats
+// The same arithmetic as the scalar decoders above (a multiply, then an add or subtract: no fused multiply-add,
+// so the values are the reference's bit for bit; tested against gguf-py's dequantize).
+
+// 8 unsigned bytes -> 8 floats.
+inline __m256 u8x8(__m128i bytes) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)); }
+inline __m256 i8x8(__m128i bytes) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)); }
+
+// 32 bytes (as 4 groups of 8) -> y[0..31] = scale * float(byte) (+ or - offset).
+template <bool SIGNED>
+inline void store32(__m256i v, __m256 scale, float* y) {
+  const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+  const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)
+    _mm256_storeu_ps(y + 8 * i, _mm256_mul_ps(scale, SIGNED ? i8x8(parts[i]) : u8x8(parts[i])));
+}
+
+inline void store32_affine(__m256i v, __m256 scale, __m256 offset, bool subtract, float* y) {
+  const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+  const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const __m256 product = _mm256_mul_ps(scale, u8x8(parts[i]));
+    _mm256_storeu_ps(y + 8 * i, subtract ? _mm256_sub_ps(product, offset) : _mm256_add_ps(product, offset));
+  }
+}
+
+// 16 bytes of nibbles -> 32 bytes: low nibbles first, then high nibbles (the Q4_0 / Q4_1 / Q5 value order).
+inline __m256i nibbles_32(const uint8_t* qs) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), mask), _mm_and_si128(raw, mask));
+}
+
+// The 32 bits of qh -> 32 bytes, byte j = 0x10 where bit j is set.
+inline __m256i high_bits_32(const uint8_t* qh_bytes) {
+  uint32_t qh; std::memcpy(&qh, qh_bytes, 4);
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int(qh)),
+      _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL, 0x0101010101010101LL, 0));
+  const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+inline void decode_q4_0_avx2(const uint8_t* b, float* y) {
+  const __m256i q = _mm256_sub_epi8(nibbles_32(b + 2), _mm256_set1_epi8(8));
+  store32<true>(q, _mm256_set1_ps(fp16_to_fp32(rd16(b))), y);
+}
+
+inline void decode_q4_1_avx2(const uint8_t* b, float* y) {
+  store32_affine(nibbles_32(b + 4), _mm256_set1_ps(fp16_to_fp32(rd16(b))), _mm256_set1_ps(fp16_to_fp32(rd16(b + 2))),
+                 false, y);
+}
+
+inline void decode_q5_0_avx2(const uint8_t* b, float* y) {
+  const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nibbles_32(b + 6), high_bits_32(b + 2)), _mm256_set1_epi8(16));
+  store32<true>(q, _mm256_set1_ps(fp16_to_fp32(rd16(b))), y);
+}
+
+inline void decode_q5_1_avx2(const uint8_t* b, float* y) {
+  store32_affine(_mm256_or_si256(nibbles_32(b + 8), high_bits_32(b + 4)), _mm256_set1_ps(fp16_to_fp32(rd16(b))),
+                 _mm256_set1_ps(fp16_to_fp32(rd16(b + 2))), false, y);
+}
+
+inline void decode_q8_0_avx2(const uint8_t* b, float* y) {
+  store32<true>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)), _mm256_set1_ps(fp16_to_fp32(rd16(b))), y);
+}
+
+inline void decode_q4_k_avx2(const uint8_t* b, float* y) {
+  const float d = fp16_to_fp32(rd16(b)), dmin = fp16_to_fp32(rd16(b + 2));
+  const uint8_t* scales = b + 4;
+  const uint8_t* q = b + 16;
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  for (int j = 0; j < 4; ++j) {
+    int sc, mn;
+    scale_min_k4(2 * j, scales, sc, mn);
+    const float d1 = d * float(sc), m1 = dmin * float(mn);
+    scale_min_k4(2 * j + 1, scales, sc, mn);
+    const float d2 = d * float(sc), m2 = dmin * float(mn);
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+    store32_affine(_mm256_and_si256(raw, mask), _mm256_set1_ps(d1), _mm256_set1_ps(m1), true, y);
+    store32_affine(_mm256_and_si256(_mm256_srli_epi16(raw, 4), mask), _mm256_set1_ps(d2), _mm256_set1_ps(m2), true,
+                   y + 32);
+    q += 32; y += 64;
+  }
+}
+
+inline void decode_q6_k_avx2(const uint8_t* b, float* y) {
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + 128;
+  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+  const float d = fp16_to_fp32(rd16(b + 208));
+  const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
+  for (int n = 0; n < 2; ++n) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+    // the four 6-bit values of each l, minus 32 (values -32..31 fit a signed byte)
+    const __m256i q[4] = {
+        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi16(h, 4), two)), bias),
+        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(c, low4), _mm256_and_si256(_mm256_slli_epi16(h, 2), two)), bias),
+        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(h, two)), bias),
+        _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), low4),
+                                        _mm256_and_si256(_mm256_srli_epi16(h, 2), two)), bias)};
+#pragma GCC unroll 4
+    for (int part = 0; part < 4; ++part) {
+      // values l = 0..15 take scale 2*part, l = 16..31 scale 2*part + 1
+      const __m128i lo = _mm256_castsi256_si128(q[part]), hi = _mm256_extracti128_si256(q[part], 1);
+      const __m256 s0 = _mm256_set1_ps(d * float(sc[2 * part])), s1 = _mm256_set1_ps(d * float(sc[2 * part + 1]));
+      float* out = y + 32 * part;
+      _mm256_storeu_ps(out, _mm256_mul_ps(s0, i8x8(lo)));
+      _mm256_storeu_ps(out + 8, _mm256_mul_ps(s0, i8x8(_mm_srli_si128(lo, 8))));
+      _mm256_storeu_ps(out + 16, _mm256_mul_ps(s1, i8x8(hi)));
+      _mm256_storeu_ps(out + 24, _mm256_mul_ps(s1, i8x8(_mm_srli_si128(hi, 8))));
+    }
+    y += 128; ql += 64; qh += 32; sc += 8;
+  }
+}
+
+// One weight row (K values) from its blocks.
+void decode_row(int64_t type, const uint8_t* row, int64_t K, float* y) {
+  switch (type) {
+    case 0: std::memcpy(y, row, K * 4); return;
+    case 1: for (int64_t k = 0; k < K; ++k) y[k] = fp16_to_fp32(rd16(row + 2 * k)); return;
+    case 30: for (int64_t k = 0; k < K; ++k) { uint32_t v = uint32_t(rd16(row + 2 * k)) << 16; std::memcpy(y + k, &v, 4); } return;
+    default: break;
+  }
+  const Format f = format_of(type);
+  const int64_t blocks = K / f.block_values;
+  for (int64_t i = 0; i < blocks; ++i) {
+    const uint8_t* b = row + i * f.block_bytes;
+    float* out = y + i * f.block_values;
+    switch (type) {
+      case 2: decode_q4_0_avx2(b, out); break;
+      case 3: decode_q4_1_avx2(b, out); break;
+      case 6: decode_q5_0_avx2(b, out); break;
+      case 7: decode_q5_1_avx2(b, out); break;
+      case 8: decode_q8_0_avx2(b, out); break;
+      case 12: decode_q4_k_avx2(b, out); break;
+      case 13: decode_q5_k(b, out); break;
+      case 14: decode_q6_k_avx2(b, out); break;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- the fp32 micro-kernel over a decoded chunk
+
+// Fixed reduction order of the 8 lanes.
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x1));
+  return _mm_cvtss_f32(s);
+}
+
+// MG input rows x NR decoded weight rows (consecutive in `w`, stride K) in registers.
+template <int MG, int NR>
+inline void block(const float* __restrict x, const float* __restrict w, float* __restrict out,
+                  int64_t K, int64_t N, int64_t n0) {
+  __m256 acc[MG][NR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MG; ++i)
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) acc[i][r] = _mm256_setzero_ps();
+  const int64_t K8 = K & ~int64_t(7);
+  for (int64_t k = 0; k < K8; k += 8) {
+    __m256 wv[NR];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) wv[r] = _mm256_loadu_ps(w + r * K + k);
+#pragma GCC unroll 8
+    for (int i = 0; i < MG; ++i) {
+      __m256 xv = _mm256_loadu_ps(x + i * K + k);
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; ++r) acc[i][r] = _mm256_fmadd_ps(xv, wv[r], acc[i][r]);
+    }
+  }
+  float sums[MG][NR];
+#pragma GCC unroll 8
+  for (int i = 0; i < MG; ++i)
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) sums[i][r] = hsum(acc[i][r]);
+  for (int i = 0; i < MG; ++i)
+    for (int r = 0; r < NR; ++r) {
+      float s = sums[i][r];
+      const float* wr = w + r * K;
+      const float* xr = x + i * K;
+      for (int64_t k = K8; k < K; ++k) s = std::fma(xr[k], wr[k], s);
+      out[i * N + n0 + r] = s;
+    }
+}
+
+template <int MG>
+void apply_rows(const float* x, const float* w, float* out, int64_t K, int64_t N, int64_t n0, int64_t count) {
+  constexpr int NR = MG <= 2 ? 4 : 2;   // 8-12 accumulators: within AVX2's 16 registers
+  int64_t r = 0;
+  for (; r + NR <= count; r += NR) block<MG, NR>(x, w + r * K, out, K, N, n0 + r);
+  for (; r < count; ++r) block<MG, 1>(x, w + r * K, out, K, N, n0 + r);
+}
+
+void apply_any(int mg, const float* x, const float* w, float* out, int64_t K, int64_t N, int64_t n0, int64_t count) {
+  switch (mg) {
+    case 1: apply_rows<1>(x, w, out, K, N, n0, count); break;
+    case 2: apply_rows<2>(x, w, out, K, N, n0, count); break;
+    case 3: apply_rows<3>(x, w, out, K, N, n0, count); break;
+    case 4: apply_rows<4>(x, w, out, K, N, n0, count); break;
+    case 5: apply_rows<5>(x, w, out, K, N, n0, count); break;
+    default: apply_rows<6>(x, w, out, K, N, n0, count); break;
+  }
+}
+
+void check_blocks(const at::Tensor& blocks, int64_t type, int64_t K) {
+  TORCH_CHECK(blocks.scalar_type() == at::kByte && blocks.dim() == 2 && blocks.is_contiguous(),
+              "gguf kernels: blocks must be a contiguous 2-D uint8 tensor");
+  const Format f = format_of(type);
+  TORCH_CHECK(f.block_values > 0, "gguf kernels: unsupported block type ", type);
+  TORCH_CHECK(K % f.block_values == 0 && blocks.size(1) == K / f.block_values * f.block_bytes,
+              "gguf kernels: a row of ", blocks.size(1), " bytes does not hold ", K, " values of type ", type);
+}
+
+at::Tensor gguf_linear(const at::Tensor& x_in, const at::Tensor& blocks, int64_t type, int64_t K) {
+  check_blocks(blocks, type, K);
+  TORCH_CHECK(x_in.scalar_type() == at::kFloat && x_in.size(-1) == K, "gguf_linear: fp32 input of width K");
+  auto x = x_in.contiguous();
+  const int64_t N = blocks.size(0), M = x.numel() / K, row_bytes = blocks.size(1);
+  auto sizes = x.sizes().vec();
+  sizes.back() = N;
+  auto out = at::empty(sizes, x.options());
+  if (M == 0) return out;
+  const float* xp = x.data_ptr<float>();
+  const uint8_t* bp = blocks.data_ptr<uint8_t>();
+  float* op = out.data_ptr<float>();
+  // Weight rows decoded per chunk: about 16 KB of fp32 (L1), at least 4 rows.
+  const int64_t chunk = std::max<int64_t>(4, (int64_t(4096) / K) & ~int64_t(3));
+  const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+  const int64_t grain = std::max<int64_t>(chunk, ((N + threads - 1) / threads + chunk - 1) / chunk * chunk);
+  const int64_t groups = (M + 5) / 6;          // input rows in balanced groups of at most 6
+  at::parallel_for(0, N, grain, [&](int64_t b, int64_t e) {
+    std::vector<float> buffer(chunk * K);
+    for (int64_t c = b; c < e; c += chunk) {
+      const int64_t count = std::min(e, c + chunk) - c;
+      for (int64_t r = 0; r < count; ++r) {
+        if (c + r + 1 < e) _mm_prefetch((const char*)(bp + (c + r + 1) * row_bytes), _MM_HINT_T0);
+        decode_row(type, bp + (c + r) * row_bytes, K, buffer.data() + r * K);
+      }
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t m0 = g * M / groups, m1 = (g + 1) * M / groups;
+        apply_any(int(m1 - m0), xp + m0 * K, buffer.data(), op + m0 * N, K, N, c, count);
+      }
+    }
+  });
+  return out;
+}
+
+// Rows `ids` of a block matrix as fp32 (embedding lookups, tests, the prefill GEMM's weights).
+at::Tensor gguf_dequantize(const at::Tensor& blocks, int64_t type, int64_t K, const at::Tensor& ids_in) {
+  check_blocks(blocks, type, K);
+  auto ids = ids_in.to(at::kLong).contiguous();
+  const int64_t R = ids.numel(), N = blocks.size(0), row_bytes = blocks.size(1);
+  const int64_t* ip = ids.data_ptr<int64_t>();
+  for (int64_t i = 0; i < R; ++i) TORCH_CHECK(ip[i] >= 0 && ip[i] < N, "gguf_dequantize: row ", ip[i], " out of range");
+  auto out = at::empty({R, K}, at::kFloat);
+  const uint8_t* bp = blocks.data_ptr<uint8_t>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, R, 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) decode_row(type, bp + ip[i] * row_bytes, K, op + i * K);
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------- attention
+
+// q (H, T, D), k and v (KVH, S, D), visible (T, S) bool -> (T, H, D). Per (head, query row): scores over the
+// visible keys in key order, softmax with a sequential sum, values accumulated in key order. Nothing depends on
+// T or on the keys a row cannot see, so a row gets the same bits in any forward that gives it the same keys.
+at::Tensor invariant_attention(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                               const at::Tensor& visible_in, double scaling) {
+  auto q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
+  auto visible = visible_in.to(at::kBool).contiguous();
+  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
+              "invariant_attention: fp32 only");
+  const int64_t H = q.size(0), T = q.size(1), D = q.size(2), KVH = k.size(0), S = k.size(1);
+  TORCH_CHECK(H % KVH == 0 && v.size(1) == S && visible.size(0) == T && visible.size(1) == S,
+              "invariant_attention: shape mismatch");
+  auto out = at::empty({T, H, D}, q.options());
+  const float* qp = q.data_ptr<float>();
+  const float* kp = k.data_ptr<float>();
+  const float* vp = v.data_ptr<float>();
+  const bool* mp = visible.data_ptr<bool>();
+  float* op = out.data_ptr<float>();
+  const int64_t group = H / KVH, D8 = D & ~int64_t(7);
+  const float scale = float(scaling);
+  at::parallel_for(0, H * T, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> scores(S);
+    std::vector<int64_t> keys(S);
+    std::vector<float> acc(D);
+    for (int64_t job = b; job < e; ++job) {
+      const int64_t h = job / T, t = job % T, kv = h / group;
+      const float* qr = qp + (h * T + t) * D;
+      int64_t n = 0;
+      float best = -INFINITY;
+      for (int64_t s = 0; s < S; ++s) {
+        if (!mp[t * S + s]) continue;
+        const float* kr = kp + (kv * S + s) * D;
+        __m256 a = _mm256_setzero_ps();
+        for (int64_t d = 0; d < D8; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d), _mm256_loadu_ps(kr + d), a);
+        float dot = hsum(a);
+        for (int64_t d = D8; d < D; ++d) dot = std::fma(qr[d], kr[d], dot);
+        const float score = dot * scale;
+        scores[n] = score;
+        keys[n++] = s;
+        best = std::max(best, score);
+      }
+      float* o = op + (t * H + h) * D;
+      if (n == 0) { std::fill(o, o + D, 0.f); continue; }
+      float total = 0.f;
+      for (int64_t i = 0; i < n; ++i) { scores[i] = std::exp(scores[i] - best); total += scores[i]; }
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int64_t i = 0; i < n; ++i) {
+        const float p = scores[i];
+        const float* vr = vp + (kv * S + keys[i]) * D;
+        const __m256 pv = _mm256_set1_ps(p);
+        for (int64_t d = 0; d < D8; d += 8)
+          _mm256_storeu_ps(acc.data() + d, _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + d), _mm256_loadu_ps(acc.data() + d)));
+        for (int64_t d = D8; d < D; ++d) acc[d] = std::fma(p, vr[d], acc[d]);
+      }
+      const float inv = 1.f / total;
+      for (int64_t d = 0; d < D; ++d) o[d] = acc[d] * inv;
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(multidraft_gguf, m) {
+  m.def("linear(Tensor x, Tensor blocks, int type, int K) -> Tensor");
+  m.def("dequantize(Tensor blocks, int type, int K, Tensor ids) -> Tensor");
+  m.def("attention(Tensor q, Tensor k, Tensor v, Tensor visible, float scaling) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(multidraft_gguf, CPU, m) {
+  m.impl("linear", &gguf_linear);
+  m.impl("dequantize", &gguf_dequantize);
+  m.impl("attention", &invariant_attention);
+}
