@@ -35,9 +35,8 @@ def model_fingerprint(lm) -> str:
     digest = hashlib.sha256()
     config = lm.config
     digest.update(f"{config.model_type}|{lm.hidden_size}|{lm.num_layers}|{lm.vocab_size}".encode())
-    unembed = lm.model.get_output_embeddings().weight
-    rows = torch.linspace(0, unembed.shape[0] - 1, 64).long()
-    for tensor in (getattr(final_norm(lm), "weight", None), unembed[rows]):
+    rows = torch.linspace(0, lm.vocab_size - 1, 64).long()
+    for tensor in (getattr(final_norm(lm), "weight", None), lm.unembedding(rows)):
         if tensor is not None:
             data = tensor.detach().to(torch.bfloat16).float().cpu().contiguous().numpy()
             digest.update(data.tobytes())
@@ -72,14 +71,13 @@ class BlockwiseHeads(nn.Module):
         if lm.hidden_size != self.hidden_size:
             raise InvalidOptionError(f"heads have hidden size {self.hidden_size}, {lm.name} has {lm.hidden_size}")
         norm = final_norm(lm)
-        weight = lm.model.get_output_embeddings().weight.detach()
-        ids = self.shortlist.cpu() if self.shortlist.numel() else torch.arange(weight.shape[0])
-        if int(ids.max()) >= weight.shape[0]:
+        ids = self.shortlist.cpu() if self.shortlist.numel() else torch.arange(lm.vocab_size)
+        if int(ids.max()) >= lm.vocab_size:
             raise InvalidOptionError(f"heads' shortlist holds token ids beyond {lm.name}'s vocabulary")
-        self.to(weight.device)       # the heads run where the base's hidden states are (CUDA too)
+        self.to(lm.device)           # the heads run where the base's hidden states are (CUDA too)
         dtype = self.w1.dtype
         object.__setattr__(self, "_norm", norm)
-        object.__setattr__(self, "_unembed", weight[ids.to(weight.device)].to(dtype).contiguous())
+        object.__setattr__(self, "_unembed", lm.unembedding(ids).to(lm.device, dtype).contiguous())
         object.__setattr__(self, "_token_ids", ids.clone())      # on the host: the lattice is built there
         return self
 

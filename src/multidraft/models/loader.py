@@ -167,11 +167,22 @@ def default_device() -> str:
 
 
 def default_dtype(device: str) -> "torch.dtype":  # noqa: F821
+    """fp32 on the CPU: bf16 rounds differently in a 1-token forward and an 8-token verify, so on bf16 weights the
+    lossless methods drift from greedy at near-ties (issue 29); bf16 stays one `dtype="bf16"` away. CUDA: bf16."""
     import torch
 
     if str(device).startswith("cuda"):
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.bfloat16 if cpu_supports_bf16() else torch.float32
+    return torch.float32
+
+
+def hf_native_dtype(device: str) -> "torch.dtype":  # noqa: F821
+    """What an HF user gets on this hardware (bf16 where the CPU computes it natively): the HF peers' dtype."""
+    import torch
+
+    if str(device).startswith("cpu") and cpu_supports_bf16():
+        return torch.bfloat16
+    return default_dtype(device)
 
 
 def parse_dtype(dtype, device: str) -> "torch.dtype":  # noqa: F821
@@ -206,20 +217,76 @@ def load_tokenizer(name_or_path):
         return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
 
 
-def load_model(name_or_path, dtype=None, device=None, runner: str = "eager", **kwargs) -> "LM":  # noqa: F821
-    """The HF model and tokenizer of `load_hf_model` wrapped in the `LM` runner. runner: "eager", "fast" or "auto"
-    (see `LM.use_runner`)."""
+def load_model(name_or_path, dtype=None, device=None, runner: str = "auto", **kwargs) -> "LM":  # noqa: F821
+    """The model wrapped in the `LM` runner. runner: "auto" (the default choice below), "quantized", "eager", "fast"
+    or "static" (see `LM.use_runner`).
+
+    On the CPU, a model with a GGUF behind it (a pulled alias, a .gguf file) runs by default on the quantized
+    runner: the GGUF's own blocks, fp32 arithmetic, batch-invariant forwards (models/quantized.py), so every
+    lossless method is token-identical to greedy on any x86-64 CPU. A dtype other than fp32, a non-default
+    attention implementation, or a runner other than "auto"/"quantized" loads the HF folder instead."""
     from transformers.utils import logging as hf_logging
 
     from multidraft.models.runner import LM    # here, not at the top: `multidraft.models` stays light to import
     hf_logging.disable_progress_bar()          # our own progress bars cover the long steps (pull, convert)
+    if _wants_quantized(name_or_path, dtype, device, runner, kwargs):
+        loaded = _load_quantized(name_or_path, runner, device, kwargs.get("progress", True))
+        if loaded is not None:
+            model, tokenizer, info = loaded
+            return LM(model, tokenizer, name=info.name, info=info, runner="quantized")
+        runner = "auto"
     model, tokenizer, info = load_hf_model(name_or_path, dtype=dtype, device=device, **kwargs)
     return LM(model, tokenizer, name=getattr(info, "name", str(name_or_path)), info=info, runner=runner)
 
 
+def _wants_quantized(name_or_path, dtype, device, runner: str, kwargs) -> bool:
+    """The quantized runner serves a GGUF-backed model on the CPU when asked ("quantized") or by default ("auto"
+    with no dtype other than fp32 and HF's default attention). Any other choice keeps the HF folder's weights."""
+    if runner == "quantized":
+        return True
+    if runner != "auto" or kwargs.get("attn_implementation", "sdpa") != "sdpa":
+        return False
+    if not str(parse_device(device)).startswith("cpu"):
+        return False
+    if dtype not in (None, "auto") and str(parse_dtype(dtype, "cpu")) != "torch.float32":
+        return False
+    try:
+        gguf_source(name_or_path)
+    except MultidraftError:
+        return False
+    return True
+
+
+def _load_quantized(name_or_path, runner: str, device, progress: bool):
+    """(model, tokenizer, info) on GGUF blocks, or None with one warning where that cannot be done here."""
+    import warnings
+
+    import torch
+    from transformers import AutoTokenizer
+
+    from multidraft.models.quantized import QuantizedUnsupported, load_quantized_model
+
+    resolved = resolve(name_or_path)
+    try:
+        source = gguf_source(name_or_path)
+        if not str(parse_device(device)).startswith("cpu"):
+            raise QuantizedUnsupported(f"it runs on the CPU only, not {parse_device(device)}")
+        folder = hf_folder(resolved, progress)
+        with offline_env(), _read_errors(resolved, folder, tokenizer=True):
+            tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        model = load_quantized_model(folder, source)
+    except (QuantizedUnsupported, ModelNotFoundError) as why:
+        if runner == "quantized" or "could not be built" in str(why):
+            warnings.warn(f"multidraft: the quantized runner cannot serve {resolved.name}: {why}; using the HF "
+                          "folder's weights instead", RuntimeWarning, stacklevel=3)
+        return None
+    info = _model_info(resolved, folder, model, tokenizer, torch.float32, "cpu")
+    return model, tokenizer, info
+
+
 def load_hf_model(name_or_path, dtype=None, device=None, attn_implementation: str = "sdpa", progress: bool = True):
-    """Load (hf_model, tokenizer, info). dtype None: bf16 where the hardware supports it, else fp32 (fp16 on
-    CUDA without bf16); device None: cuda if available, else cpu. The model is in eval mode."""
+    """Load (hf_model, tokenizer, info). dtype None: fp32 on the CPU, bf16 on CUDA (fp16 without bf16);
+    device None: cuda if available, else cpu. The model is in eval mode."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     resolved = resolve(name_or_path)

@@ -18,12 +18,12 @@ from typing import Optional, Sequence, Union
 import torch
 
 from multidraft.errors import InvalidOptionError, PromptError
-from multidraft.models import fast_linear, static_runner
+from multidraft.models import fast_linear, quantized, static_runner
 from multidraft.models.attention_rows import AttentionQueries, install_query_hooks
 from multidraft.models.kv_cache import KVCache, StaticKVCache, tree_attention_mask, tree_depths  # noqa: F401 (re-exported)
 from multidraft.sampling import check_finite
 
-RUNNERS = ("auto", "eager", "fast", "static")
+RUNNERS = ("auto", "eager", "fast", "static", "quantized")
 
 
 @dataclass
@@ -73,7 +73,21 @@ class LM:
         finally:
             self.runner_setup_seconds = time.perf_counter() - started    # kernel build, graph capture: shown by bench
 
+    @property
+    def quantized(self) -> bool:
+        """True when the model runs on GGUF blocks (models/quantized.py): chosen at load, it cannot be switched."""
+        return hasattr(self.model, "gguf_weights")
+
     def _use_runner(self, runner: str, progress: bool) -> str:
+        if self.quantized:
+            if runner not in ("auto", "quantized"):
+                raise InvalidOptionError(f"{self.name} runs on the quantized runner (GGUF blocks); for the {runner!r} "
+                                         f"runner load it with multidraft.load_model(..., runner={runner!r})")
+            self.runner = "quantized"
+            return self.runner
+        if runner == "quantized":
+            raise InvalidOptionError(f"the quantized runner is chosen when a model is loaded: "
+                                     f"multidraft.load_model({self.name!r}, runner='quantized')")
         fast_linear.uninstall(self.model)
         self.runner, self._static, self._cpu_kernel = "eager", None, False
         if runner == "eager":
@@ -150,9 +164,20 @@ class LM:
                 return f"its static-cache logits differ from eager ones (relative error {error:.2g})"
         return None
 
-    def kernels(self):
-        """Context in which this model's forwards take the runner's kernels (a no-op for the eager runner)."""
+    def kernels(self, prefill: bool = False):
+        """Context in which this model's forwards take the runner's kernels (a no-op for the eager runner).
+        prefill: this forward starts an empty cache (the quantized runner may use a dense GEMM for it)."""
+        if self.quantized:
+            return quantized.prefill_gemm() if prefill else contextlib.nullcontext()
         return fast_linear.active() if self._cpu_kernel and self.device.type == "cpu" else contextlib.nullcontext()
+
+    def unembedding(self, rows: torch.Tensor) -> torch.Tensor:
+        """Rows of the output embedding (LM head) matrix: (len(rows), hidden) in the model's dtype."""
+        head = self.model.get_output_embeddings()
+        matrix = getattr(head, "gguf_matrix", None)
+        if matrix is not None:
+            return matrix.dequantize(rows.cpu())
+        return head.weight.detach()[rows.to(head.weight.device)]
 
     def call_model(self, *args, **kwargs):
         """`self.model(...)` with the runner's kernels: the one way code outside the runner calls the HF model."""
@@ -284,7 +309,7 @@ class LM:
         captured: dict[str, list] = {"hidden": [], "attn": []}
         hooks = self._install_hooks(hidden_layer, attention_heads, captured)
         try:
-            with self.kernels():
+            with self.kernels(prefill=past == 0):
                 if isinstance(cache, StaticKVCache):     # hooks are Python: those forwards run whole, not as graphs
                     ids, embeds = (model_inputs[key][0] if key in model_inputs else None
                                    for key in ("input_ids", "inputs_embeds"))

@@ -1,0 +1,227 @@
+"""The quantized runner: GGUF block decoding, batch-invariant kernels, and exactness of every lossless method.
+
+Exactness is by construction (every part of a forward is batch-invariant), so the tests check the construction
+bit for bit: a row's output is the same alone and among others, for the linears of every block format, for
+attention, and for the whole model on chains and trees; then that the lossless methods give greedy's tokens.
+"""
+
+import tempfile
+import warnings
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from multidraft.models import gguf_kernels
+from multidraft.models.kv_cache import KVCache
+from tests.tiny_gguf import FORMATS, random_blocks, write_tiny_gguf
+from tests.tiny_models import make_tokenizer
+
+pytestmark = pytest.mark.skipif(not gguf_kernels.load(progress=False),
+                                reason=f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
+BLOCK_FORMATS = [name for name in FORMATS if name not in ("F16", "BF16", "F32")]
+
+
+@pytest.mark.parametrize("type_name", BLOCK_FORMATS)
+def test_block_decoding_is_gguf_py_dequantize_bit_for_bit(type_name):
+    rng = np.random.default_rng(0)
+    raw = random_blocks(type_name, 9, 512, rng)
+    expected = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[type_name]).reshape(9, 512)
+    got = gguf_kernels.dequantize(torch.from_numpy(raw), int(gguf.GGMLQuantizationType[type_name]), 512)
+    assert np.array_equal(got.numpy(), expected)
+
+
+@pytest.mark.parametrize("type_name", FORMATS)
+def test_linear_is_batch_invariant_and_is_the_matrix_product(type_name):
+    from tests.tiny_gguf import encode_matrix
+
+    rng = np.random.default_rng(1)
+    data, raw_dtype, exact = encode_matrix(torch.empty(37, 512), type_name, rng, 0.1)
+    type_id = int(raw_dtype) if raw_dtype is not None else {"F32": 0, "F16": 1}[type_name]
+    blocks = torch.from_numpy(np.ascontiguousarray(data).view(np.uint8).reshape(37, -1).copy())
+    x = torch.randn(20, 512)
+    full = gguf_kernels.linear(x, blocks, type_id, 512)
+    torch.testing.assert_close(full, x @ exact.T, rtol=1e-4, atol=1e-4 * float(exact.abs().max()))
+    for rows in (1, 2, 3, 7, 16, 20):                 # any row count, any position: the same bits
+        part = gguf_kernels.linear(x[:rows], blocks, type_id, 512)
+        assert torch.equal(part, full[:rows])
+    assert torch.equal(gguf_kernels.linear(x[13:14], blocks, type_id, 512)[0], full[13])
+
+
+def test_attention_matches_softmax_and_each_row_only_sees_its_keys():
+    torch.manual_seed(0)
+    heads, kv_heads, keys, rows, dim = 4, 2, 11, 5, 64
+    q = torch.randn(heads, rows, dim)
+    k, v = torch.randn(kv_heads, keys, dim), torch.randn(kv_heads, keys, dim)
+    visible = torch.rand(rows, keys) < 0.6
+    visible[:, 0] = True
+    out = gguf_kernels.attention(q, k, v, visible, 0.125)
+    for t in range(rows):
+        for h in range(heads):
+            seen = visible[t].nonzero()[:, 0]
+            probs = torch.softmax(q[h, t] @ k[h // 2, seen].T * 0.125, dim=-1)
+            torch.testing.assert_close(out[t, h], probs @ v[h // 2, seen], rtol=1e-5, atol=1e-5)
+        # the same row alone, given only the keys it sees: the same bits
+        seen = visible[t].nonzero()[:, 0]
+        alone = gguf_kernels.attention(q[:, t:t + 1], k[:, seen], v[:, seen], torch.ones(1, len(seen), dtype=torch.bool), 0.125)
+        assert torch.equal(alone[0], out[t])
+
+
+def _tiny(arch, type_name, tie=False):
+    from multidraft.models.quantized import load_quantized_model
+    from multidraft.models.runner import LM
+
+    folder = Path(tempfile.mkdtemp(prefix=f"tiny-gguf-{arch}-{type_name}-"))
+    path = write_tiny_gguf(folder, arch, type_name, seed=3, tie=tie)
+    return LM(load_quantized_model(folder, path), make_tokenizer(), name=f"tiny-{arch}-{type_name}",
+              runner="quantized"), folder
+
+
+@pytest.mark.parametrize("arch,type_name", [("llama", "Q4_1"), ("qwen2", "Q4_K"), ("qwen2", "Q6_K"),
+                                            ("llama", "Q8_0"), ("qwen2", "Q5_0"), ("llama", "BF16")])
+def test_tiny_model_equals_fp32_eager_on_the_same_values(arch, type_name):
+    """The HF folder holds the blocks' exact values in fp32: logits agree up to summation order (Llama's q/k rows
+    come back from llama.cpp's rotary order)."""
+    from transformers import AutoModelForCausalLM
+
+    lm, folder = _tiny(arch, type_name, tie=type_name == "Q8_0")
+    assert lm.runner == "quantized"
+    reference = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    ids = torch.tensor([[1, 5, 9, 3, 7, 22, 40, 11, 8]])
+    with torch.inference_mode():
+        ours, theirs = lm.model(ids).logits[0], reference(ids).logits[0]
+    assert float((ours - theirs).abs().max()) <= 1e-4 * float(theirs.abs().max())
+
+
+@pytest.mark.parametrize("arch,type_name", [("qwen2", "Q4_K"), ("llama", "Q4_1")])
+def test_forward_is_batch_invariant_on_chains_and_trees(arch, type_name):
+    lm, _ = _tiny(arch, type_name)
+    prompt = [1, 5, 9, 3, 7, 22]
+    alone = KVCache()
+    lm.forward(alone, prompt)
+    steps = [4, 17, 30, 8, 12, 44, 9, 2, 60, 33, 21, 5, 6, 7, 18, 19, 25]        # 17 tokens: past 16
+    single = [lm.forward(alone, [token]).logits[0] for token in steps]
+    chain = KVCache()
+    lm.forward(chain, prompt)
+    together = lm.forward(chain, steps).logits
+    assert all(torch.equal(together[i], single[i]) for i in range(len(steps)))
+    tree_cache = KVCache()
+    lm.forward(tree_cache, prompt)
+    tree = lm.forward(tree_cache, [4, 50, 17, 51, 30], parents=[-1, -1, 0, 0, 2]).logits
+    assert torch.equal(tree[0], single[0]) and torch.equal(tree[2], single[1]) and torch.equal(tree[4], single[2])
+
+
+LOSSLESS = ["pld", "pld_plus", "suffix"]
+
+
+@pytest.mark.parametrize("type_name", ["Q4_K", "Q4_1"])
+def test_lossless_methods_give_greedy_tokens(type_name):
+    import multidraft
+
+    lm, _ = _tiny("qwen2" if type_name == "Q4_K" else "llama", type_name)
+    prompts = ["the cat sat on the mat and the cat sat on", "def x ( y ) : return x ( y ) + 1 if x",
+               "a dog ran on the mat . a dog ran"]
+    for prompt in prompts:
+        greedy = multidraft.generate(lm, prompt, method="greedy", max_new_tokens=40, temperature=0).token_ids
+        for method in LOSSLESS:
+            got = multidraft.generate(lm, prompt, method=method, max_new_tokens=40, temperature=0).token_ids
+            assert got == greedy, (method, prompt)
+
+
+def test_speculative_with_a_quantized_draft_gives_greedy_tokens():
+    import multidraft
+
+    target, _ = _tiny("qwen2", "Q4_K")
+    draft, _ = _tiny("qwen2", "Q8_0")
+    greedy = multidraft.generate(target, "the cat sat on", method="greedy", max_new_tokens=30, temperature=0).token_ids
+    got = multidraft.generate(target, "the cat sat on", method="speculative", draft_model=draft, max_new_tokens=30,
+                              temperature=0).token_ids
+    assert got == greedy
+
+
+def test_runner_cannot_be_switched_and_says_how():
+    from multidraft.errors import InvalidOptionError
+
+    lm, _ = _tiny("qwen2", "Q4_K")
+    assert lm.use_runner("auto") == "quantized"
+    with pytest.raises(InvalidOptionError, match="load_model"):
+        lm.use_runner("eager")
+
+
+def test_gguf_that_disagrees_with_its_folder_is_refused(tmp_path):
+    from multidraft.models.quantized import QuantizedUnsupported, load_quantized_model
+
+    path = write_tiny_gguf(tmp_path, "qwen2", "Q4_K", seed=3)
+    other = tmp_path / "other"
+    other.mkdir()
+    write_tiny_gguf(other, "qwen2", "Q4_K", seed=4)           # a different model's folder
+    with pytest.raises(QuantizedUnsupported, match="does not match"):
+        load_quantized_model(other, path)
+
+
+def test_unembedding_rows_are_the_lm_head(tmp_path):
+    lm, folder = _tiny("qwen2", "Q6_K")
+    from transformers import AutoModelForCausalLM
+    reference = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    rows = torch.tensor([0, 7, 63])
+    assert torch.equal(lm.unembedding(rows), reference.lm_head.weight[rows])
+
+
+# ---------------------------------------------------------------- the real model
+
+
+@pytest.fixture(scope="module")
+def smollm_quantized():
+    import os
+
+    from multidraft.errors import ModelNotFoundError
+    from multidraft.models.loader import load_model
+    try:
+        lm = load_model("smollm2-135m", runner="quantized")
+    except ModelNotFoundError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"SmolLM2-135M not pulled: {exc}")
+    if lm.runner != "quantized":
+        pytest.skip("this SmolLM2 pull predates kept GGUF files")
+    return lm
+
+
+@pytest.mark.real_model
+def test_smollm_auto_runner_is_quantized_and_close_to_the_fp32_folder(smollm_quantized, smollm):
+    import multidraft
+
+    assert multidraft.load_model("smollm2-135m").runner == "quantized"          # the default choice on a CPU
+    ids = smollm.encode("def fibonacci(n):\n    if n < 2:")
+    ours = smollm_quantized.forward(KVCache(), ids).logits
+    folder = smollm.forward(KVCache(), ids).logits                 # the bf16-rounded folder, in fp32
+    # The folder rounds every weight to bf16; the runner uses the GGUF's exact values: close, not equal.
+    assert float((ours - folder).abs().max()) <= 0.03 * float(folder.abs().max())
+    assert (ours.argmax(-1) == folder.argmax(-1)).float().mean() >= 0.9
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_smollm_lossless_methods_are_token_identical_to_greedy(smollm_quantized):
+    import multidraft
+
+    prompts = ["def quicksort(arr):\n    ", "Write a haiku about the sea.", "x = [1, 2, 3]\ny = [v * 2 for v in x]\n"]
+    for prompt in prompts:
+        greedy = multidraft.generate(smollm_quantized, prompt, method="greedy", max_new_tokens=40, temperature=0)
+        for method in LOSSLESS:
+            got = multidraft.generate(smollm_quantized, prompt, method=method, max_new_tokens=40, temperature=0)
+            assert got.token_ids == greedy.token_ids, (method, prompt)
+
+
+def test_without_the_kernels_loading_falls_back_with_one_warning(monkeypatch, smollm_quantized):
+    from multidraft.models import loader
+
+    monkeypatch.setattr(gguf_kernels, "_loaded", False)
+    monkeypatch.setattr(gguf_kernels, "unavailable_reason", lambda: "this CPU has no AVX2 (test)")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lm = loader.load_model("smollm2-135m", runner="quantized")
+    assert lm.runner != "quantized"
+    assert [str(w.message) for w in caught if "quantized runner" in str(w.message)]

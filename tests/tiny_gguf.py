@@ -1,0 +1,96 @@
+"""Tiny random models as a GGUF file in any block format, beside an HF folder holding the same values in fp32.
+
+Weights are random blocks of the chosen format (any bytes are a valid block once the fp16 scale fields hold
+finite values); their exact values (gguf-py's dequantize) go into the HF folder, so the quantized runner and the
+fp32 eager runner compute the same model and may differ only by summation order.
+"""
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType as QType
+
+from tests.tiny_models import make_tiny_hf_model, make_tokenizer
+
+# Byte offsets of the fp16 scale fields in one block of each format, and the scale's typical size.
+SCALE_FIELDS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "Q4_K": (0, 2),
+                "Q5_K": (0, 2), "Q6_K": (208,)}
+FORMATS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16", "F32")
+
+
+def random_blocks(type_name: str, rows: int, width: int, rng, scale: float = 0.02) -> np.ndarray:
+    """(rows, bytes per row) uint8 of random blocks of `type_name` (a block format, not F16/BF16/F32)."""
+    qtype = QType[type_name]
+    values_per_block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+    raw = rng.integers(0, 256, size=(rows, width // values_per_block, block_bytes), dtype=np.uint8)
+    for offset in SCALE_FIELDS[type_name]:
+        field = rng.uniform(-scale, scale, size=raw.shape[:2]).astype(np.float16)
+        raw[..., offset:offset + 2] = field.view(np.uint8).reshape(*raw.shape[:2], 2)
+    return raw.reshape(rows, -1)
+
+
+def encode_matrix(weight: torch.Tensor, type_name: str, rng, scale: float):
+    """(bytes or typed array for the GGUF, raw dtype, the exact fp32 values it holds) for a weight's shape."""
+    rows, width = weight.shape
+    if type_name == "F32":
+        values = (torch.randn(rows, width) * scale).numpy().astype(np.float32)
+        return values, None, torch.from_numpy(values.copy())
+    if type_name == "F16":
+        values = (torch.randn(rows, width) * scale).numpy().astype(np.float16)
+        return values, None, torch.from_numpy(values.astype(np.float32))
+    if type_name == "BF16":
+        values = (torch.randn(rows, width) * scale).bfloat16()
+        raw = values.view(torch.int16).numpy().view(np.uint8).reshape(rows, width * 2)
+        return raw, QType.BF16, values.float()
+    raw = random_blocks(type_name, rows, width, rng, scale / 8)
+    exact = gguf.quants.dequantize(raw, QType[type_name]).reshape(rows, width).astype(np.float32)
+    return raw, QType[type_name], torch.from_numpy(exact.copy())
+
+
+def rotary_order(rows: int, heads: int) -> np.ndarray:
+    half = rows // heads // 2
+    return np.arange(rows).reshape(heads, half, 2).transpose(0, 2, 1).reshape(rows)
+
+
+def write_tiny_gguf(folder: Path, arch: str = "qwen2", type_name: str = "Q4_K", seed: int = 0,
+                    tie: bool = False) -> Path:
+    """Save an HF folder (fp32) and `model.gguf` of one tiny random model in `folder`; returns the GGUF path.
+
+    Sizes are multiples of 256 so the K formats fit. Llama's q/k rows are stored in llama.cpp's rotary order, as
+    its converter does."""
+    folder = Path(folder)
+    rng = np.random.default_rng(seed)
+    model = make_tiny_hf_model(arch, seed, hidden_size=256, intermediate_size=512, num_attention_heads=4,
+                               num_key_value_heads=2, tie_word_embeddings=tie)
+    config = model.config
+    names = gguf.get_tensor_name_map({v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}[arch], config.num_hidden_layers)
+    writer = gguf.GGUFWriter(str(folder / "model.gguf"), arch)
+    state = model.state_dict()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if tie and name == "lm_head.weight":
+                continue
+            gguf_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
+            if param.dim() == 2:
+                scale = 0.5 if name in ("lm_head.weight", "model.embed_tokens.weight") else 0.05
+                data, raw_dtype, exact = encode_matrix(param, type_name, rng, scale)
+                param.copy_(exact)
+                if arch == "llama" and (".q_proj." in name or ".k_proj." in name):
+                    heads = config.num_attention_heads if ".q_proj." in name else config.num_key_value_heads
+                    stored = np.empty_like(data)
+                    stored[rotary_order(param.shape[0], heads)] = data
+                    data = stored
+                writer.add_tensor(gguf_name, data, raw_dtype=raw_dtype)
+            else:
+                param.copy_(1.0 + 0.1 * torch.randn(param.shape))
+                writer.add_tensor(gguf_name, param.numpy().astype(np.float32))
+    del state
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    model.save_pretrained(folder)
+    make_tokenizer().save_pretrained(folder)
+    return folder / "model.gguf"
