@@ -15,6 +15,7 @@
 #include <immintrin.h>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -283,6 +284,149 @@ void apply_any(int mg, const float* x, const float* w, float* out, int64_t K, in
   }
 }
 
+
+// ---------------------------------------------------------------- fused kernels of Q4_K and Q6_K
+// The formats of the models we ship are read straight into the dot products, without a decoded buffer. A value is
+// scale * q (- min), constant over a sub-block of 32 (Q4_K) or 16 (Q6_K) values, so per sub-block and input row
+//     sum_k x_k * (scale * q_k - min) = scale * sum_k x_k q_k - min * sum_k x_k
+// with sum_k x_k q_k in 8 fp32 lanes (q converted once, used by every input row of the group) and sum_k x_k
+// precomputed once per call. The operations and their order depend only on the output element, never on how
+// many rows are in the call.
+
+// Sums of x over each 32-value block, in a fixed order: (M, K/32).
+std::vector<float> block_sums(const float* x, int64_t M, int64_t K) {
+  const int64_t blocks = K / 32;
+  std::vector<float> sums(M * blocks);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* p = x + m * K + b * 32;
+      const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)),
+                                     _mm256_add_ps(_mm256_loadu_ps(p + 16), _mm256_loadu_ps(p + 24)));
+      sums[m * blocks + b] = hsum(s);
+    }
+  return sums;
+}
+
+template <int MG>
+void q4_k_rows(const float* x, const float* xsums, const uint8_t* w, int64_t row_bytes, float* out, int64_t K,
+               int64_t N, int64_t n_begin, int64_t n_end) {
+  const int64_t superblocks = K / 256, sums_per_row = K / 32;
+  for (int64_t n = n_begin; n < n_end; ++n) {
+    const uint8_t* row = w + n * row_bytes;
+    if (n + 1 < n_end) _mm_prefetch((const char*)(row + row_bytes), _MM_HINT_T0);
+    __m256 total[MG], mins[MG];
+    for (int i = 0; i < MG; ++i) { total[i] = _mm256_setzero_ps(); mins[i] = _mm256_setzero_ps(); }
+    for (int64_t sb = 0; sb < superblocks; ++sb) {
+      const uint8_t* b = row + sb * 144;
+      _mm_prefetch((const char*)(b + 4 * 144), _MM_HINT_T0);
+      // The 8 six-bit scales and mins, unpacked 32 bits at a time (scale_min_k4's layout), then d * scale and
+      // dmin * min in 8 lanes: the same products as the scalar decoder.
+      uint32_t packed[4];
+      std::memcpy(packed, b + 4, 12);
+      const uint32_t m1 = 0x3f3f3f3f, m2 = 0x0f0f0f0f, m3 = 0x03030303;
+      packed[3] = ((packed[2] >> 4) & m2) | (((packed[1] >> 6) & m3) << 4);
+      const uint32_t mins_low = packed[1] & m1;
+      packed[1] = (packed[2] & m2) | (((packed[0] >> 6) & m3) << 4);
+      packed[2] = mins_low;
+      packed[0] &= m1;
+      alignas(32) float scales[8];
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
+      _mm256_store_ps(scales, _mm256_mul_ps(_mm256_set1_ps(fp16_to_fp32(rd16(b))), u8x8(bytes)));
+      const __m256 offsets_v = _mm256_mul_ps(_mm256_set1_ps(fp16_to_fp32(rd16(b + 2))), u8x8(_mm_srli_si128(bytes, 8)));
+      for (int i = 0; i < MG; ++i)
+        mins[i] = _mm256_fmadd_ps(offsets_v, _mm256_loadu_ps(xsums + i * sums_per_row + sb * 8), mins[i]);
+      const uint8_t* q = b + 16;
+      const float* xb = x + sb * 256;
+      const __m256i mask = _mm256_set1_epi32(0x0F);
+      for (int j = 0; j < 4; ++j) {
+        // 8 bytes at a time, zero-extended into 32-bit lanes: low nibbles are sub-block 2j, high ones 2j + 1.
+        __m256 low[4], high[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v) {
+          const __m256i wide = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 32 * j + 8 * v)));
+          low[v] = _mm256_cvtepi32_ps(_mm256_and_si256(wide, mask));
+          high[v] = _mm256_cvtepi32_ps(_mm256_srli_epi32(wide, 4));
+        }
+        const __m256 scale_low = _mm256_broadcast_ss(scales + 2 * j), scale_high = _mm256_broadcast_ss(scales + 2 * j + 1);
+        const float* xs = xb + 64 * j;
+#pragma GCC unroll 4
+        for (int i = 0; i < MG; ++i) {
+          const float* xr = xs + i * K;
+          __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(xr), low[0]);
+          acc = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 8), low[1], acc);
+          acc = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 16), low[2], acc);
+          acc = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 24), low[3], acc);
+          total[i] = _mm256_fmadd_ps(scale_low, acc, total[i]);
+          acc = _mm256_mul_ps(_mm256_loadu_ps(xr + 32), high[0]);
+          acc = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 40), high[1], acc);
+          acc = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 48), high[2], acc);
+          acc = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 56), high[3], acc);
+          total[i] = _mm256_fmadd_ps(scale_high, acc, total[i]);
+        }
+      }
+    }
+    for (int i = 0; i < MG; ++i) out[i * N + n] = hsum(total[i]) - hsum(mins[i]);
+  }
+}
+
+template <int MG>
+void q6_k_rows(const float* x, const uint8_t* w, int64_t row_bytes, float* out, int64_t K, int64_t N,
+               int64_t n_begin, int64_t n_end) {
+  const int64_t superblocks = K / 256;
+  const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
+  for (int64_t n = n_begin; n < n_end; ++n) {
+    const uint8_t* row = w + n * row_bytes;
+    if (n + 1 < n_end) _mm_prefetch((const char*)(row + row_bytes), _MM_HINT_T0);
+    __m256 total[MG];
+    for (int i = 0; i < MG; ++i) total[i] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < superblocks; ++sb) {
+      const uint8_t* b = row + sb * 210;
+      _mm_prefetch((const char*)(b + 3 * 210), _MM_HINT_T0);
+      const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+      const float d = fp16_to_fp32(rd16(b + 208));
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* ql = b + 64 * h;
+        const uint8_t* qh = b + 128 + 32 * h;
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+        const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+        const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+        for (int part = 0; part < 4; ++part) {
+          __m256i q;
+          if (part == 0) q = _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), two));
+          else if (part == 1) q = _mm256_or_si256(_mm256_and_si256(c, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), two));
+          else if (part == 2) q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(hb, two));
+          else q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), low4),
+                                   _mm256_and_si256(_mm256_srli_epi16(hb, 2), two));
+          q = _mm256_sub_epi8(q, bias);
+          const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+          const __m256 qv[4] = {i8x8(lo), i8x8(_mm_srli_si128(lo, 8)), i8x8(hi), i8x8(_mm_srli_si128(hi, 8))};
+          const __m256 s0 = _mm256_set1_ps(d * float(sc[8 * h + 2 * part]));
+          const __m256 s1 = _mm256_set1_ps(d * float(sc[8 * h + 2 * part + 1]));
+          const float* xs = x + sb * 256 + 128 * h + 32 * part;
+#pragma GCC unroll 6
+          for (int i = 0; i < MG; ++i) {
+            const float* xr = xs + i * K;
+            const __m256 first = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 8), qv[1], _mm256_mul_ps(_mm256_loadu_ps(xr), qv[0]));
+            const __m256 second = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 24), qv[3], _mm256_mul_ps(_mm256_loadu_ps(xr + 16), qv[2]));
+            total[i] = _mm256_fmadd_ps(s1, second, _mm256_fmadd_ps(s0, first, total[i]));
+          }
+        }
+      }
+    }
+    for (int i = 0; i < MG; ++i) out[i * N + n] = hsum(total[i]);
+  }
+}
+
+template <typename F>
+void by_group_size(int mg, F&& f) {
+  switch (mg) {
+    case 1: f(std::integral_constant<int, 1>()); break;
+    case 2: f(std::integral_constant<int, 2>()); break;
+    case 3: f(std::integral_constant<int, 3>()); break;
+    default: f(std::integral_constant<int, 4>()); break;
+  }
+}
+
 void check_blocks(const at::Tensor& blocks, int64_t type, int64_t K) {
   TORCH_CHECK(blocks.scalar_type() == at::kByte && blocks.dim() == 2 && blocks.is_contiguous(),
               "gguf kernels: blocks must be a contiguous 2-D uint8 tensor");
@@ -304,7 +448,30 @@ at::Tensor gguf_linear(const at::Tensor& x_in, const at::Tensor& blocks, int64_t
   const float* xp = x.data_ptr<float>();
   const uint8_t* bp = blocks.data_ptr<uint8_t>();
   float* op = out.data_ptr<float>();
-  // Weight rows decoded per chunk: about 16 KB of fp32 (L1), at least 4 rows.
+  if (type == 12 || type == 14) {                 // fused Q4_K / Q6_K: input rows in balanced groups of at most 4
+    const std::vector<float> xsums = type == 12 ? block_sums(xp, M, K) : std::vector<float>();
+    const int64_t fused_groups = (M + 3) / 4;
+    const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+    const int64_t grain = std::max<int64_t>(16, (N + threads - 1) / threads);
+    at::parallel_for(0, N, grain, [&](int64_t b, int64_t e) {
+      // Rows in slices of 64 so that every group of inputs reuses a slice while it is in L1/L2.
+      for (int64_t c = b; c < e; c += 64) {
+        const int64_t ce = std::min(e, c + 64);
+        for (int64_t g = 0; g < fused_groups; ++g) {
+          const int64_t m0 = g * M / fused_groups, m1 = (g + 1) * M / fused_groups;
+          by_group_size(int(m1 - m0), [&](auto size) {
+            constexpr int MG = decltype(size)::value;
+            if (type == 12)
+              q4_k_rows<MG>(xp + m0 * K, xsums.data() + m0 * (K / 32), bp, row_bytes, op + m0 * N, K, N, c, ce);
+            else
+              q6_k_rows<MG>(xp + m0 * K, bp, row_bytes, op + m0 * N, K, N, c, ce);
+          });
+        }
+      }
+    });
+    return out;
+  }
+  // Other formats: weight rows decoded per chunk, about 16 KB of fp32 (L1), at least 4 rows.
   const int64_t chunk = std::max<int64_t>(4, (int64_t(4096) / K) & ~int64_t(3));
   const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
   const int64_t grain = std::max<int64_t>(chunk, ((N + threads - 1) / threads + chunk - 1) / chunk * chunk);
