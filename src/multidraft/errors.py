@@ -38,3 +38,7 @@ class TokenizerMismatchError(MultidraftError):
 
 class DataNotFoundError(MultidraftError):
     """A data set or corpus that has not been pulled into the cache."""
+
+
+class OptionalDependencyError(MultidraftError):
+    """A feature needs an optional package (an extra such as `multidraft[llama]`) that is not installed."""

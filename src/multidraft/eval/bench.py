@@ -97,7 +97,7 @@ def run_bench(config: BenchConfig, out_dir, prompts: Optional[dict[str, list]] =
     results in out_dir instead of resuming them.
     """
     config.validate()
-    methods, skipped = resolve_methods(config.methods, bool(config.draft), config.options)
+    methods, skipped = resolve_methods(config.methods, bool(config.draft), config.options, model=config.model)
     if prompts is None:
         check_tasks(config.tasks)
     out_dir = Path(out_dir)

@@ -26,7 +26,8 @@ def register(subparsers) -> None:
                         help="comma-separated: code_edit, summarize, text_edit, chat, humaneval, autocomplete")
     parser.add_argument("--methods", default="all",
                         help="'all' or a comma-separated list of methods (see `multidraft methods`) and HF peers "
-                             "(hf_greedy, hf_prompt_lookup, hf_assisted); hf_greedy always runs as the baseline")
+                             "(hf_greedy, hf_prompt_lookup, hf_assisted; llama_cpp_greedy, llama_cpp_prompt_lookup on the "
+                             "model's GGUF, with `make llama`); hf_greedy always runs as the baseline")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--limit", type=int, default=5, help="prompts per task")
     parser.add_argument("--seed", type=validation.cli_int(*validation.SEED_RANGE), default=0)
@@ -111,7 +112,7 @@ def run_bench_command(args) -> int:
     # Bad input fails before any model is loaded.
     config.validate()
     check_tasks(config.tasks)
-    _methods, skipped = resolve_methods(config.methods, bool(config.draft), config.options)
+    _methods, skipped = resolve_methods(config.methods, bool(config.draft), config.options, model=config.model)
     for name, reason in skipped.items():
         print(f"skipping {name}: {reason}", file=sys.stderr)
     print(f"bench: {config.model} on {', '.join(config.tasks)} -> {out} (load average "

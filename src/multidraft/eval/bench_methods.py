@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from multidraft.errors import InvalidOptionError, UnknownMethodError
+from multidraft.eval import llama_cpp_peer
 from multidraft.eval.results import BASELINE
 
 # Option names a superposed decoder may use for its number of drafts k (the first one it declares is swept).
@@ -29,11 +30,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     "pld_plus": {"variants": [{"rank_by": "hidden"}, {"rank_by": "attention"}]},
     "superposed": {"tasks": ("autocomplete",), "sweep_k": True},
 }
-# HF generate() peers: name -> (needs a draft model, description).
+# Peers (other implementations on the same prompts): name -> (needs a draft model, description). The llama.cpp
+# ones run llama-cpp-python on the model's GGUF (eval/llama_cpp_peer.py; optional extra `multidraft[llama]`).
 PEERS: dict[str, tuple[bool, str]] = {
     "hf_greedy": (False, "HF generate(), greedy (the baseline)"),
     "hf_prompt_lookup": (False, "HF generate(prompt_lookup_num_tokens=k)"),
     "hf_assisted": (True, "HF generate(assistant_model=draft)"),
+    "llama_cpp_greedy": (False, "llama.cpp (llama-cpp-python) greedy on the model's GGUF"),
+    "llama_cpp_prompt_lookup": (False, "llama.cpp LlamaPromptLookupDecoding(num_pred_tokens=k) on the model's GGUF"),
 }
 
 
@@ -82,12 +86,20 @@ def _expand(name: str, spec, overrides: dict[str, Any]) -> list[BenchMethod]:
     return methods
 
 
-# generate() keyword arguments a peer accepts through -o (HF's defaults otherwise, i.e. what users get).
+# generate() keyword arguments a peer accepts through -o (HF's defaults otherwise, i.e. what users get); the
+# llama.cpp peers take LlamaPromptLookupDecoding's arguments.
 PEER_OPTIONS = {"hf_greedy": (), "hf_prompt_lookup": ("prompt_lookup_num_tokens", "max_matching_ngram_size"),
-                "hf_assisted": ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")}
+                "hf_assisted": ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold"),
+                **llama_cpp_peer.OPTIONS}
 
 
 def _peer(name: str, overrides: dict[str, Any], registry) -> BenchMethod:
+    if llama_cpp_peer.is_llama_cpp(name):
+        # Not lossless: llama.cpp quantizes activations to 8 bits, so its tokens may differ from greedy's (reported,
+        # not required to match).
+        pld = registry.get("pld")
+        options = llama_cpp_peer.peer_options(name, overrides, pld.options.get("num_draft_tokens", 10) if pld else 10)
+        return BenchMethod(name, name, True, False, options, None, None, False)
     options: dict[str, Any] = {}
     if name == "hf_prompt_lookup":      # HF has no default; use pld's draft length so the two compare like for like
         pld = registry.get("pld")
@@ -100,12 +112,13 @@ def _peer(name: str, overrides: dict[str, Any], registry) -> BenchMethod:
     return BenchMethod(name, name, True, True, options, None, None, PEERS[name][0])
 
 
-def resolve_methods(requested: Iterable[str], has_draft: bool, overrides: Optional[dict[str, dict]] = None
-                    ) -> tuple[list[BenchMethod], dict[str, str]]:
+def resolve_methods(requested: Iterable[str], has_draft: bool, overrides: Optional[dict[str, dict]] = None,
+                    model: Optional[str] = None) -> tuple[list[BenchMethod], dict[str, str]]:
     """The methods to run, baseline first, and {name: reason} for those skipped.
 
     `requested` holds registry or peer names, or "all". A method that needs a draft model without one is an error
-    when named, and skipped under "all".
+    when named, and skipped under "all". With `model`, the llama.cpp peers are checked too: skipped when the model
+    has no GGUF; without llama-cpp-python an error (OptionalDependencyError) when named, skipped under "all".
     """
     from multidraft.methods import available_methods       # lazily: the report reads this module too
 
@@ -135,5 +148,10 @@ def resolve_methods(requested: Iterable[str], has_draft: bool, overrides: Option
                                          f"(a smaller model with the same tokenizer, e.g. qwen2.5-coder-0.5b)")
             skipped[name] = "needs --draft"
             continue
+        if model is not None and llama_cpp_peer.is_llama_cpp(name):
+            reason = llama_cpp_peer.skip_reason(model, required=not everything)
+            if reason:
+                skipped[name] = reason
+                continue
         methods.extend(expanded)
     return methods, skipped

@@ -1,5 +1,6 @@
 """Running the benchmark's columns on one prompt: every turn of a prompt per method, HF peers through
-`model.generate`, output quality for the columns where it can differ from the baseline's, the equality check.
+`model.generate`, llama.cpp peers through llama-cpp-python on the model's GGUF (eval/llama_cpp_peer.py), output
+quality for the columns where it can differ from the baseline's, the equality check.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import os
 import time
 from typing import Iterator, Optional
 
+from multidraft.eval import llama_cpp_peer
 from multidraft.eval.bench_methods import BenchMethod
 from multidraft.eval.results import BASELINE
 from multidraft.types import DecodeStats
@@ -63,8 +65,16 @@ def _run_turns(lm, draft_lm, item, method: BenchMethod, config, quality: bool) -
         prompt = item.input if turn == 0 else item.turn_messages(turn, answers)
         prompt_ids = lm.encode(prompt)
         stats = drafts = None
+        llama = None
+        if llama_cpp_peer.is_llama_cpp(method.name):     # loaded once per run, outside the timed span
+            llama = llama_cpp_peer.runner_for(lm, method.name, method.options,
+                                              len(prompt_ids) + config.max_new_tokens, config.model)
         start = time.perf_counter()
-        if method.peer:
+        if llama is not None:       # prefill included, like every other column
+            token_ids = llama.generate(prompt_ids, config.max_new_tokens, lm.eos_token_ids)
+            seconds = time.perf_counter() - start
+            text = lm.decode(token_ids)
+        elif method.peer:
             token_ids = _hf_generate(lm, draft_lm, method, prompt_ids, config.max_new_tokens)
             seconds = time.perf_counter() - start
             text = lm.decode(token_ids)
@@ -94,14 +104,18 @@ def _run_turns(lm, draft_lm, item, method: BenchMethod, config, quality: bool) -
     tokens = sum(t["tokens"] for t in turns)
     seconds = sum(t["seconds"] for t in turns)
     ppl = [t["perplexity"] for t in turns if t.get("perplexity") is not None]
-    return {"tokens": tokens, "seconds": seconds, "tokens_per_second": tokens / seconds if seconds else 0.0,
-            "stats": DecodeStats.merge(pooled).to_dict() if pooled else None, "turns": turns,
-            "output": turns[-1]["text"], "perplexity": sum(ppl) / len(ppl) if ppl else None}
+    result = {"tokens": tokens, "seconds": seconds, "tokens_per_second": tokens / seconds if seconds else 0.0,
+              "stats": DecodeStats.merge(pooled).to_dict() if pooled else None, "turns": turns,
+              "output": turns[-1]["text"], "perplexity": sum(ppl) / len(ppl) if ppl else None}
+    if llama_cpp_peer.is_llama_cpp(method.name):      # llama.cpp runs the GGUF itself, on the CPU, not our model
+        result.update(dtype="gguf", device="cpu", runner="llama.cpp", runner_setup_s=0.0)
+    return result
 
 
 def _needs_quality(method: BenchMethod) -> bool:
-    # Lossless greedy-time outputs equal the baseline's, so their perplexity adds nothing.
-    return method.name == BASELINE or not method.lossless or method.sampled
+    # Lossless greedy-time outputs equal the baseline's, so their perplexity adds nothing. Peers other than the
+    # baseline get none either (the llama.cpp ones are not lossless, but a target forward per row is not worth it).
+    return method.name == BASELINE or (not method.peer and (not method.lossless or method.sampled))
 
 
 def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
@@ -123,6 +137,8 @@ def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
         if method.name == BASELINE and row["error"] is None:
             reference = [t["token_ids"] for t in row["turns"]]
         row["equal_greedy"] = _equal(row, reference, method)
+        if llama_cpp_peer.is_llama_cpp(method.name) and row["equal_greedy"] is not None:
+            row["greedy_prefix_match"] = llama_cpp_peer.prefix_match([t["token_ids"] for t in row["turns"]], reference)
         yield row
 
 

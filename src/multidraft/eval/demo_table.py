@@ -2,9 +2,11 @@
 
     python -m multidraft.eval.demo_table bench-out/demo
 
-One line per method: pooled tok/s over every prompt (total tokens / total seconds), the speedup over HF greedy
-and over HF prompt lookup on the same prompts, the mean acceptance length, and whether a lossless method's
-output equalled greedy's on every prompt. The full per-task tables are in the folder's report.md.
+One line per method: pooled tok/s over every prompt (total tokens / total seconds), the speedup over HF greedy,
+HF prompt lookup and llama.cpp greedy (when the bench ran it: `make llama`) on the same prompts, the mean
+acceptance length, and whether the output equalled greedy's on every prompt. llama.cpp need not (8-bit
+activations): its cell says on how many prompts it did and how many tokens matched before the first difference.
+The full per-task tables are in the folder's report.md.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ def demo_table(rows: list[dict]) -> str:
     pooled: dict[str, list[float]] = {}
     accepted: dict[str, list[float]] = {}
     equal: dict[str, bool] = {}
+    counts: dict[str, list[int]] = {}          # method -> [prompts equal, prompts compared]
+    prefix: dict[str, list[int]] = {}          # method -> [tokens matching before a difference, reference tokens]
     for row in ok:
         tokens_seconds = pooled.setdefault(row["method"], [0.0, 0.0])
         tokens_seconds[0] += row["tokens"]
@@ -28,19 +32,34 @@ def demo_table(rows: list[dict]) -> str:
             accepted.setdefault(row["method"], []).append(float(stats["mean_acceptance_length"]))
         if row.get("equal_greedy") is not None:
             equal[row["method"]] = equal.get(row["method"], True) and bool(row["equal_greedy"])
+            count = counts.setdefault(row["method"], [0, 0])
+            count[0] += bool(row["equal_greedy"])
+            count[1] += 1
+        if row.get("greedy_prefix_match"):
+            match = prefix.setdefault(row["method"], [0, 0])
+            match[0] += row["greedy_prefix_match"]["common"]
+            match[1] += row["greedy_prefix_match"]["reference"]
     rate = {m: t / s for m, (t, s) in pooled.items() if s > 0}
     runner = next((r.get("runner") for r in ok if not r.get("peer") and r.get("runner")), "eager")
-    lines = ["| method | tok/s | vs HF greedy | vs HF prompt lookup | acceptance length | same as greedy |",
-             "|---|---|---|---|---|---|"]
+    peers = ["hf_greedy", "hf_prompt_lookup"] + (["llama_cpp_greedy"] if rate.get("llama_cpp_greedy") else [])
+    titles = {"hf_greedy": "vs HF greedy", "hf_prompt_lookup": "vs HF prompt lookup",
+              "llama_cpp_greedy": "vs llama.cpp greedy"}
+    lines = ["| method | tok/s | " + " | ".join(titles[p] for p in peers) + " | acceptance length | same as greedy |",
+             "|---" * (len(peers) + 4) + "|"]
     for method, value in rate.items():
-        versus = [f"{value / rate[peer]:.2f}x" if rate.get(peer) else "—" for peer in ("hf_greedy", "hf_prompt_lookup")]
+        versus = [f"{value / rate[peer]:.2f}x" if rate.get(peer) else "—" for peer in peers]
         mal = accepted.get(method)
         mal_cell = f"{sum(mal) / len(mal):.2f}" if mal else "—"
         same = {True: "yes", False: "NO"}.get(equal.get(method), "—")
-        lines.append(f"| {method} | {value:.2f} | {versus[0]} | {versus[1]} | {mal_cell} | {same} |")
+        if method in prefix and equal.get(method) is False:
+            same = (f"{counts[method][0]}/{counts[method][1]} prompts, {prefix[method][0]}/{prefix[method][1]} "
+                    f"tokens before a difference")
+        lines.append(f"| {method} | {value:.2f} | " + " | ".join(versus) + f" | {mal_cell} | {same} |")
     prompts = len({(r["task"], r["prompt_id"]) for r in ok})
     lines.append("")
-    lines.append(f"{prompts} prompts; tok/s pooled over them; our methods on the '{runner}' runner, HF peers stock.")
+    llama = " llama.cpp peers: llama-cpp-python on the same GGUF." if "llama_cpp_greedy" in peers else ""
+    lines.append(f"{prompts} prompts; tok/s pooled over them; our methods on the '{runner}' runner, HF peers stock."
+                 + llama)
     return "\n".join(lines)
 
 

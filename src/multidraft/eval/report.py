@@ -75,7 +75,7 @@ def summarize(rows: list[dict], method: dict, baseline: dict[str, dict],
 def _method_cell(method: dict) -> str:
     name = f"`{method['label']}`"
     if method["peer"]:
-        return name + " (HF)"
+        return name + (" (llama.cpp)" if str(method.get("name", "")).startswith("llama_cpp") else " (HF)")
     if not method["lossless"]:
         return name + " ⚠ lossy"
     return name + (" (sampled)" if method.get("temperature") else "")
@@ -162,11 +162,12 @@ def render_report(header: dict, rows: list[dict], plots: list[str]) -> str:
              f"- load average (1 min) over rows: {min(loads):.1f} to {max(loads):.1f}" if loads else "- load average: —",
              f"- baseline `{BASELINE}` = HF `generate()` greedy. Speedup = tok/s of a method / tok/s of the baseline "
              f"on the same prompt; min / median / max over prompts. Mean acceptance length = generated tokens / target "
-             f"verification calls (pooled over prompts); HF peers do not report it.",
+             f"verification calls (pooled over prompts); peers (HF, llama.cpp) do not report it.",
              "- matched prompts: those on which every greedy lossless row equals the baseline's output, so every method "
              "did the same work (in bf16 a near-tied token can flip and change the text, hence the work).",
              "- equal to greedy: token-identical to the baseline's output (every turn). Lossless methods must be; "
-             "⚠ lossy methods are new decoders and need not be. Perplexity: of the output given the prompt, under "
+             "⚠ lossy methods are new decoders and need not be, nor need llama.cpp peers (8-bit activations on the "
+             "GGUF). Perplexity: of the output given the prompt, under "
              "the target model (lossy, sampled and baseline rows)."]
     if identity.get("options"):
         lines.append(f"- method options: `{identity['options']}`")
