@@ -7,11 +7,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 MD := $(VENV)/bin/multidraft
 STAMP := $(VENV)/.installed-stamp
+LLAMA_STAMP := $(VENV)/.llama-stamp
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-fast demo models-data browser clean
+.PHONY: install llama test test-fast demo models-data browser clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +24,17 @@ $(STAMP): $(PY) pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# llama-cpp-python (the `llama` extra) for the bench's llama.cpp rows: PyPI ships only its source, so pip builds
+# llama.cpp with cmake + gcc for this CPU, once (~8 min on 2 cores; pip's wheel cache makes a reinstall quick).
+# `make test` does not need it (its tests skip without it); `make demo` does.
+$(LLAMA_STAMP): $(STAMP)
+	@echo "make llama: building llama-cpp-python from source (once; ~8 min on 2 cores)..."
+	$(PY) -m pip install -q -e ".[llama]"
+	$(PY) -c "import llama_cpp; print('llama-cpp-python', llama_cpp.__version__)"
+	touch $(LLAMA_STAMP)
+
+llama: $(LLAMA_STAMP)
 
 models-data: $(STAMP)
 	$(MD) models pull smollm2-135m
@@ -43,17 +55,18 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m "not real_model and not slow"
 
 # A short `multidraft bench` on the default model, with progress bars, that ends with a side-by-side table: HF
-# greedy, our greedy, prompt lookup (`pld`) and HF's prompt lookup on 2 real code edits, 64 new tokens, on the
-# fast runner where it helps (--runner auto; the first run builds its CPU kernel once, ~1 min). The full
-# per-task tables go to bench-out/demo/report.md. On an idle 2-core AVX2-only CPU it took 4 min 14 s after the model
-# pull (kernel already built; benchmarks/reports/fast_path.md, section 9).
-demo: $(STAMP)
+# greedy, our greedy, prompt lookup (`pld`), HF's prompt lookup and llama.cpp (greedy and prompt lookup, on the
+# same GGUF) on 2 real code edits, 64 new tokens, on the fast runner where it helps (--runner auto; the first run
+# builds its CPU kernel once, ~1 min; `make llama` builds llama-cpp-python once, ~8 min). The full per-task tables
+# go to bench-out/demo/report.md. On an idle 2-core AVX2-only CPU it took 4 min 14 s after the model pull (kernel
+# already built, before the llama.cpp rows; benchmarks/reports/fast_path.md, section 9).
+demo: $(LLAMA_STAMP)
 	$(MD) models pull qwen2.5-coder-1.5b
 	$(MD) data pull cpython-stdlib
 	@mkdir -p bench-out
 	$(MD) bench --model qwen2.5-coder-1.5b --runner auto --tasks code_edit \
-		--methods greedy,pld,hf_prompt_lookup --limit 2 --max-new-tokens 64 --out bench-out/demo --overwrite \
-		> bench-out/demo.log
+		--methods greedy,pld,hf_prompt_lookup,llama_cpp_greedy,llama_cpp_prompt_lookup --limit 2 --max-new-tokens 64 \
+		--out bench-out/demo --overwrite > bench-out/demo.log
 	@tail -n 3 bench-out/demo.log
 	$(PY) -m multidraft.eval.demo_table bench-out/demo
 
