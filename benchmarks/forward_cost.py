@@ -6,6 +6,8 @@ whether drafting can pay on a machine (a drafted step costs one n-token forward 
     .venv/bin/python benchmarks/forward_cost.py --random qwen2.5-1.5b --layers 28 --dtype bfloat16 --device cuda \
         --runners fast,static           # on a GPU: HF's cache vs the static cache with CUDA graphs
     .venv/bin/python benchmarks/forward_cost.py --linear --threads 1     # one layer's linears, M = 1..16
+    .venv/bin/python benchmarks/forward_cost.py --model qwen2.5-coder-1.5b --runners quantized,fast --bandwidth
+        # the GGUF-block runner beside the fp32 fast runner, with the machine's read bandwidth and bytes per token
 
 After a 300-token prefill, each shape (a chain of n new tokens, n in --chains; or a tree: `k x d` = k branches
 of depth d under one root) is timed --reps times per runner, runners interleaved shape by shape so machine
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import Optional
 
 import torch
 
@@ -56,14 +59,47 @@ def clock(cpu_time: bool):
     return time.process_time if cpu_time else time.perf_counter
 
 
-def time_shapes(lm: LM, runners: list[str], shapes: list[tuple[str, list[int]]], reps: int,
+def runner_views(lm: Optional[LM], runners: list[str], model: Optional[str], dtype: str) -> dict:
+    """One LM per runner, each with its own cache: the HF runners share one HF model (eager first: setting a
+    runner up (un)installs the CPU kernel on the shared modules, used only inside each LM's own `kernels()`
+    context); the quantized runner is its own model (the GGUF's blocks)."""
+    views = {}
+    for runner in sorted(runners, key=lambda r: r != "eager"):
+        if runner == "quantized":
+            views[runner] = multidraft.load_model(model, runner="quantized")
+        else:
+            if lm is None:
+                lm = multidraft.load_model(model, dtype=dtype, runner="eager")
+            views[runner] = LM(lm.model, lm.tokenizer, name=lm.name, runner=runner)
+    return views
+
+
+def read_bandwidth(threads: int, megabytes: int = 1024) -> float:
+    """GB/s of one streaming read (a sum over a buffer far larger than the caches), best of 5."""
+    buffer = torch.ones(megabytes * 2 ** 20 // 4)
+    buffer.sum()
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        buffer.sum()
+        times.append(time.perf_counter() - start)
+    return buffer.numel() * 4 / min(times) / 1e9
+
+
+def weight_bytes_per_token(lm: LM) -> int:
+    """Bytes of weights one forward streams: every linear's matrix once (the quantized runner: its blocks; the
+    embedding lookup reads a few rows only)."""
+    total = 0
+    for module in lm.model.modules():
+        if isinstance(module, torch.nn.Linear):
+            matrix = getattr(module, "gguf_matrix", None)
+            total += matrix.nbytes if matrix is not None else module.weight.numel() * module.weight.element_size()
+    return total
+
+
+def time_shapes(views: dict, runners: list[str], shapes: list[tuple[str, list[int]]], reps: int,
                 cpu_time: bool = False) -> dict:
     now = clock(cpu_time)
-    # One LM per runner over the same HF model, each with its own cache (the static runner's is its own kind).
-    # Eager first: setting a runner up (un)installs the CPU kernel on the shared modules, used only inside each
-    # LM's own `kernels()` context.
-    views = {runner: LM(lm.model, lm.tokenizer, name=lm.name, runner=runner)
-             for runner in sorted(runners, key=lambda r: r != "eager")}
     caches = {}
     for runner, view in views.items():
         caches[runner] = view.new_cache()
@@ -127,6 +163,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--linear", action="store_true", help="time single linears instead of a model")
+    parser.add_argument("--bandwidth", action="store_true",
+                        help="also measure the machine's read bandwidth and how close the 1-token forward gets to it")
     parser.add_argument("--cpu-time", action="store_true",
                         help="measure process CPU time instead of wall time (meaningful with --threads 1 on a busy machine)")
     args = parser.parse_args()
@@ -135,24 +173,38 @@ def main() -> None:
     if args.linear:
         linear_curve(args.threads, max(args.reps, 10), args.cpu_time)
         return
+    runners = [r.strip() for r in args.runners.split(",") if r.strip()]
     if args.random:
         lm = random_model(args.random, args.layers, args.dtype, args.device or "cpu")
     else:
-        lm = multidraft.load_model(args.model, dtype=args.dtype, device=args.device)
-    runners = [r.strip() for r in args.runners.split(",") if r.strip()]
+        lm = None if "quantized" in runners and len(runners) == 1 else multidraft.load_model(
+            args.model, dtype=args.dtype, device=args.device, runner="eager")
+    views = runner_views(lm, runners, args.model, args.dtype)
+    if args.bandwidth:
+        bandwidth = read_bandwidth(args.threads)
+        print(f"read bandwidth ({args.threads} threads, 1 GiB sum): {bandwidth:.1f} GB/s", flush=True)
     shapes = [(f"chain {n}", list(range(-1, int(n) - 1))) for n in args.chains.split(",") if n]
     for tree in filter(None, args.trees.split(",")):
         k, d = (int(v) for v in tree.split("x"))
         parents = tree_parents(k, d)
         shapes.append((f"tree {k}x{d} ({len(parents)} nodes)", parents))
-    best = time_shapes(lm, runners, shapes, args.reps, args.cpu_time)
+    best = time_shapes(views, runners, shapes, args.reps, args.cpu_time)
     base = {runner: best[runner]["chain 1"] for runner in runners}
     what = "CPU time" if args.cpu_time else "wall time"
-    print(f"{lm.name} {str(lm.dtype).removeprefix('torch.')} threads={args.threads} ({what}, min of {args.reps} after a warm-up)")
+    first = next(iter(views.values()))
+    print(f"{first.name} {args.dtype} threads={args.threads} ({what}, min of {args.reps} after a warm-up)")
     print(f"{'shape':28s}" + "".join(f"{runner:>22s}" for runner in runners))
     for label, _ in shapes:
         print(f"{label:28s}" + "".join(
             f"{best[r][label] * 1000:10.0f} ms ({best[r][label] / base[r]:4.2f}x)" for r in runners), flush=True)
+    for runner in runners:
+        streamed = weight_bytes_per_token(views[runner])
+        line = f"{runner}: {streamed / 1e9:.2f} GB of weights per forward"
+        if args.bandwidth:
+            floor = streamed / (bandwidth * 1e9)
+            line += (f"; at {bandwidth:.1f} GB/s that is {floor * 1000:.0f} ms, so the 1-token forward runs at "
+                     f"{floor / base[runner] * 100:.0f}% of the read bandwidth")
+        print(line)
     if "eager" in runners:
         for runner in runners:
             if runner != "eager":

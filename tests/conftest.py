@@ -80,7 +80,9 @@ def smollm():
     from multidraft.models.loader import load_model
     from multidraft.errors import ModelNotFoundError
     try:
-        return load_model("smollm2-135m", dtype=torch.float32)
+        # The HF folder's weights in fp32 (tests perturb and inspect them); the GGUF-block runner that load_model
+        # picks by default has its own fixture (test_quantized_runner.py).
+        return load_model("smollm2-135m", dtype=torch.float32, runner="eager")
     except ModelNotFoundError as exc:
         if os.environ.get("CI"):
             raise

@@ -63,7 +63,7 @@ def test_attention_ranking_without_the_eager_kernel(smollm_eager):
     PLD+(attention) stays token-identical to greedy on that kernel."""
     from multidraft.models.loader import load_model
     from multidraft.pldplus.calibration import default_induction_heads
-    sdpa = load_model("smollm2-135m", dtype=torch.float32)
+    sdpa = load_model("smollm2-135m", dtype=torch.float32, runner="eager")      # the HF folder, as smollm_eager
     assert sdpa.attn_implementation == "sdpa"
     heads = default_induction_heads(sdpa, 50)
     ids = sdpa.encode(task_prompts()[-1])

@@ -8,6 +8,7 @@ import sys
 from multidraft import validation
 from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.decoders.draft_length import add_draft_length_argument
+from multidraft.models.runner_choice import add_runner_argument
 from multidraft.models.device import add_device_argument
 from multidraft.text_stream import TextStreamer
 
@@ -28,8 +29,7 @@ def register(subparsers) -> None:
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
     add_device_argument(parser)
-    parser.add_argument("--runner", choices=["auto", "eager", "fast", "static"], default="auto", help="auto: the fast runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), else eager; "
-                        "static: a static KV cache in shape buckets, CUDA graphs on a GPU (not measured on one yet)")
+    add_runner_argument(parser)
     add_draft_length_argument(parser)
     parser.add_argument("--option", "-o", action="append", default=[], metavar="NAME=VALUE",
                         help="a method option, e.g. -o num_draft_tokens=8 (value parsed as JSON when possible)")

@@ -9,6 +9,7 @@ import sys
 from multidraft import validation
 from multidraft.errors import InvalidOptionError
 from multidraft.decoders.draft_length import add_draft_length_argument
+from multidraft.models.runner_choice import add_runner_argument
 from multidraft.models.device import add_device_argument
 
 DEFAULT_OUT = "bench-results"
@@ -33,10 +34,7 @@ def register(subparsers) -> None:
     parser.add_argument("--seed", type=validation.cli_int(*validation.SEED_RANGE), default=0)
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
     add_device_argument(parser)
-    parser.add_argument("--runner", choices=["auto", "eager", "fast", "static"], default="auto",
-                        help="auto: the fast runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), "
-                             "else eager; static: a static KV cache in shape buckets, CUDA graphs on a GPU (not "
-                             "measured on one yet); HF generate() peers always run stock")
+    add_runner_argument(parser, peers_note=True)
     add_draft_length_argument(parser)
     parser.add_argument("--option", "-o", action="append", default=[], metavar="METHOD.NAME=VALUE",
                         help="a method option, e.g. -o pld.num_draft_tokens=8 (value parsed as JSON when possible)")

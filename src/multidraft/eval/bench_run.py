@@ -22,16 +22,33 @@ def output_perplexity(lm, prompt_ids: list[int], token_ids: list[int]) -> Option
     return draft_perplexities(lm, prompt_ids, [token_ids])[0] if token_ids else None
 
 
-def _hf_generate(lm, draft_lm, method: BenchMethod, prompt_ids: list[int], max_new_tokens: int):
+_STOCK_MODELS: dict = {}      # (folder, dtype) -> the stock HF model the HF peers run, loaded once per process
+
+
+def hf_peer_model(lm, dtype=None):
+    """The model HF's generate() runs for the HF peers. A quantized target computes on GGUF blocks with our kernels,
+    which an HF user does not have: the peers then run the model's stock HF folder, in the dtype an HF user gets
+    on this hardware (bf16 where the CPU has it natively, else fp32) unless the bench names one."""
+    if not getattr(lm, "quantized", False):
+        return lm.model
+    from multidraft.models.loader import hf_native_dtype, load_hf_model, parse_dtype
+    torch_dtype = parse_dtype(dtype, "cpu") if dtype not in (None, "auto") else hf_native_dtype("cpu")
+    key = (str(lm.info.path), str(torch_dtype))
+    if key not in _STOCK_MODELS:
+        _STOCK_MODELS[key] = load_hf_model(lm.info.name, dtype=torch_dtype, device="cpu", progress=False)[0]
+    return _STOCK_MODELS[key]
+
+
+def _hf_generate(lm, draft_lm, method: BenchMethod, prompt_ids: list[int], max_new_tokens: int, dtype=None):
     import torch
     kwargs = dict(method.options)
     if method.name == "hf_assisted":
-        kwargs["assistant_model"] = draft_lm.model
+        kwargs["assistant_model"] = hf_peer_model(draft_lm, dtype)
     pad = lm.tokenizer.pad_token_id
     pad = pad if pad is not None else min(lm.eos_token_ids, default=0)
     input_ids = torch.tensor([prompt_ids], device=lm.device)
     with torch.inference_mode():
-        out = lm.model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
+        out = hf_peer_model(lm, dtype).generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
                                 max_new_tokens=max_new_tokens, pad_token_id=pad, repetition_penalty=1.0, **kwargs)
     return out[0, len(prompt_ids):].tolist()
 
@@ -75,7 +92,7 @@ def _run_turns(lm, draft_lm, item, method: BenchMethod, config, quality: bool) -
             seconds = time.perf_counter() - start
             text = lm.decode(token_ids)
         elif method.peer:
-            token_ids = _hf_generate(lm, draft_lm, method, prompt_ids, config.max_new_tokens)
+            token_ids = _hf_generate(lm, draft_lm, method, prompt_ids, config.max_new_tokens, config.dtype)
             seconds = time.perf_counter() - start
             text = lm.decode(token_ids)
         else:

@@ -29,7 +29,7 @@ from typing import Optional
 import torch
 
 from multidraft.errors import MultidraftError
-from multidraft.models import gguf_kernels
+from multidraft.models import fast_linear, gguf_kernels
 from multidraft.models.gguf_weights import BlockMatrix, GGUFWeights
 
 ATTENTION = "multidraft_invariant"
@@ -77,7 +77,11 @@ def _linear_forward(self, x: torch.Tensor) -> torch.Tensor:
     matrix: BlockMatrix = self.gguf_matrix
     rows = x.numel() // max(1, x.shape[-1])
     if rows > PREFILL_GEMM_ROWS and getattr(_prefill, "active", False):
-        out = torch.nn.functional.linear(x.float(), matrix.dequantize())
+        weight = matrix.dequantize()              # transient: one matrix at a time
+        if fast_linear.ONEDNN:                    # faster than MKL's sgemm here (fast_path.md section 8)
+            out = torch.ops.mkldnn._linear_pointwise(x.float(), weight, None, "none", [], "")
+        else:
+            out = torch.nn.functional.linear(x.float(), weight)
     else:
         out = matrix.linear(x.float())
     if self.bias is not None:

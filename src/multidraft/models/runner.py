@@ -38,7 +38,7 @@ class ForwardOutput:
 class LM:
     """A causal LM ready for drafting and verification. Build it with `multidraft.load_model`."""
 
-    def __init__(self, model, tokenizer, name: str = "model", info=None, runner: str = "eager"):
+    def __init__(self, model, tokenizer, name: str = "model", info=None, runner: Optional[str] = None):
         self.model = model.eval()
         self.runner = "eager"
         self.tokenizer = tokenizer
@@ -56,7 +56,8 @@ class LM:
         self._decoder_layers = self._find_layers()
         self._static, self._cpu_kernel = None, False
         self.static_capacity = static_runner.DEFAULT_CAPACITY
-        self.use_runner(runner)
+        # None: the model's own kind, quantized for a model on GGUF blocks (models/quantized.py), else eager
+        self.use_runner(runner or ("quantized" if self.quantized else "eager"))
 
     # ----- runner choice -----
     def use_runner(self, runner: str = "auto", progress: bool = True) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from multidraft.errors import MultidraftError
 from multidraft.decoders.draft_length import add_draft_length_argument
+from multidraft.models.runner_choice import add_runner_argument
 from multidraft.models.device import add_device_argument
 from multidraft.server.config import ARTIFACT_KINDS, LOCAL_HOSTS, ServerConfig
 
@@ -46,9 +47,7 @@ def register(subparsers) -> None:
     parser.add_argument("--method", default=None, help=f"method for requests that name none (default {defaults.default_method})")
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
     add_device_argument(parser)
-    parser.add_argument("--runner", choices=["auto", "eager", "fast", "static"], default="auto",
-                        help="auto: the fast runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), else eager; "
-                        "static: a static KV cache in shape buckets, CUDA graphs on a GPU (not measured on one yet)")
+    add_runner_argument(parser)
     add_draft_length_argument(parser)
     parser.add_argument("--max-queue", type=int, default=None,
                         help=f"requests that may wait for the model; more get 429 (default {defaults.max_queue})")

@@ -1,0 +1,12 @@
+"""The `--runner` option, one definition for `generate`, `bench` and `serve` (kept light: no torch import)."""
+
+RUNNER_CHOICES = ("auto", "quantized", "eager", "fast", "static")
+RUNNER_HELP = ("auto: on a CPU, a model with a GGUF behind it (a pulled alias, a .gguf file) runs on its GGUF blocks "
+               "(quantized: batch-invariant, so every lossless method gives greedy's tokens); other models the fast "
+               "runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), else eager; static: a static KV "
+               "cache in shape buckets, CUDA graphs on a GPU")
+
+
+def add_runner_argument(parser, peers_note: bool = False) -> None:
+    note = "; HF generate() peers always run the stock HF model" if peers_note else ""
+    parser.add_argument("--runner", choices=RUNNER_CHOICES, default="auto", help=RUNNER_HELP + note)
