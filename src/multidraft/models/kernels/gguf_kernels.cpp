@@ -293,6 +293,8 @@ void apply_any(int mg, const float* x, const float* w, float* out, int64_t K, in
 // precomputed once per call. The operations and their order depend only on the output element, never on how
 // many rows are in the call.
 
+constexpr int64_t PREFETCH_BYTES = 2048;
+
 // Sums of x over each 32-value block, in a fixed order: (M, K/32).
 std::vector<float> block_sums(const float* x, int64_t M, int64_t K) {
   const int64_t blocks = K / 32;
@@ -318,7 +320,10 @@ void q4_k_rows(const float* x, const float* xsums, const uint8_t* w, int64_t row
     for (int i = 0; i < MG; ++i) { total[i] = _mm256_setzero_ps(); mins[i] = _mm256_setzero_ps(); }
     for (int64_t sb = 0; sb < superblocks; ++sb) {
       const uint8_t* b = row + sb * 144;
-      _mm_prefetch((const char*)(b + 4 * 144), _MM_HINT_T0);
+      // Ask for the blocks ~2 KB ahead, every line of them (a super-block spans 2-3 lines).
+      _mm_prefetch((const char*)(b + PREFETCH_BYTES), _MM_HINT_T0);
+      _mm_prefetch((const char*)(b + PREFETCH_BYTES + 64), _MM_HINT_T0);
+      _mm_prefetch((const char*)(b + PREFETCH_BYTES + 128), _MM_HINT_T0);
       // The 8 six-bit scales and mins, unpacked 32 bits at a time (scale_min_k4's layout), then d * scale and
       // dmin * min in 8 lanes: the same products as the scalar decoder.
       uint32_t packed[4];
@@ -381,9 +386,16 @@ void q6_k_rows(const float* x, const uint8_t* w, int64_t row_bytes, float* out, 
     for (int i = 0; i < MG; ++i) total[i] = _mm256_setzero_ps();
     for (int64_t sb = 0; sb < superblocks; ++sb) {
       const uint8_t* b = row + sb * 210;
-      _mm_prefetch((const char*)(b + 3 * 210), _MM_HINT_T0);
-      const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
-      const float d = fp16_to_fp32(rd16(b + 208));
+      _mm_prefetch((const char*)(b + PREFETCH_BYTES), _MM_HINT_T0);
+      _mm_prefetch((const char*)(b + PREFETCH_BYTES + 64), _MM_HINT_T0);
+      _mm_prefetch((const char*)(b + PREFETCH_BYTES + 128), _MM_HINT_T0);
+      _mm_prefetch((const char*)(b + PREFETCH_BYTES + 192), _MM_HINT_T0);
+      // The 16 scales as d * scale in 8 lanes at a time (the scalar decoder's products), read back by broadcast.
+      alignas(32) float scales[16];
+      const __m256 d = _mm256_set1_ps(fp16_to_fp32(rd16(b + 208)));
+      const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
+      _mm256_store_ps(scales, _mm256_mul_ps(d, i8x8(packed)));
+      _mm256_store_ps(scales + 8, _mm256_mul_ps(d, i8x8(_mm_srli_si128(packed, 8))));
       for (int h = 0; h < 2; ++h) {
         const uint8_t* ql = b + 64 * h;
         const uint8_t* qh = b + 128 + 32 * h;
@@ -400,8 +412,8 @@ void q6_k_rows(const float* x, const uint8_t* w, int64_t row_bytes, float* out, 
           q = _mm256_sub_epi8(q, bias);
           const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
           const __m256 qv[4] = {i8x8(lo), i8x8(_mm_srli_si128(lo, 8)), i8x8(hi), i8x8(_mm_srli_si128(hi, 8))};
-          const __m256 s0 = _mm256_set1_ps(d * float(sc[8 * h + 2 * part]));
-          const __m256 s1 = _mm256_set1_ps(d * float(sc[8 * h + 2 * part + 1]));
+          const __m256 s0 = _mm256_broadcast_ss(scales + 8 * h + 2 * part);
+          const __m256 s1 = _mm256_broadcast_ss(scales + 8 * h + 2 * part + 1);
           const float* xs = x + sb * 256 + 128 * h + 32 * part;
 #pragma GCC unroll 6
           for (int i = 0; i < MG; ++i) {
