@@ -294,6 +294,27 @@ void apply_any(int mg, const float* x, const float* w, float* out, int64_t K, in
 // many rows are in the call.
 
 constexpr int64_t PREFETCH_BYTES = 2048;
+// With several input rows, a weight row is read in spans of this many super-blocks, every row of the slice in
+// turn, so the inputs' matching slice (rows x 512 floats) stays in L1 instead of streaming from L2 per row.
+constexpr int64_t SPAN_SUPERBLOCKS = 2;
+
+// The 8-lane running sums of each (weight row, input row) between spans: stored and reloaded exactly, so the
+// sums see the same operations in the same order as without spans.
+struct PartialSums {
+  std::vector<float> data;
+  int per_row;
+  int mg;
+  PartialSums(int64_t rows, int mg_, int kinds) : data(rows * mg_ * kinds * 8), per_row(mg_ * kinds * 8), mg(mg_) {}
+  template <int MG>
+  void load(int64_t r, int kind, __m256 (&v)[MG], bool fresh) {
+    for (int i = 0; i < MG; ++i)
+      v[i] = fresh ? _mm256_setzero_ps() : _mm256_loadu_ps(data.data() + r * per_row + (kind * mg + i) * 8);
+  }
+  template <int MG>
+  void store(int64_t r, int kind, const __m256 (&v)[MG]) {
+    for (int i = 0; i < MG; ++i) _mm256_storeu_ps(data.data() + r * per_row + (kind * mg + i) * 8, v[i]);
+  }
+};
 
 // Sums of x over each 32-value block, in a fixed order: (M, K/32).
 std::vector<float> block_sums(const float* x, int64_t M, int64_t K) {
@@ -313,17 +334,22 @@ template <int MG>
 void q4_k_rows(const float* x, const float* xsums, const uint8_t* w, int64_t row_bytes, float* out, int64_t K,
                int64_t N, int64_t n_begin, int64_t n_end) {
   const int64_t superblocks = K / 256, sums_per_row = K / 32;
+  const int64_t span = MG == 1 ? superblocks : SPAN_SUPERBLOCKS;
+  PartialSums partial(n_end - n_begin, MG, 2);
+  for (int64_t s0 = 0; s0 < superblocks; s0 += span) {
+    const int64_t s1 = std::min(superblocks, s0 + span);
   for (int64_t n = n_begin; n < n_end; ++n) {
     const uint8_t* row = w + n * row_bytes;
-    if (n + 1 < n_end) _mm_prefetch((const char*)(row + row_bytes), _MM_HINT_T0);
     __m256 total[MG], mins[MG];
-    for (int i = 0; i < MG; ++i) { total[i] = _mm256_setzero_ps(); mins[i] = _mm256_setzero_ps(); }
-    for (int64_t sb = 0; sb < superblocks; ++sb) {
+    partial.load(n - n_begin, 0, total, s0 == 0);
+    partial.load(n - n_begin, 1, mins, s0 == 0);
+    for (int64_t sb = s0; sb < s1; ++sb) {
       const uint8_t* b = row + sb * 144;
-      // Ask for the blocks ~2 KB ahead, every line of them (a super-block spans 2-3 lines).
-      _mm_prefetch((const char*)(b + PREFETCH_BYTES), _MM_HINT_T0);
-      _mm_prefetch((const char*)(b + PREFETCH_BYTES + 64), _MM_HINT_T0);
-      _mm_prefetch((const char*)(b + PREFETCH_BYTES + 128), _MM_HINT_T0);
+      // Every line of the blocks we read next: ~2 KB ahead in this row, or this span of the next row.
+      const char* ahead = span == superblocks ? (const char*)(b + PREFETCH_BYTES) : (const char*)(b + row_bytes);
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      _mm_prefetch(ahead + 64, _MM_HINT_T0);
+      _mm_prefetch(ahead + 128, _MM_HINT_T0);
       // The 8 six-bit scales and mins, unpacked 32 bits at a time (scale_min_k4's layout), then d * scale and
       // dmin * min in 8 lanes: the same products as the scalar decoder.
       uint32_t packed[4];
@@ -370,7 +396,11 @@ void q4_k_rows(const float* x, const float* xsums, const uint8_t* w, int64_t row
         }
       }
     }
-    for (int i = 0; i < MG; ++i) out[i * N + n] = hsum(total[i]) - hsum(mins[i]);
+    partial.store(n - n_begin, 0, total);
+    partial.store(n - n_begin, 1, mins);
+    if (s1 == superblocks)
+      for (int i = 0; i < MG; ++i) out[i * N + n] = hsum(total[i]) - hsum(mins[i]);
+  }
   }
 }
 
@@ -379,17 +409,21 @@ void q6_k_rows(const float* x, const uint8_t* w, int64_t row_bytes, float* out, 
                int64_t n_begin, int64_t n_end) {
   const int64_t superblocks = K / 256;
   const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
+  const int64_t span = MG == 1 ? superblocks : SPAN_SUPERBLOCKS;
+  PartialSums partial(n_end - n_begin, MG, 1);
+  for (int64_t s0 = 0; s0 < superblocks; s0 += span) {
+    const int64_t s1 = std::min(superblocks, s0 + span);
   for (int64_t n = n_begin; n < n_end; ++n) {
     const uint8_t* row = w + n * row_bytes;
-    if (n + 1 < n_end) _mm_prefetch((const char*)(row + row_bytes), _MM_HINT_T0);
     __m256 total[MG];
-    for (int i = 0; i < MG; ++i) total[i] = _mm256_setzero_ps();
-    for (int64_t sb = 0; sb < superblocks; ++sb) {
+    partial.load(n - n_begin, 0, total, s0 == 0);
+    for (int64_t sb = s0; sb < s1; ++sb) {
       const uint8_t* b = row + sb * 210;
-      _mm_prefetch((const char*)(b + PREFETCH_BYTES), _MM_HINT_T0);
-      _mm_prefetch((const char*)(b + PREFETCH_BYTES + 64), _MM_HINT_T0);
-      _mm_prefetch((const char*)(b + PREFETCH_BYTES + 128), _MM_HINT_T0);
-      _mm_prefetch((const char*)(b + PREFETCH_BYTES + 192), _MM_HINT_T0);
+      const char* ahead = span == superblocks ? (const char*)(b + PREFETCH_BYTES) : (const char*)(b + row_bytes);
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      _mm_prefetch(ahead + 64, _MM_HINT_T0);
+      _mm_prefetch(ahead + 128, _MM_HINT_T0);
+      _mm_prefetch(ahead + 192, _MM_HINT_T0);
       // The 16 scales as d * scale in 8 lanes at a time (the scalar decoder's products), read back by broadcast.
       alignas(32) float scales[16];
       const __m256 d = _mm256_set1_ps(fp16_to_fp32(rd16(b + 208)));
@@ -425,7 +459,10 @@ void q6_k_rows(const float* x, const uint8_t* w, int64_t row_bytes, float* out, 
         }
       }
     }
-    for (int i = 0; i < MG; ++i) out[i * N + n] = hsum(total[i]);
+    partial.store(n - n_begin, 0, total);
+    if (s1 == superblocks)
+      for (int i = 0; i < MG; ++i) out[i * N + n] = hsum(total[i]);
+  }
   }
 }
 
