@@ -56,10 +56,10 @@ test-fast: $(STAMP)
 
 # A short `multidraft bench` on the default model, with progress bars, that ends with a side-by-side table: HF
 # greedy, our greedy, prompt lookup (`pld`), HF's prompt lookup and llama.cpp (greedy and prompt lookup, on the
-# same GGUF) on 2 real code edits, 64 new tokens, on the fast runner where it helps (--runner auto; the first run
-# builds its CPU kernel once, ~1 min; `make llama` builds llama-cpp-python once, ~8 min). The full per-task tables
-# go to bench-out/demo/report.md. On an idle 2-core AVX2-only CPU it took 4 min 14 s after the model pull (kernel
-# already built, before the llama.cpp rows; benchmarks/reports/fast_path.md, section 9).
+# same GGUF) on 2 real code edits, 64 new tokens. Our columns run on the quantized runner (--runner auto: the GGUF's
+# own blocks; the first run builds its CPU kernels once, ~1-2 min; `make llama` builds llama-cpp-python once, ~8-17
+# min). The full per-task tables go to bench-out/demo/report.md. Not yet timed end to end with the quantized runner
+# and the llama.cpp rows (before them: 4 min 14 s after the model pull, fast_path.md section 9).
 demo: $(LLAMA_STAMP)
 	$(MD) models pull qwen2.5-coder-1.5b
 	$(MD) data pull cpython-stdlib
