@@ -58,8 +58,8 @@ test-fast: $(STAMP)
 # greedy, our greedy, prompt lookup (`pld`), HF's prompt lookup and llama.cpp (greedy and prompt lookup, on the
 # same GGUF) on 2 real code edits, 64 new tokens. Our columns run on the quantized runner (--runner auto: the GGUF's
 # own blocks; the first run builds its CPU kernels once, ~1-2 min; `make llama` builds llama-cpp-python once, ~8-17
-# min). The full per-task tables go to bench-out/demo/report.md. Not yet timed end to end with the quantized runner
-# and the llama.cpp rows (before them: 4 min 14 s after the model pull, fast_path.md section 9).
+# min). The full per-task tables go to bench-out/demo/report.md. A second run (model, kernels and llama-cpp-python
+# already there) took 5 min 35 s on an idle 2-core AVX2 CPU (benchmarks/reports/gguf_kernel.md, section 7).
 demo: $(LLAMA_STAMP)
 	$(MD) models pull qwen2.5-coder-1.5b
 	$(MD) data pull cpython-stdlib
