@@ -161,14 +161,19 @@ _failure: Optional[str] = None
 _active = threading.local()
 
 
-def kernel_unavailable_reason() -> Optional[str]:
-    """Why the kernel cannot run here (None: it can), without building it."""
+def cpu_build_unavailable_reason() -> Optional[str]:
+    """Why no AVX2 kernel can be built and run here (None: one can); shared by both CPU kernels."""
     capability = str(torch.backends.cpu.get_cpu_capability())
     if capability not in ("AVX2", "AVX512"):
         return f"this CPU has no AVX2 (torch reports {capability})"
     if os.environ.get("MULTIDRAFT_NO_KERNEL_BUILD"):
         return "MULTIDRAFT_NO_KERNEL_BUILD is set"
-    return _failure
+    return None
+
+
+def kernel_unavailable_reason() -> Optional[str]:
+    """Why the kernel cannot run here (None: it can), without building it."""
+    return cpu_build_unavailable_reason() or _failure
 
 
 def build_failure() -> Optional[str]:

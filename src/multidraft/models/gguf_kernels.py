@@ -34,13 +34,7 @@ def source() -> str:
 
 def unavailable_reason() -> Optional[str]:
     """Why the kernels cannot run here (None: they can, or have not been tried yet)."""
-    capability = str(torch.backends.cpu.get_cpu_capability())
-    if capability not in ("AVX2", "AVX512"):
-        return f"this CPU has no AVX2 (torch reports {capability})"
-    import os
-    if os.environ.get("MULTIDRAFT_NO_KERNEL_BUILD"):
-        return "MULTIDRAFT_NO_KERNEL_BUILD is set"
-    return _failure
+    return fast_linear.cpu_build_unavailable_reason() or _failure
 
 
 def load(progress: bool = True) -> bool:

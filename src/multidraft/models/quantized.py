@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 import types
 from pathlib import Path
 from typing import Optional
@@ -96,7 +97,7 @@ def _embedding_forward(self, input_ids: torch.Tensor) -> torch.Tensor:
     return out * scale.to(out.dtype) if scale is not None else out
 
 
-class _PrefillFlag(__import__("threading").local):
+class _PrefillFlag(threading.local):
     active = False
 
 

@@ -294,6 +294,11 @@ void apply_any(int mg, const float* x, const float* w, float* out, int64_t K, in
 // many rows are in the call.
 
 constexpr int64_t PREFETCH_BYTES = 2048;
+// Ask for every 64-byte line that a block of `bytes` starting at `p` may touch.
+inline void prefetch_lines(const char* p, int bytes) {
+  for (int offset = 0; offset < bytes; offset += 64) _mm_prefetch(p + offset, _MM_HINT_T0);
+}
+
 // With several input rows, a weight row is read in spans of this many super-blocks, every row of the slice in
 // turn, so the inputs' matching slice (rows x 512 floats) stays in L1 instead of streaming from L2 per row.
 constexpr int64_t SPAN_SUPERBLOCKS = 2;
@@ -347,9 +352,7 @@ void q4_k_rows(const float* x, const float* xsums, const uint8_t* w, int64_t row
       const uint8_t* b = row + sb * 144;
       // Every line of the blocks we read next: ~2 KB ahead in this row, or this span of the next row.
       const char* ahead = span == superblocks ? (const char*)(b + PREFETCH_BYTES) : (const char*)(b + row_bytes);
-      _mm_prefetch(ahead, _MM_HINT_T0);
-      _mm_prefetch(ahead + 64, _MM_HINT_T0);
-      _mm_prefetch(ahead + 128, _MM_HINT_T0);
+      prefetch_lines(ahead, 144);
       // The 8 six-bit scales and mins, unpacked 32 bits at a time (scale_min_k4's layout), then d * scale and
       // dmin * min in 8 lanes: the same products as the scalar decoder.
       uint32_t packed[4];
@@ -420,10 +423,7 @@ void q6_k_rows(const float* x, const uint8_t* w, int64_t row_bytes, float* out, 
     for (int64_t sb = s0; sb < s1; ++sb) {
       const uint8_t* b = row + sb * 210;
       const char* ahead = span == superblocks ? (const char*)(b + PREFETCH_BYTES) : (const char*)(b + row_bytes);
-      _mm_prefetch(ahead, _MM_HINT_T0);
-      _mm_prefetch(ahead + 64, _MM_HINT_T0);
-      _mm_prefetch(ahead + 128, _MM_HINT_T0);
-      _mm_prefetch(ahead + 192, _MM_HINT_T0);
+      prefetch_lines(ahead, 210);
       // The 16 scales as d * scale in 8 lanes at a time (the scalar decoder's products), read back by broadcast.
       alignas(32) float scales[16];
       const __m256 d = _mm256_set1_ps(fp16_to_fp32(rd16(b + 208)));
