@@ -43,7 +43,14 @@ class BlockMatrix:
     def nbytes(self) -> int:
         return int(self.blocks.numel())
 
-    def linear(self, x: torch.Tensor) -> torch.Tensor:
+    @property
+    def has_q8_kernel(self) -> bool:
+        """Whether `linear(x, q8=True)` quantizes the activations (else it computes them in fp32)."""
+        return self.type_id in gguf_kernels.Q8_TYPES and self.width % 256 == 0
+
+    def linear(self, x: torch.Tensor, q8: bool = False) -> torch.Tensor:
+        if q8 and self.has_q8_kernel:
+            return gguf_kernels.linear_q8(x, self.blocks, self.type_id, self.width)
         return gguf_kernels.linear(x, self.blocks, self.type_id, self.width)
 
     def dequantize(self, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
