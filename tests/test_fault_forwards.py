@@ -64,3 +64,35 @@ def test_a_forward_stopped_at_any_layer_raises_the_stop(runner, kernel, capture)
             for row in range(2):
                 torch.testing.assert_close(again.attention.weights(row, columns),
                                            expected.attention.weights(row, columns))
+
+
+@pytest.mark.parametrize("options", [["-o", "rank_by=attention", "-o", "induction_head_set=all"],
+                                     ["-o", "rank_by=hidden", "-o", "layer=1"]])
+def test_ctrl_c_inside_a_capturing_forward_is_one_line_and_exit_130(tiny_folder, capsys, monkeypatch, options):
+    """Ctrl-C lands inside a forward that captures attention or hidden states: `interrupted`, exit 130."""
+    import multidraft.models.runner as runner
+    calls = {"n": 0}
+    real_forward = runner.LM.forward
+
+    def forward(self, cache, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] < 3:
+            return real_forward(self, cache, *args, **kwargs)
+        handle = stop_at_layer_with(self, self.num_layers - 1, KeyboardInterrupt)
+        try:
+            return real_forward(self, cache, *args, **kwargs)
+        finally:
+            handle.remove()
+    monkeypatch.setattr(runner.LM, "forward", forward)
+    from multidraft.cli import main
+    code = main(["generate", "--model", tiny_folder, "--method", "pld_plus", *options, "--max-new-tokens", "30",
+                 "the cat sat on the mat and the cat sat on the mat and the cat"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert calls["n"] >= 3 and code == 130, err
+    assert err[-1] == "multidraft: interrupted" and not any("Traceback" in line or "Error" in line for line in err)
+
+
+def stop_at_layer_with(lm, layer, exception):
+    def stop(_module, _args):
+        raise exception()
+    return lm._decoder_layers[layer].register_forward_pre_hook(stop)
