@@ -241,19 +241,25 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
                 _cancel(job)
 
     async def _next_event(job: Job):
-        """The job's next event; ApiError(504) if the worker overruns the deadline by GRACE_SECONDS."""
-        wait = job.deadline + GRACE_SECONDS - time.monotonic()
-        try:
-            return await asyncio.wait_for(job.events.get(), timeout=max(wait, 0.01))
-        except asyncio.TimeoutError:
-            job.cancelled.set()
-            metrics.inc("multidraft:requests_timed_out_total")
-            raise _timeout_error() from None
+        """The job's next event; ApiError(504) when the deadline passes while the job still waits in the queue (it
+        leaves the queue then), or when the worker overruns the deadline by GRACE_SECONDS."""
+        while True:
+            queued = job.started_at is None
+            wait = job.deadline + (0 if queued else GRACE_SECONDS) - time.monotonic()
+            try:
+                return await asyncio.wait_for(job.events.get(), timeout=max(wait, 0.01))
+            except asyncio.TimeoutError:
+                if queued and not worker.withdraw(job):
+                    continue                # the worker took it meanwhile: it gets the grace period
+                job.cancelled.set()
+                metrics.inc("multidraft:requests_timed_out_total")
+                raise _timeout_error() from None
 
     def _cancel(job: Job) -> None:
         if not job.cancelled.is_set():
             job.cancelled.set()
             metrics.inc("multidraft:requests_cancelled_total")
+        worker.withdraw(job)            # still queued: its slot is free now, not when the model reaches it
 
     def _timeout_error() -> ApiError:
         return ApiError(504, f"the request did not finish within the server's limit of {config.request_timeout:g} s "
