@@ -168,3 +168,58 @@ def test_a_queued_request_past_its_deadline_leaves_the_queue():
             assert second.status_code == 504                  # queued (the slot was free), then timed out: not 429
         finally:
             release.set()
+
+
+def closed_by_server(sock, seconds) -> bool:
+    """True when the server closes `sock` within `seconds` (recv returns b"" or the connection resets)."""
+    sock.settimeout(seconds)
+    try:
+        while True:
+            data = sock.recv(4096)
+            if not data:
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_idle_and_trickling_connections_are_closed():
+    """The probe's case: idle sockets and one-byte-a-second headers or bodies held connections for ever."""
+    lm = make_tiny_lm("llama", seed=3)
+    app = create_app(lm, ServerConfig(read_timeout=0.6))
+    with ServerThread(app) as running, httpx.Client(base_url=running.url, timeout=30) as client:
+        parts = urlsplit(running.url)
+        address = (parts.hostname, parts.port)
+        idle = [socket.create_connection(address) for _ in range(20)]
+        header_trickle = socket.create_connection(address)
+        body_trickle = socket.create_connection(address)
+        body_trickle.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: 100\r\n\r\n{")
+        started = time.monotonic()
+        for _ in range(3):                                   # a byte every 0.3 s: never a whole request
+            header_trickle.sendall(b"G")
+            time.sleep(0.3)
+        assert all(closed_by_server(sock, 3) for sock in idle)
+        assert closed_by_server(header_trickle, 3)
+        body_trickle.settimeout(3)
+        answer = body_trickle.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408") and closed_by_server(body_trickle, 3)
+        assert time.monotonic() - started < 5
+        # a keep-alive client that sends its next request in time is served; the server is unaffected
+        for _ in range(3):
+            assert client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 2}).status_code == 200
+        assert client.get("/health").json()["status"] == "ok"
+
+
+def test_a_long_answer_is_not_cut_by_the_read_timeout():
+    """The limit is on sending a request, not on waiting for the answer: a generation longer than it completes."""
+    lm = make_tiny_lm("llama", seed=3)
+    gate = StopInside(lm, 0)
+    app = create_app(lm, ServerConfig(read_timeout=0.3, request_timeout=0.9))
+    gate.worker = app.state.worker
+    with ServerThread(app) as running, httpx.Client(base_url=running.url, timeout=30) as client:
+        gate.armed.set()                                      # holds the forward until the deadline (0.9 s)
+        reply = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 2})
+        assert reply.status_code == 504                       # answered (after 0.9 s > read_timeout), not dropped
+        assert client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 2}).status_code == 200
