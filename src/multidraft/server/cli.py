@@ -12,6 +12,7 @@ from multidraft.errors import MultidraftError
 from multidraft.decoders.draft_length import add_draft_length_argument
 from multidraft.models.runner_choice import add_runner_argument
 from multidraft.models.device import add_device_argument
+from multidraft.models.threads import apply_threads, parse_threads
 from multidraft.server.config import ARTIFACT_KINDS, LOCAL_HOSTS, ServerConfig
 
 API_KEY_ENV = "MULTIDRAFT_API_KEY"
@@ -48,6 +49,8 @@ def register(subparsers) -> None:
     parser.add_argument("--method", default=None, help=f"method for requests that name none (default {defaults.default_method})")
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
     add_device_argument(parser)
+    parser.add_argument("--threads", type=parse_threads, default=None, metavar="N|auto",
+                        help="CPU threads (default: torch's, all cores; auto: the cores other processes leave idle)")
     add_runner_argument(parser)
     add_draft_length_argument(parser)
     parser.add_argument("--max-queue", type=int, default=None,
@@ -212,6 +215,7 @@ def run_serve(args) -> int:
     sock = bind_socket(args.host, args.port)
     try:
         dtype = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
+        apply_threads(args.threads)
         lm = multidraft.load_model(args.model, dtype=dtype, device=args.device, runner=args.runner)
         lm.draft_length = args.draft_length
         draft_lm = multidraft.load_model(args.draft, dtype=dtype, device=args.device, runner=args.runner) if args.draft else None
