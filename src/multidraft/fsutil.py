@@ -104,7 +104,10 @@ def _folder_lock(folder: Path):
         return
     fd = os.open(folder, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:          # a filesystem without flock: go on unlocked, as before this lock existed
+            pass
         yield
     finally:
         os.close(fd)             # closing releases the lock
