@@ -10,6 +10,7 @@ from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.decoders.draft_length import add_draft_length_argument
 from multidraft.models.runner_choice import add_runner_argument
 from multidraft.models.device import add_device_argument
+from multidraft.models.threads import apply_threads, parse_threads
 from multidraft.text_stream import TextStreamer
 
 
@@ -29,6 +30,8 @@ def register(subparsers) -> None:
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
     add_device_argument(parser)
+    parser.add_argument("--threads", type=parse_threads, default=None, metavar="N|auto",
+                        help="CPU threads (default: torch's, all cores; auto: the cores other processes leave idle)")
     add_runner_argument(parser)
     add_draft_length_argument(parser)
     parser.add_argument("--option", "-o", action="append", default=[], metavar="NAME=VALUE",
@@ -89,6 +92,7 @@ def run_generate(args) -> int:
                    args.top_k, args.top_p, args.seed).validate()
     validation.stop_strings(args.stop)
     validation.max_new_tokens(args.max_new_tokens)
+    apply_threads(args.threads)
     lm = multidraft.load_model(args.model, dtype=dtype, device=args.device, runner=args.runner)
     lm.draft_length = args.draft_length
 

@@ -389,6 +389,10 @@ class LM:
 
                 class _QueryCollector:
                     def remove(self_inner):
+                        # Runs in the forward's `finally`: a forward stopped part-way (timeout, hang-up, Ctrl-C)
+                        # never reached some layers, and its own exception must be the one that propagates.
+                        if any(layer not in per_layer for layer in by_layer):
+                            return
                         triples = [per_layer[layer][by_layer[layer].index(head)] for layer, head in order]
                         captured["attn"] = AttentionQueries(*map(list, zip(*triples)))
                 hooks.append(_QueryCollector())

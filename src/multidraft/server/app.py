@@ -27,7 +27,7 @@ from multidraft.server.metrics import Metrics
 from multidraft.server.options import REQUEST_OPTIONS
 from multidraft.server.plan import Outcome, attach_suffix_store, build_plan, run_plan, suggestion_defaults
 from multidraft.server.schemas import ApiError, ChatRequest, CompletionRequest, parse_body
-from multidraft.server.security import SecurityMiddleware
+from multidraft.server.security import AUTHENTICATED_CLIENT, SecurityMiddleware
 from multidraft.server.streaming import sse
 from multidraft.server.worker import Job, JobCancelled, JobTimedOut, ModelWorker, QueueFullError
 
@@ -139,7 +139,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
                    for name, m in sorted(available_methods().items())}
         return {"model": model_name, "suggest": suggest, "methods": methods,
                 "limits": {"max_n": config.max_n, "max_tokens": config.max_tokens},
-                "auth": config.api_key is not None,
+                "auth": bool(config.api_keys),
                 "artifacts": {kind: ["default", *named] for kind, named in config.artifacts.items()}}
 
     @app.get("/", response_class=HTMLResponse)
@@ -161,7 +161,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
             raise ApiError(404, f"model {body.model!r} is not served here; this server serves {model_name!r}",
                            param="model", code="model_not_found")
         plan = build_plan(body, config, draft_lm)
-        attach_suffix_store(plan, suffix_stores, request.headers.get("authorization"))
+        attach_suffix_store(plan, suffix_stores, request.scope.get(AUTHENTICATED_CLIENT))
         metrics.inc("multidraft:method_requests_total", method=plan.method)
         job = Job(lambda job: run_plan(lm, plan, job, config, metrics), arrived + config.request_timeout,
                   asyncio.get_running_loop())
@@ -241,19 +241,25 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
                 _cancel(job)
 
     async def _next_event(job: Job):
-        """The job's next event; ApiError(504) if the worker overruns the deadline by GRACE_SECONDS."""
-        wait = job.deadline + GRACE_SECONDS - time.monotonic()
-        try:
-            return await asyncio.wait_for(job.events.get(), timeout=max(wait, 0.01))
-        except asyncio.TimeoutError:
-            job.cancelled.set()
-            metrics.inc("multidraft:requests_timed_out_total")
-            raise _timeout_error() from None
+        """The job's next event; ApiError(504) when the deadline passes while the job still waits in the queue (it
+        leaves the queue then), or when the worker overruns the deadline by GRACE_SECONDS."""
+        while True:
+            queued = job.started_at is None
+            wait = job.deadline + (0 if queued else GRACE_SECONDS) - time.monotonic()
+            try:
+                return await asyncio.wait_for(job.events.get(), timeout=max(wait, 0.01))
+            except asyncio.TimeoutError:
+                if queued and not worker.withdraw(job):
+                    continue                # the worker took it meanwhile: it gets the grace period
+                job.cancelled.set()
+                metrics.inc("multidraft:requests_timed_out_total")
+                raise _timeout_error() from None
 
     def _cancel(job: Job) -> None:
         if not job.cancelled.is_set():
             job.cancelled.set()
             metrics.inc("multidraft:requests_cancelled_total")
+        worker.withdraw(job)            # still queued: its slot is free now, not when the model reaches it
 
     def _timeout_error() -> ApiError:
         return ApiError(504, f"the request did not finish within the server's limit of {config.request_timeout:g} s "
@@ -266,9 +272,10 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
         if isinstance(exc, JobCancelled):
             return ApiError(499, "the request was cancelled", code="cancelled")
         if isinstance(exc, (NumericalError, CorruptCacheError)):     # the server's model or files are at fault
-            return ApiError(500, str(exc))
+            log.error("generation failed: %s", exc)
+            return ApiError(500, _without_paths(str(exc)))
         if isinstance(exc, MultidraftError):        # bad options, prompt, missing n-gram data for the options...
-            return ApiError(400, str(exc), param=_param_of(exc))
+            return ApiError(400, _without_paths(str(exc)), param=_param_of(exc))
         log.error("generation failed", exc_info=exc)
         return _internal_error(exc)
 
@@ -287,6 +294,16 @@ def _param_of(exc: BaseException):
         return param
     match = re.match(r"(?:option )?'?([a-z_]+)'?[ =]", str(exc))
     return match.group(1) if match and match.group(1) in _REQUEST_FIELDS else None
+
+
+# An absolute or home-relative path inside a library message (not a URL path of this API, not "tokens/s").
+_PATH = re.compile(r"(?<![\w.:/~-])(?:~/|/(?!v1/))[^\s'\"`,;()]+")
+
+
+def _without_paths(message: str) -> str:
+    """A library message for a client: the server's paths (cache folders, the operator's files) go to the log only,
+    so a request cannot map the server's disk."""
+    return _PATH.sub("<server path>", message)
 
 
 def _internal_error(exc: BaseException) -> ApiError:

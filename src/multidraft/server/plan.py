@@ -169,15 +169,15 @@ def build_plan(request, config: ServerConfig, draft_lm=None) -> Plan:
                 request.top_k, request.seed, stop, request.stream)
 
 
-def attach_suffix_store(plan: Plan, stores, authorization: Optional[str]) -> None:
-    """Method "suffix" drafts from (and adds to) the server's store for this request's API key."""
+def attach_suffix_store(plan: Plan, stores, client: Optional[str]) -> None:
+    """Method "suffix" drafts from (and adds to) the server's store for this request's client: the API key it
+    authenticated with (None without authentication: the shared store)."""
     if "store" not in plan.spec.options or plan.method != "suffix":
         return
     if "store" in plan.options:
         raise ApiError(400, "option 'store' cannot be set per request; the server keeps the suffix store "
                             "(multidraft serve --suffix-store-tokens, --suffix-isolation)", param="store")
-    from multidraft.suffix.registry import api_key_of
-    plan.options["store"] = stores.for_key(api_key_of(authorization))
+    plan.options["store"] = stores.for_key(client)
 
 
 def _prompts(prompt, config: ServerConfig) -> list:
