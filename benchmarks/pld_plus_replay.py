@@ -24,7 +24,7 @@ import torch
 
 import multidraft
 from multidraft.drafters.prompt_lookup import lookup
-from multidraft.eval.tasks import INPUT_GUIDED_TASKS, load_task
+from multidraft.eval.tasks import INPUT_GUIDED_TASKS, VALIDATION_TASKS, load_task
 from multidraft.pldplus import calibration as heads_mod
 from multidraft.pldplus.ranking import candidates, rank_attention, rank_hidden
 
@@ -35,10 +35,15 @@ def collect(args) -> None:
     torch.set_num_threads(args.threads)
     lm = multidraft.load_model(args.model, dtype=args.dtype, attn_implementation="eager")
     heads = heads_mod.default_induction_heads(lm, 50)
+    layer = heads_mod.default_layer(lm)      # the shipped PLD+(h) layer; the replay ranks with it by default
+    layers = sorted({l for l in LAYERS if l <= lm.num_layers} | {layer})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for task in args.tasks.split(","):
-        for item in load_task(task, limit=args.prompts):
+    tasks = args.tasks.split(",") if args.tasks else (VALIDATION_TASKS if args.split == "validation"
+                                                       else INPUT_GUIDED_TASKS)
+    for task in tasks:
+        # Tune on split="validation" (prompts the test split never holds), then measure on "test" (issue #33).
+        for item in load_task(task, limit=args.prompts, split=args.split):
             answers = []
             for turn in range(item.num_turns):
                 name = f"{item.id.replace('/', '_')}_t{turn}.pt"
@@ -51,10 +56,10 @@ def collect(args) -> None:
                     output = lm.model(torch.tensor([seq[:-1]]), output_hidden_states=True, output_attentions=True)
                 rows = range(len(prompt_ids) - 2, len(seq) - 1)      # query rows the replay ranks with
                 attention = torch.stack([output.attentions[l][0, g, list(rows)] for l, g in heads]).float()
-                hidden = {l: output.hidden_states[l][0].float().to(torch.bfloat16) for l in LAYERS}
+                hidden = {l: output.hidden_states[l][0].float().to(torch.bfloat16) for l in layers}
                 torch.save({"task": task, "id": item.id, "turn": turn, "prompt_length": len(prompt_ids), "seq": seq,
-                            "hidden": hidden, "attention": attention.to(torch.bfloat16), "heads": heads},
-                           out / name)
+                            "hidden": hidden, "attention": attention.to(torch.bfloat16), "heads": heads,
+                            "layer": layer, "split": args.split, "model": args.model}, out / name)
                 print(name, len(prompt_ids), len(result.token_ids), flush=True)
                 del output
 
@@ -206,7 +211,9 @@ def main(argv=None):
     c = sub.add_parser("collect")
     c.add_argument("--model", default="qwen2.5-coder-1.5b")
     c.add_argument("--dtype", default="bfloat16")
-    c.add_argument("--tasks", default=",".join(INPUT_GUIDED_TASKS))
+    c.add_argument("--split", choices=("validation", "test"), default="validation",
+                   help="validation (the default) to tune on; test only to measure what was tuned")
+    c.add_argument("--tasks", default=None, help="comma-separated; default: every input-guided task the split has")
     c.add_argument("--prompts", type=int, default=10)
     c.add_argument("--max-new-tokens", type=int, default=64)
     c.add_argument("--threads", type=int, default=2)
