@@ -48,6 +48,8 @@ def collect(args) -> None:
             for turn in range(item.num_turns):
                 name = f"{item.id.replace('/', '_')}_t{turn}.pt"
                 prompt = item.turn_messages(turn, answers) if item.turns else item.input
+                if (out / name).exists() and turn == item.num_turns - 1:      # resumable: an interrupted run goes on
+                    continue
                 result = multidraft.generate(lm, prompt, method="greedy", max_new_tokens=args.max_new_tokens)
                 answers.append(result.text)
                 prompt_ids = lm.encode(prompt)
