@@ -27,7 +27,7 @@ residual, which every scheme must also fail at 1,500 runs.
 
 Tests in `make test`: every lossless scheme under the top-k or top-k + top-p warp, 4,700 runs each (~70 s of CPU each
 here, marked slow) and one negative control at 300 runs. The `slow` off-by-one control runs for every scheme; the
-`heavy` grid (`make test-heavy`, not in `make test`: ~45 minutes of CPU) runs every scheme under all three warps with
+`heavy` grid (`make test-heavy`, not in `make test`: ~35 minutes of CPU) runs every scheme under all three warps with
 HEAVY_RUNS (sized to TV 0.05 per warp) and the target-redraw control for every scheme.
 """
 
