@@ -32,8 +32,8 @@ DEFAULT_FREE_TOKENS = 5
 # 49k vocabulary: 4,471 tokens at K = 2, 340 at K = 3, 102 at K = 4; different drafts 3,161 / 187 / 46).
 CLASSICAL_IS_TERM_BUDGET = 20_000_000
 # "auto" alphabet of the truncated LP: the target's support, at most this many tokens. A stage costs O(M^2) (pair
-# masses plus an s-token LP), measured 10 ms a position at M = 1,024, 45 ms at 2,048, 0.12 s at 3,000 (same log; the old cap of 256
-# assumed 50 ms there, and cut wide supports without top-p to q(top 256)).
+# masses plus an s-token LP), measured 10 ms a position at M = 1,024, 45 ms at 2,048, 0.12 s at 3,000 (same log;
+# the old cap of 256 assumed 50 ms there, and cut wide supports without top-p to q(top 256)).
 TRUNCATED_LP_AUTO_MAX = 3072
 MAX_ENUMERATED_ENTRIES = 20_000_000  # V^K tuples times V outputs held by output_distribution
 
