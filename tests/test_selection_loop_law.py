@@ -27,7 +27,7 @@ Negative control (the test can fail): the verifier reads every node's target law
 the classic off-by-one between "logits at position n" and "law of token n + 1". The same test, same N and seeds,
 must reject it (fast: SpecTr; slow: every scheme). It emits tokens outside the warped supports, so it is a gross
 error; the slow set adds one inside the supports: rejected positions redraw from the target instead of the
-residual, which every scheme must also fail at 1,500 runs.
+residual, which every scheme must also fail at 4,700 runs.
 
 Tests in `make test`: every lossless scheme under the top-k or top-k + top-p warp, 4,700 runs each (~70 s of CPU each
 here, marked slow) and one negative control at 300 runs. The `slow` off-by-one control runs for every scheme; the
