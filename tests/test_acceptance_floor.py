@@ -66,10 +66,12 @@ def run(copy_setting, name, temperature, extra):
 
 
 def verifier_classes():
+    """The library's verifier classes (other test modules define planted-bug subclasses of their own)."""
     found, todo = [], list(Verifier.__subclasses__())
     while todo:
         cls = todo.pop()
-        found.append(cls)
+        if cls.__module__.startswith("multidraft."):
+            found.append(cls)
         todo.extend(cls.__subclasses__())
     return found
 
