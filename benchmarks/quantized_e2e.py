@@ -7,7 +7,7 @@ One loaded model serves both activation modes (`LM.use_runner("quantized")` / `(
 place), so every row runs in one process, interleaved prompt by prompt (load drift hits every row alike):
 fp32 greedy and pld; q8 greedy, pld, pld_plus, suffix; llama.cpp greedy and prompt lookup (llama-cpp-python, the
 same prompt ids, threads and max tokens, prefill inside the timed span, as the bench's rows). tok/s is pooled
-(tokens / seconds over all prompts); acceptance length = tokens / target calls that emitted tokens (the bench's mean acceptance length).
+(tokens / seconds over all prompts); our drafting rows use the adaptive draft length (the bench's default); acceptance length = tokens / target calls that emitted tokens (the bench's mean acceptance length).
 "= greedy" counts the prompts on which a row gave the very tokens of greedy in the same activation mode; the llama.cpp rows are compared with q8
 greedy (the same arithmetic family) and fp32 greedy. HF rows are left out (see the bench for them): they take
 longer than all of these together. Writes DIR/rows.jsonl and DIR/table.md.
@@ -42,7 +42,8 @@ def run_row(lm, runner: str, method: str, prompt_ids: list[int], max_new: int, m
         return {"tokens": tokens, "seconds": time.perf_counter() - start, "calls": None}
     lm.use_runner(runner)
     start = time.perf_counter()
-    out = multidraft.generate(lm, prompt_ids, method=method, max_new_tokens=max_new, temperature=0)
+    out = multidraft.generate(lm, prompt_ids, method=method, max_new_tokens=max_new, temperature=0,
+                              draft_length="adaptive")
     seconds = time.perf_counter() - start
     stats = out.stats.to_dict()
     return {"tokens": list(out.token_ids), "seconds": seconds, "calls": out.stats.verification_calls,
