@@ -522,6 +522,10 @@ struct Q8Rows {                     // M rows of K values as int8, a scale per 2
         quantize_q8_block(x + i * 256, q.data() + i * 256, d[i], sums16.data() + i * 16, sums32.data() + i * 8);
     });
   }
+  struct Row { const int8_t* q; const float* d; const int16_t* sums16; const int16_t* sums32; };
+  Row row(int64_t m) const {
+    return {q.data() + m * K, d.data() + m * (K / 256), sums16.data() + m * (K / 16), sums32.data() + m * (K / 32)};
+  }
 };
 
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
@@ -541,14 +545,8 @@ void q4_k_q8_rows(const Q8Rows& xq, int64_t m0, const uint8_t* w, int64_t row_by
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i pick[8] = {word_pick(0, 0), word_pick(1, 1), word_pick(2, 2), word_pick(3, 3),
                            word_pick(4, 4), word_pick(5, 5), word_pick(6, 6), word_pick(7, 7)};
-  const int8_t* q8[MG];
-  const float* dx[MG];
-  const int16_t* s32[MG];
-  for (int i = 0; i < MG; ++i) {
-    q8[i] = xq.q.data() + (m0 + i) * K;
-    dx[i] = xq.d.data() + (m0 + i) * superblocks;
-    s32[i] = xq.sums32.data() + (m0 + i) * (K / 32);
-  }
+  Q8Rows::Row x[MG];
+  for (int i = 0; i < MG; ++i) x[i] = xq.row(m0 + i);
   for (int64_t n = n_begin; n < n_end; ++n) {
     const uint8_t* row = w + n * row_bytes;
     __m256 total[MG];
@@ -571,15 +569,15 @@ void q4_k_q8_rows(const Q8Rows& xq, int64_t m0, const uint8_t* w, int64_t row_by
         const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
         const __m256i s_lo = _mm256_shuffle_epi8(scales, pick[2 * j]), s_hi = _mm256_shuffle_epi8(scales, pick[2 * j + 1]);
         for (int i = 0; i < MG; ++i) {
-          const int8_t* x8 = q8[i] + sb * 256 + 64 * j;
+          const int8_t* x8 = x[i].q + sb * 256 + 64 * j;
           const __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load32(x8)), s_lo);
           const __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load32(x8 + 32)), s_hi);
           sums[i] = _mm256_add_epi32(sums[i], _mm256_add_epi32(p_lo, p_hi));
         }
       }
       for (int i = 0; i < MG; ++i) {
-        const float scale_x = dx[i][sb];
-        const __m128i msum = _mm_madd_epi16(mins16, load16(s32[i] + sb * 8));
+        const float scale_x = x[i].d[sb];
+        const __m128i msum = _mm_madd_epi16(mins16, load16(x[i].sums32 + sb * 8));
         total[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(scale_x), d), _mm256_cvtepi32_ps(sums[i]), total[i]);
         mins[i] = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(scale_x), dmin), _mm_cvtepi32_ps(msum), mins[i]);
       }
@@ -597,14 +595,8 @@ void q6_k_q8_rows(const Q8Rows& xq, int64_t m0, const uint8_t* w, int64_t row_by
                   int64_t n_begin, int64_t n_end) {
   const int64_t K = xq.K, superblocks = K / 256;
   const __m256i pick[4] = {word_pick(0, 1), word_pick(2, 3), word_pick(4, 5), word_pick(6, 7)};
-  const int8_t* q8[MG];
-  const float* dx[MG];
-  const int16_t* s16[MG];
-  for (int i = 0; i < MG; ++i) {
-    q8[i] = xq.q.data() + (m0 + i) * K;
-    dx[i] = xq.d.data() + (m0 + i) * superblocks;
-    s16[i] = xq.sums16.data() + (m0 + i) * (K / 16);
-  }
+  Q8Rows::Row x[MG];
+  for (int i = 0; i < MG; ++i) x[i] = xq.row(m0 + i);
   for (int64_t n = n_begin; n < n_end; ++n) {
     const uint8_t* row = w + n * row_bytes;
     __m256 total[MG];
@@ -617,20 +609,20 @@ void q6_k_q8_rows(const Q8Rows& xq, int64_t m0, const uint8_t* w, int64_t row_by
       const __m256 d = _mm256_set1_ps(fp16_to_fp32(rd16(b + 208)));
       __m256i sums[MG];
       for (int i = 0; i < MG; ++i)      // the values are q - 32: start from -32 * sum_g sc_g * sum16_g (exact)
-        sums[i] = _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_sub_epi16(_mm256_setzero_si256(), load32(s16[i] + sb * 16))), 5);
+        sums[i] = _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_sub_epi16(_mm256_setzero_si256(), load32(x[i].sums16 + sb * 16))), 5);
       for (int h = 0; h < 2; ++h) {
         const __m256i a = load32(b + 64 * h), c = load32(b + 64 * h + 32), hb = load32(b + 128 + 32 * h);
         for (int part = 0; part < 4; ++part) {
           const __m256i q = q6_values(a, c, hb, part);
           const __m256i scale = _mm256_shuffle_epi8(halves[h], pick[part]);   // bytes 0-15: sc[g], 16-31: sc[g+1]
           for (int i = 0; i < MG; ++i) {
-            const int8_t* x8 = q8[i] + sb * 256 + 128 * h + 32 * part;
+            const int8_t* x8 = x[i].q + sb * 256 + 128 * h + 32 * part;
             sums[i] = _mm256_add_epi32(sums[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, load32(x8)), scale));
           }
         }
       }
       for (int i = 0; i < MG; ++i)
-        total[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dx[i][sb]), d), _mm256_cvtepi32_ps(sums[i]), total[i]);
+        total[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(x[i].d[sb]), d), _mm256_cvtepi32_ps(sums[i]), total[i]);
     }
     for (int i = 0; i < MG; ++i) out[i * N + n] = hsum(total[i]);
   }
@@ -644,6 +636,31 @@ void by_group_size(int mg, F&& f) {
     case 3: f(std::integral_constant<int, 3>()); break;
     default: f(std::integral_constant<int, 4>()); break;
   }
+}
+
+// The fused kernels' schedule: weight rows split over threads, in slices of 64 that stay in L1/L2 while every
+// balanced group of at most 4 input rows runs over them; rows(m0, MG, c, ce) runs one group on one slice.
+template <typename F>
+void for_row_groups(int64_t M, int64_t N, F&& rows) {
+  const int64_t groups = (M + 3) / 4;
+  const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+  const int64_t grain = std::max<int64_t>(16, (N + threads - 1) / threads);
+  at::parallel_for(0, N, grain, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; c += 64) {
+      const int64_t ce = std::min(e, c + 64);
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t m0 = g * M / groups, m1 = (g + 1) * M / groups;
+        by_group_size(int(m1 - m0), [&](auto size) { rows(m0, size, c, ce); });
+      }
+    }
+  });
+}
+
+// x (..., K) -> an empty (..., N) of the same options.
+at::Tensor output_for(const at::Tensor& x, int64_t N) {
+  auto sizes = x.sizes().vec();
+  sizes.back() = N;
+  return at::empty(sizes, x.options());
 }
 
 void check_blocks(const at::Tensor& blocks, int64_t type, int64_t K) {
@@ -660,33 +677,19 @@ at::Tensor gguf_linear(const at::Tensor& x_in, const at::Tensor& blocks, int64_t
   TORCH_CHECK(x_in.scalar_type() == at::kFloat && x_in.size(-1) == K, "gguf_linear: fp32 input of width K");
   auto x = x_in.contiguous();
   const int64_t N = blocks.size(0), M = x.numel() / K, row_bytes = blocks.size(1);
-  auto sizes = x.sizes().vec();
-  sizes.back() = N;
-  auto out = at::empty(sizes, x.options());
+  auto out = output_for(x, N);
   if (M == 0) return out;
   const float* xp = x.data_ptr<float>();
   const uint8_t* bp = blocks.data_ptr<uint8_t>();
   float* op = out.data_ptr<float>();
   if (type == 12 || type == 14) {                 // fused Q4_K / Q6_K: input rows in balanced groups of at most 4
     const std::vector<float> xsums = type == 12 ? block_sums(xp, M, K) : std::vector<float>();
-    const int64_t fused_groups = (M + 3) / 4;
-    const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
-    const int64_t grain = std::max<int64_t>(16, (N + threads - 1) / threads);
-    at::parallel_for(0, N, grain, [&](int64_t b, int64_t e) {
-      // Rows in slices of 64 so that every group of inputs reuses a slice while it is in L1/L2.
-      for (int64_t c = b; c < e; c += 64) {
-        const int64_t ce = std::min(e, c + 64);
-        for (int64_t g = 0; g < fused_groups; ++g) {
-          const int64_t m0 = g * M / fused_groups, m1 = (g + 1) * M / fused_groups;
-          by_group_size(int(m1 - m0), [&](auto size) {
-            constexpr int MG = decltype(size)::value;
-            if (type == 12)
-              q4_k_rows<MG>(xp + m0 * K, xsums.data() + m0 * (K / 32), bp, row_bytes, op + m0 * N, K, N, c, ce);
-            else
-              q6_k_rows<MG>(xp + m0 * K, bp, row_bytes, op + m0 * N, K, N, c, ce);
-          });
-        }
-      }
+    for_row_groups(M, N, [&](int64_t m0, auto size, int64_t c, int64_t ce) {
+      constexpr int MG = decltype(size)::value;
+      if (type == 12)
+        q4_k_rows<MG>(xp + m0 * K, xsums.data() + m0 * (K / 32), bp, row_bytes, op + m0 * N, K, N, c, ce);
+      else
+        q6_k_rows<MG>(xp + m0 * K, bp, row_bytes, op + m0 * N, K, N, c, ce);
     });
     return out;
   }
@@ -719,28 +722,15 @@ at::Tensor gguf_linear_q8(const at::Tensor& x_in, const at::Tensor& blocks, int6
   TORCH_CHECK(x_in.scalar_type() == at::kFloat && x_in.size(-1) == K, "gguf_linear_q8: fp32 input of width K");
   auto x = x_in.contiguous();
   const int64_t N = blocks.size(0), M = x.numel() / K, row_bytes = blocks.size(1);
-  auto sizes = x.sizes().vec();
-  sizes.back() = N;
-  auto out = at::empty(sizes, x.options());
+  auto out = output_for(x, N);
   if (M == 0) return out;
   const Q8Rows xq(x.data_ptr<float>(), M, K);
   const uint8_t* bp = blocks.data_ptr<uint8_t>();
   float* op = out.data_ptr<float>();
-  const int64_t groups = (M + 3) / 4;
-  const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
-  const int64_t grain = std::max<int64_t>(16, (N + threads - 1) / threads);
-  at::parallel_for(0, N, grain, [&](int64_t b, int64_t e) {
-    for (int64_t c = b; c < e; c += 64) {          // a slice of weight rows stays in L2 for every row group
-      const int64_t ce = std::min(e, c + 64);
-      for (int64_t g = 0; g < groups; ++g) {
-        const int64_t m0 = g * M / groups, m1 = (g + 1) * M / groups;
-        by_group_size(int(m1 - m0), [&](auto size) {
-          constexpr int MG = decltype(size)::value;
-          if (type == 12) q4_k_q8_rows<MG>(xq, m0, bp, row_bytes, op + m0 * N, N, c, ce);
-          else q6_k_q8_rows<MG>(xq, m0, bp, row_bytes, op + m0 * N, N, c, ce);
-        });
-      }
-    }
+  for_row_groups(M, N, [&](int64_t m0, auto size, int64_t c, int64_t ce) {
+    constexpr int MG = decltype(size)::value;
+    if (type == 12) q4_k_q8_rows<MG>(xq, m0, bp, row_bytes, op + m0 * N, N, c, ce);
+    else q6_k_q8_rows<MG>(xq, m0, bp, row_bytes, op + m0 * N, N, c, ce);
   });
   return out;
 }
