@@ -21,10 +21,10 @@ from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.models import fast_linear, quantized, static_runner
 from multidraft.models.attention_rows import AttentionQueries, install_query_hooks
 from multidraft.models.kv_cache import KVCache, StaticKVCache, tree_attention_mask, tree_depths  # noqa: F401 (re-exported)
+from multidraft.models.runner_choice import QUANTIZED_RUNNERS
 from multidraft.sampling import check_finite
 
-RUNNERS = ("auto", "eager", "fast", "static", "quantized", "quantized-q8")
-QUANTIZED_RUNNERS = ("quantized", "quantized-q8")
+RUNNERS = ("auto", "eager", "fast", "static") + QUANTIZED_RUNNERS
 
 
 @dataclass
