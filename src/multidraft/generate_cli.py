@@ -42,17 +42,17 @@ def register(subparsers) -> None:
     methods.set_defaults(func=run_methods)
 
 
-def parse_options(pairs: list[str]) -> dict:
+def parse_options(pairs: list[str], method: str = "") -> dict:
+    """-o NAME=VALUE pairs, each value typed by the method row's spec of NAME (multidraft.method_options)."""
+    from multidraft.methods import parse_cli_option
     options = {}
     for pair in pairs:
         if "=" not in pair:
             raise InvalidOptionError(f"method option {pair!r} must look like NAME=VALUE")
         name, value = pair.split("=", 1)
         validation.text(f"method option {name!r:.40}", pair, error=InvalidOptionError)
-        try:
-            options[name.strip().replace("-", "_")] = json.loads(value)
-        except json.JSONDecodeError:
-            options[name.strip().replace("-", "_")] = value
+        name = name.strip().replace("-", "_")
+        options[name] = parse_cli_option(method, name, value)
     return options
 
 
@@ -81,7 +81,7 @@ def run_generate(args) -> int:
         prompt = read_stdin_prompt()
     else:
         validation.text("the prompt argument", prompt)   # invalid UTF-8 in argv arrives as lone surrogates
-    options = parse_options(args.option)
+    options = parse_options(args.option, args.method)
     dtype = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
     # Fail fast, before loading a model: method options, sampling parameters, stop strings.
     multidraft.methods.get_method(args.method).resolve_options(options)
@@ -120,9 +120,13 @@ def run_generate(args) -> int:
 
 
 def run_methods(args) -> int:
+    from multidraft.method_options import describe
     from multidraft.methods import available_methods
     for name, method in sorted(available_methods().items()):
         kind = "lossless" if method.lossless else "LOSSY"
-        options = ", ".join(f"{k}={v!r}" for k, v in method.options.items()) or "-"
-        print(f"{name:16s} {kind:9s} {method.description}\n{'':26s}options: {options}")
+        print(f"{name:16s} {kind:9s} {method.description}")
+        for option, opt in method.specs.items():
+            print(f"{'':26s}-o {option}=...  {describe(opt)}")
+        if not method.specs:
+            print(f"{'':26s}options: -")
     return 0

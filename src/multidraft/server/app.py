@@ -24,7 +24,7 @@ from multidraft.errors import CorruptCacheError, MultidraftError, NumericalError
 from multidraft.methods import available_methods
 from multidraft.server.config import ServerConfig
 from multidraft.server.metrics import Metrics
-from multidraft.server.options import REQUEST_OPTIONS
+from multidraft.server.options import http_options
 from multidraft.server.plan import Outcome, attach_suffix_store, build_plan, run_plan, suggestion_defaults
 from multidraft.server.schemas import ApiError, ChatRequest, CompletionRequest, parse_body
 from multidraft.server.security import SecurityMiddleware
@@ -135,7 +135,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
     async def page_config():
         methods = {name: {"lossless": m.lossless, "description": m.description,
                           "options": {k: v for k, v in m.options.items() if _jsonable(v)},
-                          "request_options": sorted(REQUEST_OPTIONS.get(name, {}))}
+                          "request_options": sorted(http_options(m))}
                    for name, m in sorted(available_methods().items())}
         return {"model": model_name, "suggest": suggest, "methods": methods,
                 "limits": {"max_n": config.max_n, "max_tokens": config.max_tokens},
@@ -276,7 +276,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
 
 
 _REQUEST_FIELDS = {"prompt", "messages", "max_tokens", "temperature", "top_p", "top_k", "n", "stop", "seed", "method",
-                   *(name for options in REQUEST_OPTIONS.values() for name in options)}
+                   *(name for method in available_methods().values() for name in http_options(method))}
 
 
 def _param_of(exc: BaseException):

@@ -24,8 +24,6 @@ from multidraft.server.worker import JobCancelled, JobTimedOut
 from multidraft.text_stream import TextStreamer
 from multidraft.types import DecodeStats
 
-MULTI_OUTPUT_OPTIONS = ("num_drafts", "k")          # option names meaning "how many drafts to return"
-DRAFT_MODEL_OPTIONS = ("draft_model", "draft", "draft_lm")  # option names that take the --draft model
 MAX_STOP_STRINGS = 4
 MAX_STOP_LENGTH = 256
 CHAT_ROLES = ("system", "user", "assistant")     # as multidraft.validation (the chat templates know these)
@@ -57,10 +55,8 @@ def _has_default_ngram(lm) -> bool:
 
 
 def multi_output_option(spec: Method) -> Optional[str]:
-    """The option that sets how many outputs a one-pass multi-output decoder returns, or None."""
-    if spec.run is None:
-        return None
-    return next((name for name in MULTI_OUTPUT_OPTIONS if name in spec.options), None)
+    """The option that sets how many outputs a one-pass multi-output decoder returns, or None (the row says)."""
+    return spec.outputs_option
 
 
 @dataclass
@@ -148,17 +144,14 @@ def build_plan(request, config: ServerConfig, draft_lm=None) -> Plan:
     try:
         spec = get_method(method)
         given = dict(request.model_extra or {})
-        k_option = multi_output_option(spec)
-        if k_option and k_option in given:
-            raise InvalidOptionError(f"set the number of drafts with 'n', not {k_option!r}")
         unknown = {name: value for name, value in given.items() if name not in spec.options}
         if unknown:                                  # the library's message lists the method's options
             spec.resolve_options(unknown)
     except InvalidOptionError as exc:
         raise ApiError(400, str(exc), param="method" if "method" in str(exc) else None) from None
     options = request_options(method, given, config, request.n)
-    for name in DRAFT_MODEL_OPTIONS:                 # the operator's draft model unless the request named one
-        if name in spec.options and name not in options:
+    for name in spec.artifact_options("draft_model"):   # the operator's draft model unless the request named one
+        if name not in options:
             chosen = draft_lm if draft_lm is not None else default_artifact("draft_model", config)
             if chosen is not None:
                 options[name] = chosen
