@@ -20,11 +20,11 @@ def register(subparsers) -> None:
     parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="registry alias, HF folder, GGUF file or cached HF id")
     parser.add_argument("--method", default="greedy", help="greedy, sample, beam, pld, ... (see `multidraft methods`)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--temperature", type=float, default=None,
+    parser.add_argument("--temperature", type=float, default=None,      # checked by Request.build
                         help=f"0 = greedy, else at least {validation.MIN_TEMPERATURE} (default: 1 for sample, 0 otherwise)")
-    parser.add_argument("--top-p", type=validation.cli_float("value", above=0.0, maximum=1.0), default=1.0)
-    parser.add_argument("--top-k", type=validation.cli_int(minimum=0), default=0)
-    parser.add_argument("--seed", type=validation.cli_int(*validation.SEED_RANGE), default=None)
+    parser.add_argument("--top-p", type=validation.cli_sampling("top_p"), default=1.0)
+    parser.add_argument("--top-k", type=validation.cli_sampling("top_k"), default=0)
+    parser.add_argument("--seed", type=validation.cli_sampling("seed"), default=None)
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
@@ -74,7 +74,6 @@ def run_generate(args) -> int:
     import torch
 
     import multidraft
-    from multidraft.sampling import SamplingParams
 
     prompt = args.prompt
     if prompt is None or prompt == "-":
@@ -83,14 +82,12 @@ def run_generate(args) -> int:
         validation.text("the prompt argument", prompt)   # invalid UTF-8 in argv arrives as lone surrogates
     options = parse_options(args.option, args.method)
     dtype = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
-    # Fail fast, before loading a model: method options, sampling parameters, stop strings.
-    multidraft.methods.get_method(args.method).resolve_options(options)
-    SamplingParams(1.0 if args.temperature is None and args.method == "sample" else (args.temperature or 0.0),
-                   args.top_k, args.top_p, args.seed).validate()
-    validation.stop_strings(args.stop)
-    validation.max_new_tokens(args.max_new_tokens)
+    # One Request, validated before loading a model: method options, sampling parameters, stop strings, budget.
+    request = multidraft.Request.build(prompt, args.method, max_new_tokens=args.max_new_tokens,
+                                       temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                                       seed=args.seed, stop=args.stop, chat=args.chat or None,
+                                       draft_length=args.draft_length, options=options)
     lm = multidraft.load_model(args.model, dtype=dtype, device=args.device, runner=args.runner)
-    lm.draft_length = args.draft_length
 
     streamer = TextStreamer(lm.decode, args.stop or ())   # the server's detokenizer: no half characters, no stop text
 
@@ -98,10 +95,7 @@ def run_generate(args) -> int:
         sys.stdout.write(streamer.feed(token_id))
         sys.stdout.flush()
 
-    result = multidraft.generate(lm, prompt, method=args.method, max_new_tokens=args.max_new_tokens,
-                                 temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
-                                 stop=args.stop, chat=args.chat or None, on_token=stream if args.stream else None,
-                                 **options)
+    result = multidraft.generate_request(lm, request, on_token=stream if args.stream else None)
     drafts = result.drafts or []
     if args.json:
         print(json.dumps({"text": result.text, "token_ids": result.token_ids, "stats": result.stats.to_dict(),

@@ -22,7 +22,7 @@ from multidraft import validation
 # the other special kinds are typed lists the server checks itself (multidraft.server.options).
 SCALAR_KINDS = ("int", "float", "bool", "enum")
 KINDS = SCALAR_KINDS + ("temperatures", "weights", "induction_head_pairs", "induction_head_set", "artifact", "object")
-BIG = 1_000_000          # a bound for integers that have no natural cap (steps, layers): keeps them machine-sized
+BIG = validation.BIG_INT  # a bound for integers that have no natural cap (steps, layers): keeps them machine-sized
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ def register(subparsers) -> None:
                              "model's GGUF, with `make llama`); hf_greedy always runs as the baseline")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--limit", type=int, default=5, help="prompts per task")
-    parser.add_argument("--seed", type=validation.cli_int(*validation.SEED_RANGE), default=0)
+    parser.add_argument("--seed", type=validation.cli_sampling("seed"), default=0)
     parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
     add_device_argument(parser)
     add_runner_argument(parser, peers_note=True)

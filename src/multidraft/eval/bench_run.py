@@ -74,7 +74,8 @@ def run_method(lm, draft_lm, item, method: BenchMethod, config, quality: bool = 
 
 
 def _run_turns(lm, draft_lm, item, method: BenchMethod, config, quality: bool) -> dict:
-    from multidraft.api import generate
+    from multidraft.api import generate_request
+    from multidraft.request import Request
     answers: list[str] = []
     turns: list[dict] = []
     pooled: list[DecodeStats] = []       # this method's stats of every turn, pooled into the row's stats
@@ -99,8 +100,10 @@ def _run_turns(lm, draft_lm, item, method: BenchMethod, config, quality: bool) -
             options = dict(method.options)
             if method.needs_draft:
                 options["draft_model"] = draft_lm
-            gen = generate(lm, prompt_ids, method=method.name, max_new_tokens=config.max_new_tokens,
-                                      temperature=method.temperature, seed=config.seed, **options)
+            request = Request.build(prompt_ids, method.name, max_new_tokens=config.max_new_tokens,
+                                    temperature=method.temperature, seed=config.seed,
+                                    draft_length=config.draft_length, options=options)
+            gen = generate_request(lm, request)
             seconds = time.perf_counter() - start
             token_ids, text, stats = list(gen.token_ids), gen.text, gen.stats.to_dict()
             pooled.append(gen.stats)
@@ -144,7 +147,7 @@ def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
                "options": method.options, "error": None, "load_average": os.getloadavg()[0],
                "dtype": str(lm.dtype).removeprefix("torch."), "device": str(lm.device),
                "runner": getattr(lm, "runner", "eager"), "runner_setup_s": getattr(lm, "runner_setup_seconds", 0.0),
-               "draft_length": getattr(lm, "draft_length", None) or "fixed"}
+               "draft_length": config.draft_length}
         try:
             row.update(run_method(lm, draft_lm, item, method, config, quality=_needs_quality(method)))
         except (KeyboardInterrupt, SystemExit):
@@ -177,6 +180,5 @@ def warm_up(lm, draft_lm, item, methods: list[BenchMethod], config) -> None:
 def load_models(config):
     from multidraft.models.loader import load_model
     lm = load_model(config.model, dtype=config.dtype, device=config.device, runner=config.runner)
-    lm.draft_length = config.draft_length
     draft_lm = load_model(config.draft, dtype=config.dtype, device=config.device, runner=config.runner) if config.draft else None
     return lm, draft_lm

@@ -25,7 +25,7 @@ from multidraft.methods import available_methods
 from multidraft.server.config import ServerConfig
 from multidraft.server.metrics import Metrics
 from multidraft.server.options import http_options
-from multidraft.server.plan import Outcome, attach_suffix_store, build_plan, run_plan, suggestion_defaults
+from multidraft.server.plan import Outcome, build_plan, run_plan, suffix_store_for, suggestion_defaults
 from multidraft.server.schemas import ApiError, ChatRequest, CompletionRequest, parse_body
 from multidraft.server.security import SecurityMiddleware
 from multidraft.server.streaming import sse
@@ -160,8 +160,9 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
         if body.model is not None and body.model not in (model_name, lm.name):
             raise ApiError(404, f"model {body.model!r} is not served here; this server serves {model_name!r}",
                            param="model", code="model_not_found")
-        plan = build_plan(body, config, draft_lm)
-        attach_suffix_store(plan, suffix_stores, request.headers.get("authorization"))
+        store = suffix_store_for(body.method or config.default_method, suffix_stores,
+                                 request.headers.get("authorization"))
+        plan = build_plan(body, config, draft_lm, store)
         metrics.inc("multidraft:method_requests_total", method=plan.method)
         job = Job(lambda job: run_plan(lm, plan, job, config, metrics), arrived + config.request_timeout,
                   asyncio.get_running_loop())
@@ -191,7 +192,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
                     raise _translate(payload[0])
                 if plan.stream:
                     handed_over = True
-                    stream = _stream(job, reply, plan.n * len(plan.prompts), arrived, event, watcher)
+                    stream = _stream(job, reply, plan.n * len(plan.requests), arrived, event, watcher)
                     return StreamingResponse(stream, media_type="text/event-stream",
                                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
                 if kind == "done":

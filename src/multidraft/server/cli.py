@@ -181,13 +181,13 @@ def run_serve(args) -> int:
     from multidraft.server.app import create_app
 
     config = build_config(args)
+    config.draft_length = args.draft_length
     get_method(config.default_method)             # fail fast, before loading a model
     _check_artifact_paths(config)
     sock = bind_socket(args.host, args.port)
     try:
         dtype = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
         lm = multidraft.load_model(args.model, dtype=dtype, device=args.device, runner=args.runner)
-        lm.draft_length = args.draft_length
         draft_lm = multidraft.load_model(args.draft, dtype=dtype, device=args.device, runner=args.runner) if args.draft else None
         for name, model in list((config.artifacts.get("rescorer") or {}).items()):
             config.artifacts["rescorer"][name] = multidraft.load_model(model, dtype=lm.dtype, device=str(lm.device))

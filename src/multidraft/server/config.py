@@ -40,6 +40,7 @@ class ServerConfig:
     artifacts: dict[str, dict[str, Any]] = field(default_factory=dict)
     suffix_store_tokens: int = 200_000  # tokens the cross-request store of method "suffix" keeps (per API key)
     suffix_isolation: bool = False    # one suffix store per API key instead of one for all requests
+    draft_length: str = "fixed"       # every request's draft-length mode (serve --draft-length)
 
     def validate(self) -> "ServerConfig":
         from multidraft.errors import InvalidOptionError
