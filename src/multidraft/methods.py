@@ -31,6 +31,15 @@ from multidraft.superposed.decoder import FIRST_STEPS, RESET_CHOICES
 from multidraft.superposed.decoder import OPTIONS as SUPERPOSED_OPTIONS
 from multidraft.superposed.decoder import check_options as check_superposed
 from multidraft.superposed.decoder import run_superposed
+from multidraft.drafters.base import Drafter
+from multidraft.drafters.bild import BiLDDrafter
+from multidraft.drafters.draft_model import BeamDrafter, DraftModelDrafter
+from multidraft.drafters.pld_plus import PLDPlusDrafter
+from multidraft.drafters.prompt_lookup import PromptLookupDrafter
+from multidraft.drafters.suffix import SuffixDrafter
+from multidraft.types import DRAFT_FIELDS
+from multidraft.verify import GreedyVerifier, SampleMatchVerifier
+from multidraft.verify.base import Verifier
 from multidraft.verify.bild import BiLDVerifier
 from multidraft.validation import MIN_TEMPERATURE
 from multidraft.verify.mtad import THRESHOLD_SEMANTICS, MTADVerifier
@@ -54,8 +63,12 @@ class Method:
     description: str
     specs: dict[str, Opt] = field(default_factory=dict)     # option name -> its typed spec (default, type, HTTP...)
     # Speculative methods: drafter (and optionally verifier) from (lm, sampler, options); they run in the one loop.
+    # `drafter` / `verifier` name the classes the factories build: the row checks, when it is built, that the
+    # drafter provides every typed Draft part the verifier needs (Drafter.provides, Verifier.needs).
     make_drafter: Optional[Callable] = None
     make_verifier: Optional[Callable] = None
+    drafter: Optional[type] = None
+    verifier: Optional[type] = None
     # Methods with their own decoder: run(lm, prompt_ids, sampler, output, stats, options) -> drafts or None.
     run: Optional[Callable] = None
     # check_options(options) raises InvalidOptionError for what the specs cannot say (relations between options,
@@ -84,6 +97,25 @@ class Method:
             raise ValueError(f"method {self.name!r}: options {bad} need a method_options.Opt spec")
         if sum(opt.outputs for opt in self.specs.values()) > 1:
             raise ValueError(f"method {self.name!r}: at most one option sets the number of outputs")
+        if self.make_drafter is not None:
+            self._check_pairing()
+
+    def _check_pairing(self) -> None:
+        if not (isinstance(self.drafter, type) and issubclass(self.drafter, Drafter)):
+            raise ValueError(f"method {self.name!r}: name the Drafter class make_drafter builds (drafter=...)")
+        if (self.make_verifier is None) != (self.verifier is None):
+            raise ValueError(f"method {self.name!r}: give make_verifier and the Verifier class it builds together")
+        verifiers = [self.verifier] if self.verifier is not None else [GreedyVerifier, SampleMatchVerifier]
+        for verifier in verifiers:
+            if not (isinstance(verifier, type) and issubclass(verifier, Verifier)):
+                raise ValueError(f"method {self.name!r}: verifier must be a Verifier class, got {verifier!r}")
+            unknown = set(verifier.needs) - set(DRAFT_FIELDS) or set(self.drafter.provides) - set(DRAFT_FIELDS)
+            if unknown:
+                raise ValueError(f"method {self.name!r}: unknown Draft parts {sorted(unknown)}")
+            missing = [name for name in verifier.needs if name not in self.drafter.provides]
+            if missing:
+                raise ValueError(f"method {self.name!r}: verifier {verifier.__name__} needs Draft "
+                                 f"{', '.join(missing)}, which drafter {self.drafter.__name__} does not provide")
 
     @property
     def options(self) -> dict[str, Any]:
@@ -184,7 +216,7 @@ _ROWS = (
            description="prompt lookup: drafts copied from the context after the trailing n-gram",
            specs={"max_ngram": Opt(3, "int", low=1, http_high=64), "num_draft_tokens": _draft_tokens(10),
                   "variant": Opt("hf", "enum", choices=PLD_VARIANTS)},
-           make_drafter=make_pld_drafter),
+           make_drafter=make_pld_drafter, drafter=PromptLookupDrafter),
     Method("pld_plus", lossless=True,
            description="PLD+: prompt lookup ranked by the model's hidden states (rank_by='hidden') or induction-head "
                        "attention (rank_by='attention')",
@@ -200,7 +232,7 @@ _ROWS = (
                   "induction_head_set": Opt("selected", "induction_head_set"),
                   "aggregate": Opt("max", "enum", choices=pld_plus.AGGREGATES),
                   "scope": Opt("context", "enum", choices=PLD_PLUS_SCOPES)},
-           make_drafter=pld_plus.make_drafter, check_options=_check_pld_plus,
+           make_drafter=pld_plus.make_drafter, drafter=PLDPlusDrafter, check_options=_check_pld_plus,
            load_artifacts=pld_plus_calibration.resolve_options, renamed_options=PLD_PLUS_RENAMED),
     Method("suffix", lossless=True,
            description="SuffixDecoding: frequency-weighted draft trees from suffix automata over the context and an "
@@ -213,13 +245,14 @@ _ROWS = (
                   "use_context": Opt(True, "bool"),
                   "update_store": Opt(True, "bool", http=False,
                                       why_not_http="the server adds every finished request to its suffix store")},
-           make_drafter=suffix.make_drafter, check_options=suffix.check_options),
+           make_drafter=suffix.make_drafter, drafter=SuffixDrafter, check_options=suffix.check_options),
     Method("speculative", lossless=True,
            description="speculative sampling with a draft model (one chain of num_draft_tokens, rejection with the "
                        "residual; greedy match at temperature 0); lossless",
            specs={"draft_model": DRAFT_MODEL, "num_draft_tokens": _draft_tokens(4), "adaptive": ADAPTIVE,
                   "draft_temperature": Opt(None, "temperatures", nullable=True), "stop_below": STOP_BELOW},
-           make_drafter=draft_model_options.make_speculative_drafter, make_verifier=_speculative_verifier,
+           make_drafter=draft_model_options.make_speculative_drafter, drafter=DraftModelDrafter,
+           make_verifier=_speculative_verifier, verifier=MultiDraftVerifier,
            artifacts=("draft_model",), check_options=draft_model_options.check_options,
            load_artifacts=_with_draft_model("speculative")),
     Method("multi_draft", lossless=True,
@@ -233,8 +266,8 @@ _ROWS = (
                   "selection_options": Opt(None, "object", nullable=True, http=False, why_not_http=(
                       "the selection scheme runs with its defaults on this server")),
                   "adaptive": ADAPTIVE, "stop_below": STOP_BELOW},
-           make_drafter=draft_model_options.make_multi_draft_drafter,
-           make_verifier=draft_model_options.make_multi_draft_verifier,
+           make_drafter=draft_model_options.make_multi_draft_drafter, drafter=DraftModelDrafter,
+           make_verifier=draft_model_options.make_multi_draft_verifier, verifier=MultiDraftVerifier,
            artifacts=("draft_model",), check_options=draft_model_options.check_options,
            load_artifacts=_with_draft_model("multi_draft")),
     Method("mtad", lossless=False,
@@ -246,7 +279,8 @@ _ROWS = (
                   "num_draft_tokens": _draft_tokens(4), "accept_threshold": Opt(0.1, **PROBABILITY),
                   "threshold_semantics": Opt("paper", "enum", choices=THRESHOLD_SEMANTICS),
                   "deterministic": Opt(False, "bool")},
-           make_drafter=draft_model_options.make_mtad_drafter, make_verifier=_mtad_verifier,
+           make_drafter=draft_model_options.make_mtad_drafter, drafter=BeamDrafter,
+           make_verifier=_mtad_verifier, verifier=MTADVerifier,
            artifacts=("draft_model",), check_options=draft_model_options.check_options,
            load_artifacts=_with_draft_model("mtad")),
     Method("bild", lossless=False,
@@ -256,7 +290,8 @@ _ROWS = (
            specs={"draft_model": DRAFT_MODEL, "max_draft_tokens": _draft_tokens(10),
                   "fallback_threshold": Opt(0.9, **PROBABILITY),
                   "rollback_threshold": Opt(2.0, "float", low=0.0, http_high=1e6)},
-           make_drafter=bild.make_drafter, make_verifier=_bild_verifier, artifacts=("draft_model",),
+           make_drafter=bild.make_drafter, drafter=BiLDDrafter, make_verifier=_bild_verifier, verifier=BiLDVerifier,
+           artifacts=("draft_model",),
            check_options=bild.check_options, load_artifacts=_with_draft_model("bild")),
     Method("superposed", lossless=False,
            description="Superposed Decoding: k drafts from one forward pass per token, with n-gram interpolation "
@@ -279,7 +314,7 @@ _ROWS = (
                   "ngram": Opt(None, "artifact", artifact="ngram", http_target="ngram_path",
                                help="a loaded NGramModel (the library), or the name of a registered file (HTTP)"),
                   "rescorer": Opt(None, "artifact", artifact="rescorer", help="a rescoring LM or its path")},
-           make_drafter=blockwise.make_drafter, artifacts=("heads", "ngram"),
+           make_drafter=blockwise.make_drafter, drafter=blockwise.BlockwiseDrafter, artifacts=("heads", "ngram"),
            check_options=blockwise.check_options, load_artifacts=blockwise_artifacts.resolve_options,
            greedy_only=True),
 )
