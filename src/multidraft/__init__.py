@@ -7,6 +7,7 @@
 """
 
 from multidraft.api import generate, generate_request
+from multidraft.artifacts import Artifacts
 from multidraft.errors import (
     CorruptCacheError,
     DataNotFoundError,
@@ -32,6 +33,6 @@ def load_model(name_or_path, dtype=None, device=None, **kwargs) -> LM:
 
 
 __version__ = "0.1.0"
-__all__ = ["load_model", "generate", "generate_request", "Request", "SuffixStore", "Generation", "DecodeStats", "Draft", "LM", "available_methods",
+__all__ = ["load_model", "generate", "generate_request", "Request", "Artifacts", "SuffixStore", "Generation", "DecodeStats", "Draft", "LM", "available_methods",
            "MultidraftError", "ModelNotFoundError", "CorruptCacheError", "InvalidOptionError", "UnknownMethodError",
            "PromptError", "NumericalError", "TokenizerMismatchError", "DataNotFoundError"]

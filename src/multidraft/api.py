@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Optional, Sequence, Union
 
+from multidraft.artifacts import Artifacts, artifacts_or_new
 from multidraft.decoders.output import OutputCollector
 from multidraft.decoders.loop import draft_and_verify
 from multidraft.errors import InvalidOptionError
@@ -17,7 +18,8 @@ from multidraft.verify import GreedyVerifier, SampleMatchVerifier
 def generate(model, prompt_or_messages, method: str = "greedy", max_new_tokens: int = 128,
              temperature: Optional[float] = None, top_p: float = 1.0, top_k: int = 0, seed: Optional[int] = None,
              stop: Union[str, Sequence[str], None] = None, on_token: Optional[Callable[[int], None]] = None,
-             chat: Optional[bool] = None, draft_length: Optional[str] = None, **method_options) -> Generation:
+             chat: Optional[bool] = None, draft_length: Optional[str] = None, artifacts: Optional[Artifacts] = None,
+             **method_options) -> Generation:
     """Generate a continuation of a prompt (text, chat messages, or token ids) with `method`.
 
     temperature defaults to 0 (greedy) for every method except "sample" (1.0). Lossless methods give exactly
@@ -31,19 +33,22 @@ def generate(model, prompt_or_messages, method: str = "greedy", max_new_tokens: 
 
     method="greedy" with a temperature > 0 runs plain sampling, and `stats.method` says "sample". Bad input of
     any kind raises a `multidraft.errors.MultidraftError` subclass (see `multidraft.validation` for the rules).
-    This builds one `multidraft.Request` and runs it with `generate_request`.
+    Draft models, n-gram files and heads named by path or alias load into `artifacts` (a `multidraft.Artifacts`;
+    pass one to reuse them across calls, else they live for this call). This builds one `multidraft.Request` and
+    runs it with `generate_request`.
     """
     _check_model(model)
     request = Request.build(prompt_or_messages, method, max_new_tokens=max_new_tokens, temperature=temperature,
                             top_p=top_p, top_k=top_k, seed=seed, stop=stop, chat=chat, draft_length=draft_length,
                             options=method_options)
-    return generate_request(model, request, on_token=on_token)
+    return generate_request(model, request, on_token=on_token, artifacts=artifacts)
 
 
 def generate_request(model, request: Request, on_token: Optional[Callable[[int], None]] = None,
-                     prompt_ids: Optional[list[int]] = None) -> Generation:
+                     prompt_ids: Optional[list[int]] = None, artifacts: Optional[Artifacts] = None) -> Generation:
     """Run a validated `Request` on `model`. `prompt_ids`: the prompt already encoded by the caller (the server
-    encodes it once to check its own limits); else the request encodes it."""
+    encodes it once to check its own limits); else the request encodes it. `artifacts`: where the draft models,
+    n-gram files and heads the options name are loaded (the caller's, e.g. a server's; by default this call's)."""
     _check_model(model)
     if not isinstance(request, Request):
         raise InvalidOptionError(f"generate_request() takes a multidraft.Request, got {type(request).__name__}")
@@ -58,7 +63,7 @@ def generate_request(model, request: Request, on_token: Optional[Callable[[int],
 
     drafts = None
     if spec.load_artifacts is not None:        # draft model, calibration...: ready objects before any factory runs
-        options = spec.load_artifacts(model, options)
+        options = spec.load_artifacts(model, options, artifacts_or_new(artifacts))
     if spec.run is not None:
         drafts = spec.run(model, prompt_ids, sampler, output, stats, options)
     else:

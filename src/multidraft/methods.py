@@ -25,6 +25,7 @@ from multidraft.drafters.prompt_lookup import VARIANTS as PLD_VARIANTS
 from multidraft.errors import InvalidOptionError, UnknownMethodError
 from multidraft.method_options import BIG, Opt, check_value, parse_cli_value
 from multidraft.models.draft_models import resolve_draft_model
+from multidraft.ngram.resolve import resolve_ngram
 from multidraft.pldplus import calibration as pld_plus_calibration
 from multidraft.pldplus.ranking import SCOPES as PLD_PLUS_SCOPES
 from multidraft.superposed.decoder import FIRST_STEPS, RESET_CHOICES
@@ -77,7 +78,8 @@ class Method:
     # and the factories receive checked options.
     check_options: Optional[Callable[[dict], None]] = None
     artifacts: tuple[str, ...] = ()        # keys of ARTIFACTS needed with the default options
-    # load_artifacts(lm, options) -> options with artifact names replaced by ready objects (see the docstring).
+    # load_artifacts(lm, options, artifacts) -> options with artifact names replaced by ready objects (see the
+    # docstring), loaded into `artifacts` (multidraft.Artifacts: the caller's, never a module global).
     load_artifacts: Optional[Callable] = None
     # Verifies by greedy matching only: a temperature > 0 is refused before any artifact loads.
     greedy_only: bool = False
@@ -153,9 +155,19 @@ class Method:
 
 
 def _with_draft_model(method: str) -> Callable:
-    def load(lm, options):
-        return {**options, "draft_model": resolve_draft_model(options["draft_model"], lm, method)}
+    def load(lm, options, artifacts):
+        return {**options, "draft_model": resolve_draft_model(options["draft_model"], lm, method, artifacts)}
     return load
+
+
+def _pld_plus_calibration(lm, options, artifacts):
+    return pld_plus_calibration.resolve_options(lm, options)       # a small stored record, read per request
+
+
+def _superposed_ngram(lm, options, artifacts):
+    if options["alpha"] == 0:           # LM only: no n-gram file needed
+        return options
+    return {**options, "ngram": resolve_ngram(lm, options["ngram"], artifacts)}
 
 
 def _check_pld_plus(options):
@@ -233,7 +245,7 @@ _ROWS = (
                   "aggregate": Opt("max", "enum", choices=pld_plus.AGGREGATES),
                   "scope": Opt("context", "enum", choices=PLD_PLUS_SCOPES)},
            make_drafter=pld_plus.make_drafter, drafter=PLDPlusDrafter, check_options=_check_pld_plus,
-           load_artifacts=pld_plus_calibration.resolve_options, renamed_options=PLD_PLUS_RENAMED),
+           load_artifacts=_pld_plus_calibration, renamed_options=PLD_PLUS_RENAMED),
     Method("suffix", lossless=True,
            description="SuffixDecoding: frequency-weighted draft trees from suffix automata over the context and an "
                        "optional cross-request store (store=multidraft.SuffixStore())",
@@ -296,7 +308,7 @@ _ROWS = (
     Method("superposed", lossless=False,
            description="Superposed Decoding: k drafts from one forward pass per token, with n-gram interpolation "
                        "(a new decoder, lossy); drafts ranked in Generation.drafts",
-           specs=SUPERPOSED_SPECS, run=run_superposed, artifacts=("ngram",),
+           specs=SUPERPOSED_SPECS, run=run_superposed, artifacts=("ngram",), load_artifacts=_superposed_ngram,
            check_options=check_superposed),
     Method("blockwise", lossless=True,
            description="blockwise parallel decoding: trained heads draft a block, lattice of each head's top "

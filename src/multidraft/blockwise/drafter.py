@@ -173,7 +173,6 @@ class BlockwiseDrafter(Drafter):
 
 
 # ----------------------------------------------------------------------------- method
-_LOADED: dict = {}
 
 
 def make_strategy(lm, options: dict) -> BlockwiseStrategy:

@@ -150,11 +150,13 @@ def _execute(config, work, models, ray_address, workers) -> Iterator[dict]:
         for rows in run_with_ray(ray_address, workers, config, work):
             yield from rows
         return
+    from multidraft.artifacts import Artifacts
     lm, draft_lm = models if models is not None else load_models(config)
+    artifacts = Artifacts()          # this run's n-gram files, heads...: loaded once, outside the timed spans after warm-up
     every = list({m.label: m for _, todo, _ in work for m in todo}.values())
-    warm_up(lm, draft_lm, work[0][0], every, config)
+    warm_up(lm, draft_lm, work[0][0], every, config, artifacts)
     for item, todo, reference in work:
-        yield from run_prompt(lm, draft_lm, item, todo, config, reference)
+        yield from run_prompt(lm, draft_lm, item, todo, config, reference, artifacts)
 
 
 def _progress(total: int, initial: int, enabled: bool):

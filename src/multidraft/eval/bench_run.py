@@ -67,13 +67,14 @@ def attention_implementation(lm, name: Optional[str]):
         lm.model.set_attn_implementation(previous)
 
 
-def run_method(lm, draft_lm, item, method: BenchMethod, config, quality: bool = False) -> dict:
-    """Run one method on every turn of one prompt (later turns see this method's own earlier answers)."""
+def run_method(lm, draft_lm, item, method: BenchMethod, config, quality: bool = False, artifacts=None) -> dict:
+    """Run one method on every turn of one prompt (later turns see this method's own earlier answers). `artifacts`:
+    the run's loaded n-gram files, heads... (multidraft.Artifacts), shared by its prompts."""
     with attention_implementation(lm, method.attention):
-        return _run_turns(lm, draft_lm, item, method, config, quality)
+        return _run_turns(lm, draft_lm, item, method, config, quality, artifacts)
 
 
-def _run_turns(lm, draft_lm, item, method: BenchMethod, config, quality: bool) -> dict:
+def _run_turns(lm, draft_lm, item, method: BenchMethod, config, quality: bool, artifacts=None) -> dict:
     from multidraft.api import generate_request
     from multidraft.request import Request
     answers: list[str] = []
@@ -103,7 +104,7 @@ def _run_turns(lm, draft_lm, item, method: BenchMethod, config, quality: bool) -
             request = Request.build(prompt_ids, method.name, max_new_tokens=config.max_new_tokens,
                                     temperature=method.temperature, seed=config.seed,
                                     draft_length=config.draft_length, options=options)
-            gen = generate_request(lm, request)
+            gen = generate_request(lm, request, artifacts=artifacts)
             seconds = time.perf_counter() - start
             token_ids, text, stats = list(gen.token_ids), gen.text, gen.stats.to_dict()
             pooled.append(gen.stats)
@@ -139,7 +140,7 @@ def _needs_quality(method: BenchMethod) -> bool:
 
 
 def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
-               reference: Optional[list[list[int]]] = None) -> Iterator[dict]:
+               reference: Optional[list[list[int]]] = None, artifacts=None) -> Iterator[dict]:
     """Yield one row per method for `item`; `reference` is the baseline's per-turn token ids if already known."""
     for method in methods:
         row = {"kind": "row", "task": item.task, "prompt_id": item.id, "method": method.label, "name": method.name,
@@ -149,7 +150,8 @@ def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
                "runner": getattr(lm, "runner", "eager"), "runner_setup_s": getattr(lm, "runner_setup_seconds", 0.0),
                "draft_length": config.draft_length}
         try:
-            row.update(run_method(lm, draft_lm, item, method, config, quality=_needs_quality(method)))
+            row.update(run_method(lm, draft_lm, item, method, config, quality=_needs_quality(method),
+                                  artifacts=artifacts))
         except (KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:        # a failing method is reported, not fatal for the other columns
@@ -168,12 +170,13 @@ def _equal(row: dict, reference, method: BenchMethod) -> Optional[bool]:
     return [t["token_ids"] for t in row["turns"]] == reference
 
 
-def warm_up(lm, draft_lm, item, methods: list[BenchMethod], config) -> None:
+def warm_up(lm, draft_lm, item, methods: list[BenchMethod], config, artifacts=None) -> None:
     """A few tokens of every method on a short prefix of a real prompt (first-call costs: kernels, caches)."""
     from dataclasses import replace
     from types import SimpleNamespace
     prefix = SimpleNamespace(task=item.task, id=item.id, input=lm.encode(item.input)[:32], num_turns=1)
-    for _ in run_prompt(lm, draft_lm, prefix, methods, replace(config, max_new_tokens=min(4, config.max_new_tokens))):
+    for _ in run_prompt(lm, draft_lm, prefix, methods, replace(config, max_new_tokens=min(4, config.max_new_tokens)),
+                        artifacts=artifacts):
         pass
 
 

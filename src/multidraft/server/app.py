@@ -20,6 +20,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Str
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from multidraft.artifacts import Artifacts
 from multidraft.errors import CorruptCacheError, MultidraftError, NumericalError
 from multidraft.methods import available_methods
 from multidraft.server.config import ServerConfig
@@ -88,6 +89,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
     suggest = suggestion_defaults(config, lm)       # once: it may fingerprint the tokenizer the worker uses
     from multidraft.suffix.registry import StoreRegistry
     suffix_stores = StoreRegistry(config.suffix_store_tokens, config.suffix_isolation)
+    artifacts = Artifacts()          # the n-gram files, heads, models requests name: loaded once, by this app
 
     @asynccontextmanager
     async def lifespan(_app):
@@ -164,7 +166,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
                                  request.headers.get("authorization"))
         plan = build_plan(body, config, draft_lm, store)
         metrics.inc("multidraft:method_requests_total", method=plan.method)
-        job = Job(lambda job: run_plan(lm, plan, job, config, metrics), arrived + config.request_timeout,
+        job = Job(lambda job: run_plan(lm, plan, job, config, metrics, artifacts), arrived + config.request_timeout,
                   asyncio.get_running_loop())
         try:
             worker.submit(job)

@@ -209,7 +209,7 @@ def _encode(lm, request: Request, config: ServerConfig) -> list[int]:
     return ids
 
 
-def run_plan(lm, plan: Plan, job, config: ServerConfig, metrics) -> Outcome:
+def run_plan(lm, plan: Plan, job, config: ServerConfig, metrics, artifacts=None) -> Outcome:
     """Runs on the worker thread. With plan.stream, emits ("delta", choice_index, text) events as it goes."""
     choices: list[Choice] = []
     all_stats: list[DecodeStats] = []
@@ -241,7 +241,8 @@ def run_plan(lm, plan: Plan, job, config: ServerConfig, metrics) -> Outcome:
                             job.emit("delta", base + index, delta)
 
             try:
-                result = generate_request(lm, request.with_seed(seed), on_token=on_token, prompt_ids=ids)
+                result = generate_request(lm, request.with_seed(seed), on_token=on_token, prompt_ids=ids,
+                                          artifacts=artifacts)
             except (JobCancelled, JobTimedOut):
                 # Like vLLM: the work done still counts (prompt and generated tokens), and every choice that
                 # did not finish is a request_success_total{finished_reason="abort"}.

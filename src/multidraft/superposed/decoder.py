@@ -268,6 +268,7 @@ def run_superposed(lm, prompt_ids, sampler, output, stats, options):
         raise InvalidOptionError("superposed decoding is deterministic and has its own temperature `tau`; "
                                  "leave temperature unset (0) and pass tau=... instead")
     check_inputs_embeds(lm)
+    # The row's load_artifacts resolved `ngram` (into the caller's Artifacts) when alpha > 0.
     ngram = resolve_ngram(lm, options.get("ngram")) if config.alpha > 0 else None
     started = time.perf_counter()
     result = superposed_decode(lm, prompt_ids, output.max_new_tokens, config, ngram, seed=sampler.params.seed)
