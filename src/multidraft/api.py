@@ -73,8 +73,7 @@ def generate_request(model, request: Request, on_token: Optional[Callable[[int],
         else:
             verifier = GreedyVerifier() if request.greedy else SampleMatchVerifier()
         draft_and_verify(model, prompt_ids, drafter, verifier, sampler, output, stats, request.draft_length)
-    stats.generated_tokens = len(output.token_ids)
-    stats.stop_reason = output.stop_reason
+    # Every decoder finalized the stats once (OutputCollector.finalize): generated tokens, stop reason, total time.
     return Generation(text=output.text, token_ids=list(output.token_ids), stats=stats, drafts=drafts)
 
 

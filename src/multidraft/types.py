@@ -148,6 +148,12 @@ class DecodeStats:
         for depth in range(accepted_depth):
             self.accepted_per_position[depth] += 1
 
+    def record_plain_steps(self, count: int) -> None:
+        """Count `count` target calls that each emitted one token with no draft (a decoder without drafts)."""
+        if count > 0:
+            self.verification_calls += count
+            self.acceptance_histogram[1] = self.acceptance_histogram.get(1, 0) + count
+
     @classmethod
     def merge(cls, parts: "Sequence[DecodeStats]") -> "DecodeStats":
         """Pool several decodes (turns of a chat, choices of a request): counters, per-position counts and the

@@ -85,9 +85,7 @@ def draft_and_verify(lm, prompt_ids: list[int], drafter: Drafter, verifier: Veri
         # The whole step (drafting, forward, verification) by the number of tokens it verified: what a step costs.
         costs.record(len(draft) + 1, time.perf_counter() - t0)
     drafter.end(state)
-    stats.generated_tokens = len(output.token_ids)
-    stats.stop_reason = output.stop_reason
-    stats.total_time = time.perf_counter() - started
+    output.finalize(stats, started)
 
 
 def _within_budget(draft: Draft, max_depth: int) -> Draft:
