@@ -9,6 +9,7 @@ from multidraft.artifacts import Artifacts, artifacts_or_new
 from multidraft.decoders.output import OutputCollector
 from multidraft.decoders.loop import draft_and_verify
 from multidraft.errors import InvalidOptionError
+from multidraft.methods import Method
 from multidraft.request import Request
 from multidraft.sampling import PositionSampler
 from multidraft.types import DecodeStats, Generation
@@ -56,7 +57,8 @@ def generate_request(model, request: Request, on_token: Optional[Callable[[int],
         raise InvalidOptionError(f"on_token must be a function of one token id, got {type(on_token).__name__}")
     if prompt_ids is None:
         prompt_ids = request.prompt_ids(model)
-    spec, options = request.row, request.options
+    spec: Method = request.row                 # the method row: drafter x verifier, or its own decoder
+    options = request.options
     sampler = PositionSampler(request.params)
     stats = DecodeStats(method=request.method, lossless=spec.lossless, prompt_tokens=len(prompt_ids))
     output = OutputCollector(model, request.max_new_tokens, request.stop, on_token)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -189,8 +190,10 @@ def run_serve(args) -> int:
         dtype = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
         lm = multidraft.load_model(args.model, dtype=dtype, device=args.device, runner=args.runner)
         draft_lm = multidraft.load_model(args.draft, dtype=dtype, device=args.device, runner=args.runner) if args.draft else None
-        for name, model in list((config.artifacts.get("rescorer") or {}).items()):
-            config.artifacts["rescorer"][name] = multidraft.load_model(model, dtype=lm.dtype, device=str(lm.device))
+        rescorers = {name: multidraft.load_model(model, dtype=lm.dtype, device=str(lm.device))
+                     for name, model in (config.artifacts.get("rescorer") or {}).items()}
+        if rescorers:              # a new mapping: the configuration read from the flags keeps its model names
+            config = dataclasses.replace(config, artifacts={**config.artifacts, "rescorer": rescorers})
         app = create_app(lm, config, draft_lm=draft_lm)
         port = sock.getsockname()[1]
         print(f"multidraft: serving {lm.name} on http://{args.host}:{port}/ (page at /, API at /v1)", flush=True)

@@ -34,9 +34,12 @@ def http_options(method: Method) -> dict[str, Opt]:
     return {name: opt for name, opt in method.specs.items() if opt.http and not opt.outputs}
 
 
-def request_options(method: str, given: dict[str, Any], config: ServerConfig, n: int) -> dict[str, Any]:
+def request_options(method: str, given: dict[str, Any], config: ServerConfig, n: int,
+                    named: Optional[dict] = None) -> dict[str, Any]:
     """The library options for a request's method options: checked against the allow-list and the caps, with
-    artifact names replaced by the operator's values. Raises ApiError(400) naming the option."""
+    artifact names replaced by the operator's values (`named`: kind -> {name: value}, default config.artifacts).
+    Raises ApiError(400) naming the option."""
+    named = config.artifacts if named is None else named
     row = get_method(method)
     allowed = http_options(row)
     options: dict[str, Any] = {}
@@ -51,7 +54,7 @@ def request_options(method: str, given: dict[str, Any], config: ServerConfig, n:
             raise ApiError(400, f"option {name!r} of method {method!r} cannot be set in a request: {why} "
                                 f"(options a request may set for {method!r}: {settable})", param=name)
         if spec.kind == "artifact":
-            resolved = _artifact(name, value, spec, config)
+            resolved = _artifact(name, value, spec, named)
             if resolved is not None:
                 options[spec.http_target or name] = resolved
             continue
@@ -60,14 +63,13 @@ def request_options(method: str, given: dict[str, Any], config: ServerConfig, n:
     return options
 
 
-def default_artifact(kind: str, config: ServerConfig):
+def default_artifact(kind: str, named: dict):
     """The operator's value used when a request names none (the first one registered), or None."""
-    named = config.artifacts.get(kind) or {}
-    return next(iter(named.values()), None)
+    return next(iter((named.get(kind) or {}).values()), None)
 
 
-def _artifact(name: str, value, spec: Opt, config: ServerConfig):
-    named = config.artifacts.get(spec.artifact) or {}
+def _artifact(name: str, value, spec: Opt, named: dict):
+    named = named.get(spec.artifact) or {}
     words, flag = ARTIFACT_WORDS[spec.artifact], ARTIFACT_FLAGS[spec.artifact]
     if value is None or value == "default":
         return None                   # the operator's default (the library's default file, or the first registered)

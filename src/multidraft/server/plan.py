@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 from multidraft import validation
 from multidraft.api import generate_request
@@ -98,9 +98,11 @@ class Outcome:
     calls: int
 
 
-def build_plan(request, config: ServerConfig, draft_lm=None, suffix_store=None) -> Plan:
+def build_plan(request, config: ServerConfig, draft_lm=None, suffix_store=None, named=None) -> Plan:
     """Check limits and options before the request is queued; raises ApiError(400). The library builds and checks
-    the `Request`s; the server adds only its caps, its allow-list, its artifacts and its suffix store."""
+    the `Request`s; the server adds only its caps, its allow-list, its artifacts (`named`: kind -> {name: value},
+    default config.artifacts) and its suffix store."""
+    named = config.artifacts if named is None else named
     chat = isinstance(request, ChatRequest)
     if chat:
         if not request.messages:
@@ -145,10 +147,10 @@ def build_plan(request, config: ServerConfig, draft_lm=None, suffix_store=None) 
             spec.resolve_options(unknown)
     except InvalidOptionError as exc:
         raise ApiError(400, str(exc), param="method" if "method" in str(exc) else None) from None
-    options = request_options(method, given, config, request.n)
+    options = request_options(method, given, config, request.n, named)
     for name in spec.artifact_options("draft_model"):   # the operator's draft model unless the request named one
         if name not in options:
-            chosen = draft_lm if draft_lm is not None else default_artifact("draft_model", config)
+            chosen = draft_lm if draft_lm is not None else default_artifact("draft_model", named)
             if chosen is not None:
                 options[name] = chosen
     if spec.outputs_option:                          # one pass makes the n choices
