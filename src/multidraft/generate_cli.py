@@ -8,7 +8,7 @@ import sys
 from multidraft import validation
 from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.decoders.draft_length import add_draft_length_argument
-from multidraft.models.runner_choice import add_runner_argument
+from multidraft.models.runner_choice import add_dtype_argument, add_runner_argument, dtype_choice
 from multidraft.models.device import add_device_argument
 from multidraft.text_stream import TextStreamer
 
@@ -27,7 +27,7 @@ def register(subparsers) -> None:
     parser.add_argument("--seed", type=validation.cli_sampling("seed"), default=None)
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
-    parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
+    add_dtype_argument(parser)
     add_device_argument(parser)
     add_runner_argument(parser)
     add_draft_length_argument(parser)
@@ -71,8 +71,6 @@ def read_stdin_prompt() -> str:
 
 
 def run_generate(args) -> int:
-    import torch
-
     import multidraft
 
     prompt = args.prompt
@@ -81,7 +79,7 @@ def run_generate(args) -> int:
     else:
         validation.text("the prompt argument", prompt)   # invalid UTF-8 in argv arrives as lone surrogates
     options = parse_options(args.option, args.method)
-    dtype = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
+    dtype = dtype_choice(args.dtype)
     # One Request, validated before loading a model: method options, sampling parameters, stop strings, budget.
     request = multidraft.Request.build(prompt, args.method, max_new_tokens=args.max_new_tokens,
                                        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,

@@ -8,7 +8,7 @@ import sys
 from multidraft import validation
 from multidraft.errors import InvalidOptionError
 from multidraft.decoders.draft_length import add_draft_length_argument
-from multidraft.models.runner_choice import add_runner_argument
+from multidraft.models.runner_choice import add_dtype_argument, add_runner_argument, dtype_choice
 from multidraft.models.device import add_device_argument
 
 DEFAULT_OUT = "bench-results"
@@ -31,7 +31,7 @@ def register(subparsers) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--limit", type=int, default=5, help="prompts per task")
     parser.add_argument("--seed", type=validation.cli_sampling("seed"), default=0)
-    parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
+    add_dtype_argument(parser)
     add_device_argument(parser)
     add_runner_argument(parser, peers_note=True)
     add_draft_length_argument(parser)
@@ -102,7 +102,7 @@ def run_bench_command(args) -> int:
         torch.set_num_threads(args.threads)
     config = BenchConfig(model=args.model, draft=args.draft, tasks=_split(args.tasks), methods=_split(args.methods),
                          max_new_tokens=args.max_new_tokens, limit=args.limit, seed=args.seed,
-                         dtype=None if args.dtype == "auto" else args.dtype, options=parse_method_options(args.option),
+                         dtype=dtype_choice(args.dtype), options=parse_method_options(args.option),
                          runner=args.runner, device=args.device, draft_length=args.draft_length)
     # Bad input fails before any model is loaded.
     config.validate()

@@ -1,4 +1,5 @@
-"""The `--runner` option, one definition for `generate`, `bench` and `serve` (kept light: no torch import)."""
+"""The `--runner` and `--dtype` options, one definition for `generate`, `bench` and `serve` (kept light: no torch
+import)."""
 
 RUNNER_CHOICES = ("auto", "quantized", "eager", "fast", "static")
 RUNNER_HELP = ("auto: on a CPU, a model with a GGUF behind it (a pulled alias, a .gguf file) runs on its GGUF blocks "
@@ -10,3 +11,15 @@ RUNNER_HELP = ("auto: on a CPU, a model with a GGUF behind it (a pulled alias, a
 def add_runner_argument(parser, peers_note: bool = False) -> None:
     note = "; HF generate() peers always run the stock HF model" if peers_note else ""
     parser.add_argument("--runner", choices=RUNNER_CHOICES, default="auto", help=RUNNER_HELP + note)
+
+
+DTYPE_CHOICES = ("auto", "bfloat16", "float32")
+
+
+def add_dtype_argument(parser) -> None:
+    parser.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
+
+
+def dtype_choice(value: str):
+    """What load_model takes for a --dtype choice: None for "auto" (the loader's choice), else the dtype's name."""
+    return None if value == "auto" else value

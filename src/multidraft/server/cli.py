@@ -11,7 +11,7 @@ from pathlib import Path
 
 from multidraft.errors import MultidraftError
 from multidraft.decoders.draft_length import add_draft_length_argument
-from multidraft.models.runner_choice import add_runner_argument
+from multidraft.models.runner_choice import add_dtype_argument, add_runner_argument, dtype_choice
 from multidraft.models.device import add_device_argument
 from multidraft.server.config import ARTIFACT_KINDS, LOCAL_HOSTS, ServerConfig
 
@@ -46,7 +46,7 @@ def register(subparsers) -> None:
                         help="JSON file with server settings (ServerConfig field names, e.g. max_beams, allowed_hosts, "
                              "artifacts: {ngram: {NAME: PATH}, heads: {...}, rescorer: {...}}); flags override it")
     parser.add_argument("--method", default=None, help=f"method for requests that name none (default {defaults.default_method})")
-    parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
+    add_dtype_argument(parser)
     add_device_argument(parser)
     add_runner_argument(parser)
     add_draft_length_argument(parser)
@@ -174,7 +174,6 @@ def _check_artifact_paths(config: ServerConfig) -> None:
 
 
 def run_serve(args) -> int:
-    import torch
     import uvicorn
 
     import multidraft
@@ -187,7 +186,7 @@ def run_serve(args) -> int:
     _check_artifact_paths(config)
     sock = bind_socket(args.host, args.port)
     try:
-        dtype = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
+        dtype = dtype_choice(args.dtype)
         lm = multidraft.load_model(args.model, dtype=dtype, device=args.device, runner=args.runner)
         draft_lm = multidraft.load_model(args.draft, dtype=dtype, device=args.device, runner=args.runner) if args.draft else None
         rescorers = {name: multidraft.load_model(model, dtype=lm.dtype, device=str(lm.device))
