@@ -10,7 +10,7 @@ from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.decoders.draft_length import add_draft_length_argument
 from multidraft.models.runner_choice import add_dtype_argument, add_runner_argument, dtype_choice
 from multidraft.models.device import add_device_argument
-from multidraft.models.threads import apply_threads, parse_threads
+from multidraft.models.threads import apply_for_model, measure_default_threads, parse_threads
 from multidraft.text_stream import TextStreamer
 
 
@@ -31,7 +31,8 @@ def register(subparsers) -> None:
     add_dtype_argument(parser)
     add_device_argument(parser)
     parser.add_argument("--threads", type=parse_threads, default=None, metavar="N|auto",
-                        help="CPU threads (default: torch's, all cores; auto: the cores other processes leave idle)")
+                        help="CPU threads (auto: the cores other processes leave idle; default: auto on the "
+                             "quantized runners, whose results do not depend on it, else torch's, all cores)")
     add_runner_argument(parser)
     add_draft_length_argument(parser)
     parser.add_argument("--option", "-o", action="append", default=[], metavar="NAME=VALUE",
@@ -88,8 +89,9 @@ def run_generate(args) -> int:
                                        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                                        seed=args.seed, stop=args.stop, chat=args.chat or None,
                                        draft_length=args.draft_length, options=options)
-    apply_threads(args.threads)
+    threads = measure_default_threads(args.threads)   # before loading: this process idles
     lm = multidraft.load_model(args.model, dtype=dtype, device=args.device, runner=args.runner)
+    apply_for_model(lm, threads)
 
     streamer = TextStreamer(lm.decode, args.stop or ())   # the server's detokenizer: no half characters, no stop text
 

@@ -13,7 +13,7 @@ from multidraft.errors import MultidraftError
 from multidraft.decoders.draft_length import add_draft_length_argument
 from multidraft.models.runner_choice import add_dtype_argument, add_runner_argument, dtype_choice
 from multidraft.models.device import add_device_argument
-from multidraft.models.threads import apply_threads, parse_threads
+from multidraft.models.threads import apply_for_model, measure_default_threads, parse_threads
 from multidraft.server.config import ARTIFACT_KINDS, LOCAL_HOSTS, ServerConfig
 
 API_KEY_ENV = "MULTIDRAFT_API_KEY"
@@ -51,7 +51,8 @@ def register(subparsers) -> None:
     add_dtype_argument(parser)
     add_device_argument(parser)
     parser.add_argument("--threads", type=parse_threads, default=None, metavar="N|auto",
-                        help="CPU threads (default: torch's, all cores; auto: the cores other processes leave idle)")
+                        help="CPU threads (auto: the cores other processes leave idle; default: auto on the "
+                             "quantized runners, whose results do not depend on it, else torch's, all cores)")
     add_runner_argument(parser)
     add_draft_length_argument(parser)
     parser.add_argument("--max-queue", type=int, default=None,
@@ -216,8 +217,9 @@ def run_serve(args) -> int:
     sock = bind_socket(args.host, args.port)
     try:
         dtype = dtype_choice(args.dtype)
-        apply_threads(args.threads)
+        threads = measure_default_threads(args.threads)   # before loading: this process idles
         lm = multidraft.load_model(args.model, dtype=dtype, device=args.device, runner=args.runner)
+        apply_for_model(lm, threads)
         draft_lm = multidraft.load_model(args.draft, dtype=dtype, device=args.device, runner=args.runner) if args.draft else None
         rescorers = {name: multidraft.load_model(model, dtype=lm.dtype, device=str(lm.device))
                      for name, model in (config.artifacts.get("rescorer") or {}).items()}
