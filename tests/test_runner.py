@@ -136,3 +136,24 @@ def test_tree_mask_shape_and_values():
     assert allowed.tolist() == [[True, True, True, False, False],
                                 [True, True, True, True, False],
                                 [True, True, False, False, True]]
+
+
+def test_visible_mask_over_a_cached_tree_equals_each_branch_alone(tiny_lm):
+    """`visible` (what a draft session uses): a second tree level fed on top of cached tree nodes sees only its own
+    branch, so each new node gets the logits of its branch run as a plain chain."""
+    prompt, level1, level2 = [1, 5, 9, 3], [7, 8], [4, 6]        # level2[i] hangs below level1[i]
+    cache = tiny_lm.new_cache(dynamic=True)               # the static runner's cache refuses `visible`
+    tiny_lm.forward(cache, prompt)
+    tiny_lm.forward(cache, level1, parents=[-1, -1])
+    past = cache.length
+    allowed = torch.zeros(2, past + 2, dtype=torch.bool)
+    allowed[:, :len(prompt)] = True
+    for row in range(2):
+        allowed[row, len(prompt) + row] = True          # its parent in the cached level
+        allowed[row, past + row] = True                  # itself
+    got = tiny_lm.forward(cache, level2, visible=(allowed, [len(prompt) + 1] * 2)).logits
+    for row in range(2):
+        alone = tiny_lm.forward(tiny_lm.prefill(prompt)[0], [level1[row], level2[row]]).logits[-1]
+        torch.testing.assert_close(got[row], alone, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="visible needs"):
+        tiny_lm.forward(cache, [1], visible=(allowed, [5, 5]))

@@ -137,3 +137,34 @@ def test_pld_sampling_loop_matches_the_target_distribution():
 
     wrong_counts, _ = sample_pld_runs(lm, prompt_ids, length, temperature, runs, AcceptFirstDraftTokenVerifier())
     assert chi_square_p_value(law, wrong_counts, runs) < 1e-6
+
+
+def test_draw_follows_the_law_and_never_picks_a_zero_token():
+    from scipy.stats import chisquare
+    from multidraft.sampling import draw, position_generator
+    probs = torch.tensor([0.0, 0.1, 0.0, 0.6, 0.3, 0.0])
+    counts = collections.Counter(draw(probs, position_generator(11, i)) for i in range(20_000))
+    assert set(counts) <= {1, 3, 4}
+    observed = [counts[t] for t in (1, 3, 4)]
+    assert chisquare(observed, [20_000 * p for p in (0.1, 0.6, 0.3)]).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("u", [0.0, 1.0 - 2.0 ** -40])
+def test_draw_at_the_ends_of_the_uniform(monkeypatch, u):
+    """u = 0 takes the first token with mass; u so close to 1 that u * total rounds to the total takes the last."""
+    from multidraft import sampling
+    monkeypatch.setattr(sampling.torch, "rand", lambda *a, **k: torch.tensor(u, dtype=torch.float64))
+    probs = torch.tensor([0.0, 0.25, 0.5, 0.25, 0.0, 0.0])
+    assert sampling.draw(probs, sampling.position_generator(1, 0)) == (1 if u == 0.0 else 3)
+
+
+def test_draw_keeps_the_distribution_on_the_device():
+    """On a (fake) GPU only the chosen index comes to the host: one sync, the same token as on the CPU."""
+    from multidraft.sampling import draw, position_generator
+    from tests.fake_accelerator import CUDA, FakeCuda
+    probs = torch.softmax(torch.randn(1000, generator=torch.Generator().manual_seed(0)), -1)
+    expected = [draw(probs, position_generator(5, i)) for i in range(20)]
+    with FakeCuda() as fake:
+        on_device = probs.to(CUDA)
+        got = [draw(on_device, position_generator(5, i)) for i in range(20)]
+    assert got == expected and fake.syncs == 20

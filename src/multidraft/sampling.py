@@ -78,9 +78,16 @@ def position_generator(seed: Optional[int], position: int, stream: int = 0, devi
 
 
 def draw(probs: torch.Tensor, generator: torch.Generator) -> int:
-    """One token from a (V,) distribution."""
-    return int(torch.multinomial(probs.float().cpu() if generator.device.type == "cpu" else probs, 1,
-                                 generator=generator).item())
+    """One token from a (V,) distribution, by inverting its CDF where the distribution lives: the keyed generator
+    gives one uniform on the host, and only the chosen index comes back (not the V probabilities: on a GPU that
+    was a 600 KB copy per drawn token). A token of probability 0 is never chosen: the first index whose cumulative
+    mass exceeds u * total has mass of its own."""
+    cumulative = probs.double().cumsum(-1)   # float64 sums: a token's share is its own mass, not a rounding step
+    u = float(torch.rand((), generator=generator, dtype=torch.float64))
+    index = int(torch.searchsorted(cumulative, (cumulative[-1] * u).reshape(1), right=True))
+    if index >= probs.shape[-1]:        # u * total rounded up to the total (u within 2^-24 of 1): the last token
+        index = int((probs > 0).nonzero()[-1])      # with mass
+    return index
 
 
 class PositionSampler:

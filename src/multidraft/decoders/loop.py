@@ -57,10 +57,11 @@ def draft_and_verify(lm, prompt_ids: list[int], drafter: Drafter, verifier: Veri
         if policy is not None and drafter.cuttable:
             draft = _within_budget(draft, policy.choose(draft.depths()))
         draft.validate(lm.vocab_size)
-        missing = draft.missing(verifier.needs)
+        missing = draft.missing(getattr(verifier, "needs", ()))     # a duck-typed verifier declares nothing
         if missing:         # the row check (methods.py) makes this unreachable for registered pairs
             raise TypeError(f"drafter {drafter.name!r} proposed a draft without {', '.join(missing)}, which verifier "
-                            f"{verifier.name!r} needs (Drafter.provides / Verifier.needs)")
+                            f"{getattr(verifier, 'name', type(verifier).__name__)!r} needs "
+                            "(Drafter.provides / Verifier.needs)")
         depths = draft.depths()
         stats.draft_time += time.perf_counter() - t0
 

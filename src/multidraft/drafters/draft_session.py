@@ -13,9 +13,7 @@ from typing import Optional, Sequence
 import torch
 
 from multidraft.drafters.base import Drafter, LoopState
-from multidraft.errors import PromptError
 from multidraft.models.runner import LM
-from multidraft.sampling import check_finite
 
 
 class DraftSession:
@@ -82,10 +80,9 @@ class DraftSession:
         self.chain_ids.extend(self.node_tokens[node] for node in fed)
         self._reset_tree()
 
-    @torch.inference_mode()
     def _masked_forward(self, tokens: list[int], parents: list[int], depths: list[int]) -> torch.Tensor:
         """One forward where new node i sees the chain, its ancestors in the cached tree and itself."""
-        lm, base, past = self.lm, len(self.chain_ids), self.cache.length
+        base, past = len(self.chain_ids), self.cache.length
         allowed = torch.zeros(len(tokens), past + len(tokens), dtype=torch.bool)
         allowed[:, :base] = True
         for row, parent in enumerate(parents):
@@ -94,18 +91,8 @@ class DraftSession:
                 allowed[row, base + node] = True
                 node = self.node_parents[node]
             allowed[row, past + row] = True
-        mask = torch.zeros(allowed.shape, dtype=lm.dtype).masked_fill_(~allowed, torch.finfo(lm.dtype).min)
         positions = [base + depth - 1 for depth in depths]
-        if max(positions) >= lm.context_length:
-            raise PromptError(f"the draft would reach position {max(positions)}, beyond the context of {lm.name} "
-                              f"({lm.context_length}); shorten the prompt or lower max_new_tokens")
-        output = lm.call_model(input_ids=torch.tensor([tokens], device=lm.device),
-                               past_key_values=self.cache.hf_cache, use_cache=True,
-                               position_ids=torch.tensor([positions], device=lm.device),
-                               attention_mask=mask.to(lm.device)[None, None])
-        logits = output.logits[0].float()
-        check_finite(logits)
-        return logits
+        return self.lm.forward(self.cache, tokens, visible=(allowed, positions)).logits
 
     def _to_target(self, logits: torch.Tensor) -> torch.Tensor:
         """Draft logits on the target's device with the target's width (padded embeddings differ by model)."""

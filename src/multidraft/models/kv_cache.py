@@ -189,8 +189,13 @@ def tree_attention_mask(parents: Sequence[int], past_length: int, dtype: torch.d
         allowed[node, node] = True
     full = torch.ones(num_nodes, past_length + num_nodes, dtype=torch.bool)
     full[:, past_length:] = allowed
-    mask = torch.zeros(full.shape, dtype=dtype)
-    mask.masked_fill_(~full, torch.finfo(dtype).min)
+    return additive_mask(full, dtype, device)
+
+
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype, device) -> torch.Tensor:
+    """(1, 1, T, K) additive attention mask from a (T, K) bool matrix of what each row may see."""
+    mask = torch.zeros(allowed.shape, dtype=dtype)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask.to(device)[None, None]
 
 

@@ -19,8 +19,10 @@ import torch
 
 from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.models import fast_linear, quantized, static_runner
+from multidraft.models.device import configure_cuda
 from multidraft.models.attention_rows import AttentionQueries, install_query_hooks
-from multidraft.models.kv_cache import KVCache, StaticKVCache, tree_attention_mask, tree_depths  # noqa: F401 (re-exported)
+from multidraft.models.kv_cache import (KVCache, StaticKVCache, additive_mask, tree_attention_mask,  # noqa: F401
+                                       tree_depths)
 from multidraft.models.runner_choice import QUANTIZED_RUNNERS
 from multidraft.sampling import check_finite
 
@@ -101,8 +103,9 @@ class LM:
             return self._use_static(progress)
         device = self.device.type
         if device == "cuda":
-            # torch's default cuDNN SDPA backend made every multi-token forward ~3x slower on an H100 (gpu.md).
-            torch.backends.cuda.enable_cudnn_sdp(False)
+            # torch's default cuDNN SDPA backend made every multi-token forward ~3x slower on an H100 (gpu.md): the
+            # loader's one switch (off unless MULTIDRAFT_CUDNN_SDPA asks for it).
+            configure_cuda(self.device)
             self.runner = "fast"
             return self.runner
         why_not = None
@@ -278,11 +281,15 @@ class LM:
                 parents: Optional[Sequence[int]] = None, inputs_embeds: Optional[torch.Tensor] = None,
                 logits_rows: Optional[slice] = None, hidden_layer: Optional[int] = None,
                 attention_heads: Optional[Sequence[tuple[int, int]]] = None,
-                attention_rows: Optional[Sequence[int]] = None) -> ForwardOutput:
+                attention_rows: Optional[Sequence[int]] = None,
+                visible: Optional[tuple[torch.Tensor, Sequence[int]]] = None) -> ForwardOutput:
         """Run new tokens on top of `cache` and append them to it.
 
         token_ids (or inputs_embeds of shape (T, d)) are the new positions. With `parents` they form a
         tree (see `Draft`): node i sits at position cache.length + depth(i) and sees only its ancestors.
+        `visible` = (allowed, positions) is the general form, for a tree grown on top of cached tree nodes (a
+        draft model's session): allowed (T, cache.length + T) bool says which cached and new entries row i sees,
+        positions its position ids; it needs an eager (dynamic) cache.
         `logits_rows` limits which rows get logits (e.g. slice(-1, None) for a prefill).
         `hidden_layer` l captures the output of decoder block l (1-based; 0 = embeddings), as HF's
         hidden_states[l]. `attention_heads` [(layer, head), ...] (0-based) captures post-softmax attention
@@ -305,11 +312,22 @@ class LM:
             raise PromptError(f"the sequence would reach {past + num_new} tokens, beyond the context of "
                               f"{self.name} ({self.context_length}); shorten the prompt or lower max_new_tokens")
         is_tree = parents is not None and list(parents) != list(range(-1, num_new - 1))
-        if is_tree:
+        if visible is not None:
+            allowed, positions = visible
+            if parents is not None or tuple(allowed.shape) != (num_new, past + num_new) or len(positions) != num_new:
+                raise ValueError(f"visible needs a ({num_new}, {past + num_new}) mask and {num_new} positions, "
+                                 "without parents")
+            if max(positions) >= self.context_length:
+                raise PromptError(f"the draft would reach position {max(positions)}, beyond the context of "
+                                  f"{self.name} ({self.context_length}); shorten the prompt or lower max_new_tokens")
+            position_ids = torch.tensor([list(positions)], device=self.device)
+        elif is_tree:
             position_ids = torch.tensor([[past + d for d in tree_depths(parents)]], device=self.device)
         else:
             position_ids = torch.arange(past, past + num_new, device=self.device)[None]
         cache = self._fit_static(cache, num_new)
+        if visible is not None and isinstance(cache, StaticKVCache):
+            raise InvalidOptionError("a forward with `visible` needs an eager cache: lm.new_cache(dynamic=True)")
 
         captured: dict[str, list] = {"hidden": [], "attn": []}
         hooks = self._install_hooks(hidden_layer, attention_heads, captured)
@@ -322,7 +340,9 @@ class LM:
                                               logits_rows, whole=bool(hooks))
                 else:
                     kwargs = {} if logits_rows is None else {"logits_to_keep": _logits_to_keep(logits_rows, num_new)}
-                    attention_mask = tree_attention_mask(parents, past, self.dtype, self.device) if is_tree else None
+                    attention_mask = (additive_mask(visible[0], self.dtype, self.device) if visible is not None
+                                      else tree_attention_mask(parents, past, self.dtype, self.device) if is_tree
+                                      else None)
                     output = self.model(**model_inputs, past_key_values=cache.hf_cache, use_cache=True,
                                         position_ids=position_ids, attention_mask=attention_mask, **kwargs)
                     logits = output.logits[0].float()
