@@ -136,7 +136,7 @@ _ROWS = (
            description="SuffixDecoding: frequency-weighted draft trees from suffix automata over the context and an "
                        "optional cross-request store (store=multidraft.SuffixStore())",
            options={"store": None, "max_draft_tokens": suffix.DEFAULT_MAX_DRAFT_TOKENS, "alpha": suffix.DEFAULT_ALPHA,
-                    "min_token_prob": suffix.DEFAULT_MIN_TOKEN_PROB, "use_context": True, "update_store": True},
+                    "min_token_prob": suffix.DEFAULT_MIN_TOKEN_PROB, "use_context": True, "update_store": True, "tree": True},
            make_drafter=suffix.make_drafter),
     Method("speculative", lossless=True,
            description="speculative sampling with a draft model (one chain of num_draft_tokens, rejection with the "

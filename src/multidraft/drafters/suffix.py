@@ -41,7 +41,7 @@ class SuffixDrafter(Drafter):
 
     def __init__(self, lm, store: Optional[SuffixStore] = None, max_draft_tokens: int = DEFAULT_MAX_DRAFT_TOKENS,
                  alpha: float = DEFAULT_ALPHA, min_token_prob: float = DEFAULT_MIN_TOKEN_PROB,
-                 use_context: bool = True, update_store: bool = True):
+                 use_context: bool = True, update_store: bool = True, tree: bool = True):
         if store is not None and not isinstance(store, SuffixStore):
             raise InvalidOptionError(f"store must be a multidraft.suffix.SuffixStore or None, got "
                                      f"{type(store).__name__}")
@@ -52,6 +52,8 @@ class SuffixDrafter(Drafter):
         if isinstance(min_token_prob, bool) or not isinstance(min_token_prob, (int, float)) \
                 or not 0 <= min_token_prob <= 1:
             raise InvalidOptionError(f"min_token_prob must be in [0, 1], got {min_token_prob!r}")
+        if not isinstance(tree, bool):
+            raise InvalidOptionError(f"tree must be True (draft trees) or False (chains), got {tree!r}")
         if not use_context and store is None:
             raise InvalidOptionError("use_context=False drafts only from a store: pass store=SuffixStore(...)")
         if store is not None:
@@ -62,6 +64,7 @@ class SuffixDrafter(Drafter):
         self.min_token_prob = float(min_token_prob)
         self.use_context = bool(use_context)
         self.update_store = bool(update_store)
+        self.tree = bool(tree)               # False: a chain (the most probable child of each node only)
         self.stop_tokens = frozenset(lm.eos_token_ids)
         self.context: Optional[SuffixAutomaton] = None
         self.synced = 0                          # tokens of state.seq already in the automata / global match
@@ -110,7 +113,7 @@ class SuffixDrafter(Drafter):
             budget = min(self.max_draft_tokens, max_tokens, math.ceil(self.alpha * matched - 1e-9))
             if budget <= 0:
                 continue
-            tree = automaton.draft_tree(node, budget, self.min_token_prob, self.stop_tokens)
+            tree = automaton.draft_tree(node, budget, self.min_token_prob, self.stop_tokens, chain=not self.tree)
             score = sum(tree[2])
             if score > best_score:
                 best, best_score, best_source, best_match = tree, score, source, matched
