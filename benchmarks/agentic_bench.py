@@ -183,7 +183,7 @@ def run_row(lm, row: str, ids: list[int], args, store, peers) -> dict:
     gen = multidraft.generate(lm, ids, method=method, max_new_tokens=args.max_new_tokens,
                               draft_length=args.draft_length, **options)
     seconds = time.perf_counter() - start
-    calls = gen.stats.target_calls - (1 if len(ids) > 1 else 0)        # the prefill is not a verification
+    calls = gen.stats.verification_calls if row != "greedy" else None     # the bench's acceptance-length steps
     return {"tokens": list(gen.token_ids), "seconds": seconds, "calls": calls, "text": gen.text}
 
 
