@@ -54,3 +54,83 @@ def test_cli_refuses_a_bad_thread_count(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["generate", "--threads", "zero", "--model", "x", "hi"])
     assert exit_info.value.code == 2 and "--threads" in capsys.readouterr().err
+
+
+# ----- the default: auto only where the thread count cannot change a result
+
+def _at_threads(count, fn):
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(count)
+        return fn()
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("type_name", ["Q4_K", "Q6_K", "Q8_0"])
+def test_quantized_linears_give_the_same_bits_at_any_thread_count(type_name):
+    import gguf
+    import numpy as np
+    from multidraft.models import gguf_kernels
+    from tests.tiny_gguf import random_blocks
+
+    if not gguf_kernels.load(progress=False):
+        pytest.skip(f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
+    type_id = int(gguf.GGMLQuantizationType[type_name])
+    blocks = torch.from_numpy(random_blocks(type_name, 300, 512, np.random.default_rng(1), scale=0.05))
+    x = torch.randn(7, 512)
+    kernels = [gguf_kernels.linear] + ([gguf_kernels.linear_q8] if type_name != "Q8_0" else [])
+    for kernel in kernels:      # 300 rows: several 64-row slices, so 2 and 3 threads really split the work
+        outputs = [_at_threads(n, lambda: kernel(x, blocks, type_id, 512)) for n in (1, 2, 3)]
+        assert all(torch.equal(outputs[0], other) for other in outputs[1:])
+
+
+def test_quantized_model_logits_do_not_depend_on_threads():
+    from multidraft.models import gguf_kernels
+    if not gguf_kernels.load(progress=False):
+        pytest.skip(f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
+    from tests.test_quantized_runner import _tiny
+    lm, _ = _tiny("llama", "Q4_K")
+    ids = list(range(3, 40))
+    for runner in threads.THREAD_INVARIANT_RUNNERS:
+        lm.use_runner(runner)
+        outputs = [_at_threads(n, lambda: lm.prefill(ids)[1].logits.clone()) for n in (1, 2)]
+        assert torch.equal(*outputs), runner
+
+
+class _Model:
+    def __init__(self, runner):
+        self.runner = runner
+
+
+def test_default_is_auto_only_on_thread_invariant_runners(monkeypatch):
+    monkeypatch.setattr(threads, "auto_threads", lambda window=0.25: 1)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        planned = threads.measure_default_threads(None)
+        assert threads.apply_for_model(_Model("eager"), planned) == 2        # torch's default stays
+        assert threads.apply_for_model(_Model("fast"), planned) == 2
+        assert threads.apply_for_model(_Model("quantized"), planned) == 1    # the idle cores' count
+        torch.set_num_threads(2)
+        assert threads.apply_for_model(_Model("quantized-q8"), planned) == 1
+        torch.set_num_threads(2)
+        assert threads.apply_for_model(_Model("eager"), threads.measure_default_threads("auto")) == 1  # asked
+        assert threads.apply_for_model(_Model("quantized"), threads.measure_default_threads(2)) == 2    # pinned
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_generate_cli_applies_the_default_after_loading(monkeypatch, tiny_llama, capsys):
+    """`multidraft generate` without --threads: the runner of the loaded model decides (eager keeps torch's)."""
+    import multidraft
+    from multidraft.cli import main
+    monkeypatch.setattr(threads, "auto_threads", lambda window=0.25: 1)
+    monkeypatch.setattr(multidraft, "load_model", lambda *a, **k: tiny_llama)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert main(["generate", "--model", "tiny", "--max-new-tokens", "2", "hello"]) == 0
+        assert torch.get_num_threads() == 2 and tiny_llama.runner == "eager"
+    finally:
+        torch.set_num_threads(before)

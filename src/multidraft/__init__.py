@@ -6,7 +6,8 @@
     print(result.text, result.stats.summary())
 """
 
-from multidraft.api import generate
+from multidraft.api import generate, generate_request
+from multidraft.artifacts import Artifacts
 from multidraft.errors import (
     CorruptCacheError,
     DataNotFoundError,
@@ -20,6 +21,7 @@ from multidraft.errors import (
 )
 from multidraft.methods import available_methods
 from multidraft.models.runner import LM
+from multidraft.request import Request
 from multidraft.suffix import SuffixStore
 from multidraft.types import DecodeStats, Draft, Generation
 
@@ -31,6 +33,6 @@ def load_model(name_or_path, dtype=None, device=None, **kwargs) -> LM:
 
 
 __version__ = "0.1.0"
-__all__ = ["load_model", "generate", "SuffixStore", "Generation", "DecodeStats", "Draft", "LM", "available_methods",
+__all__ = ["load_model", "generate", "generate_request", "Request", "Artifacts", "SuffixStore", "Generation", "DecodeStats", "Draft", "LM", "available_methods",
            "MultidraftError", "ModelNotFoundError", "CorruptCacheError", "InvalidOptionError", "UnknownMethodError",
            "PromptError", "NumericalError", "TokenizerMismatchError", "DataNotFoundError"]

@@ -8,9 +8,9 @@ import sys
 from multidraft import validation
 from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.decoders.draft_length import add_draft_length_argument
-from multidraft.models.runner_choice import add_runner_argument
+from multidraft.models.runner_choice import add_dtype_argument, add_runner_argument, dtype_choice
 from multidraft.models.device import add_device_argument
-from multidraft.models.threads import apply_threads, parse_threads
+from multidraft.models.threads import apply_for_model, measure_default_threads, parse_threads
 from multidraft.text_stream import TextStreamer
 
 
@@ -21,17 +21,18 @@ def register(subparsers) -> None:
     parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="registry alias, HF folder, GGUF file or cached HF id")
     parser.add_argument("--method", default="greedy", help="greedy, sample, beam, pld, ... (see `multidraft methods`)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--temperature", type=float, default=None,
+    parser.add_argument("--temperature", type=float, default=None,      # checked by Request.build
                         help=f"0 = greedy, else at least {validation.MIN_TEMPERATURE} (default: 1 for sample, 0 otherwise)")
-    parser.add_argument("--top-p", type=validation.cli_float("value", above=0.0, maximum=1.0), default=1.0)
-    parser.add_argument("--top-k", type=validation.cli_int(minimum=0), default=0)
-    parser.add_argument("--seed", type=validation.cli_int(*validation.SEED_RANGE), default=None)
+    parser.add_argument("--top-p", type=validation.cli_sampling("top_p"), default=1.0)
+    parser.add_argument("--top-k", type=validation.cli_sampling("top_k"), default=0)
+    parser.add_argument("--seed", type=validation.cli_sampling("seed"), default=None)
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
-    parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
+    add_dtype_argument(parser)
     add_device_argument(parser)
     parser.add_argument("--threads", type=parse_threads, default=None, metavar="N|auto",
-                        help="CPU threads (default: torch's, all cores; auto: the cores other processes leave idle)")
+                        help="CPU threads (auto: the cores other processes leave idle; default: auto on the "
+                             "quantized runners, whose results do not depend on it, else torch's, all cores)")
     add_runner_argument(parser)
     add_draft_length_argument(parser)
     parser.add_argument("--option", "-o", action="append", default=[], metavar="NAME=VALUE",
@@ -45,17 +46,17 @@ def register(subparsers) -> None:
     methods.set_defaults(func=run_methods)
 
 
-def parse_options(pairs: list[str]) -> dict:
+def parse_options(pairs: list[str], method: str = "") -> dict:
+    """-o NAME=VALUE pairs, each value typed by the method row's spec of NAME (multidraft.method_options)."""
+    from multidraft.methods import parse_cli_option
     options = {}
     for pair in pairs:
         if "=" not in pair:
             raise InvalidOptionError(f"method option {pair!r} must look like NAME=VALUE")
         name, value = pair.split("=", 1)
         validation.text(f"method option {name!r:.40}", pair, error=InvalidOptionError)
-        try:
-            options[name.strip().replace("-", "_")] = json.loads(value)
-        except json.JSONDecodeError:
-            options[name.strip().replace("-", "_")] = value
+        name = name.strip().replace("-", "_")
+        options[name] = parse_cli_option(method, name, value)
     return options
 
 
@@ -74,27 +75,23 @@ def read_stdin_prompt() -> str:
 
 
 def run_generate(args) -> int:
-    import torch
-
     import multidraft
-    from multidraft.sampling import SamplingParams
 
     prompt = args.prompt
     if prompt is None or prompt == "-":
         prompt = read_stdin_prompt()
     else:
         validation.text("the prompt argument", prompt)   # invalid UTF-8 in argv arrives as lone surrogates
-    options = parse_options(args.option)
-    dtype = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
-    # Fail fast, before loading a model: method options, sampling parameters, stop strings.
-    multidraft.methods.get_method(args.method).resolve_options(options)
-    SamplingParams(1.0 if args.temperature is None and args.method == "sample" else (args.temperature or 0.0),
-                   args.top_k, args.top_p, args.seed).validate()
-    validation.stop_strings(args.stop)
-    validation.max_new_tokens(args.max_new_tokens)
-    apply_threads(args.threads)
+    options = parse_options(args.option, args.method)
+    dtype = dtype_choice(args.dtype)
+    # One Request, validated before loading a model: method options, sampling parameters, stop strings, budget.
+    request = multidraft.Request.build(prompt, args.method, max_new_tokens=args.max_new_tokens,
+                                       temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                                       seed=args.seed, stop=args.stop, chat=args.chat or None,
+                                       draft_length=args.draft_length, options=options)
+    threads = measure_default_threads(args.threads)   # before loading: this process idles
     lm = multidraft.load_model(args.model, dtype=dtype, device=args.device, runner=args.runner)
-    lm.draft_length = args.draft_length
+    apply_for_model(lm, threads)
 
     streamer = TextStreamer(lm.decode, args.stop or ())   # the server's detokenizer: no half characters, no stop text
 
@@ -102,10 +99,7 @@ def run_generate(args) -> int:
         sys.stdout.write(streamer.feed(token_id))
         sys.stdout.flush()
 
-    result = multidraft.generate(lm, prompt, method=args.method, max_new_tokens=args.max_new_tokens,
-                                 temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
-                                 stop=args.stop, chat=args.chat or None, on_token=stream if args.stream else None,
-                                 **options)
+    result = multidraft.generate_request(lm, request, on_token=stream if args.stream else None)
     drafts = result.drafts or []
     if args.json:
         print(json.dumps({"text": result.text, "token_ids": result.token_ids, "stats": result.stats.to_dict(),
@@ -124,9 +118,13 @@ def run_generate(args) -> int:
 
 
 def run_methods(args) -> int:
+    from multidraft.method_options import describe
     from multidraft.methods import available_methods
     for name, method in sorted(available_methods().items()):
         kind = "lossless" if method.lossless else "LOSSY"
-        options = ", ".join(f"{k}={v!r}" for k, v in method.options.items()) or "-"
-        print(f"{name:16s} {kind:9s} {method.description}\n{'':26s}options: {options}")
+        print(f"{name:16s} {kind:9s} {method.description}")
+        for option, opt in method.specs.items():
+            print(f"{'':26s}-o {option}=...  {describe(opt)}")
+        if not method.specs:
+            print(f"{'':26s}options: -")
     return 0

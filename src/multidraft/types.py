@@ -9,25 +9,49 @@ from typing import Any, Optional, Sequence
 import torch
 
 
+# The typed parts of a Draft a verifier may need (the draft-to-verifier contract): a drafter class lists the ones
+# it fills in `Drafter.provides`, a verifier class the ones it reads in `Verifier.needs`, and a method row that
+# pairs a verifier with a drafter lacking one of its fields is refused when the row is built (multidraft.methods).
+DRAFT_FIELDS = ("draft_probs", "chains", "draft_logprobs", "draft_nodes")
+
+
 @dataclass
 class Draft:
     """A token tree proposed on top of the last committed token (the root, which is not part of it).
 
     `parents[i]` is the index of node i's parent in this draft, or -1 when its parent is the root.
     Nodes must come after their parents. A chain of k tokens has parents [-1, 0, 1, ..., k-2].
-    `draft_probs[i]` (optional, shape (num_nodes, V)) is the distribution node i was sampled from;
-    verifiers for stochastic drafters need it, deterministic drafters (prompt lookup) leave it None.
+    Typed parts, None unless the drafter fills them (see DRAFT_FIELDS):
+    - `draft_probs` (num_nodes, V): the distribution node i was sampled from (stochastic drafters);
+    - `chains`: the K sampled chains behind a multi-draft tree (verify.multi_draft.DraftChains);
+    - `draft_logprobs`: per-token draft log-probabilities of a chain under the joint law (MTAD's ratio test);
+    - `draft_nodes`: the drafter's own session node of each token (it keeps the accepted ones' cache).
+    `notes` is free-form attribution (source, match length) that no verifier reads.
     """
 
     token_ids: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
     draft_probs: Optional[torch.Tensor] = None
-    info: dict[str, Any] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
+    chains: Any = None
+    draft_logprobs: Optional[list[float]] = None
+    draft_nodes: Optional[list[int]] = None
 
     @classmethod
-    def chain(cls, token_ids, draft_probs=None, **info) -> "Draft":
+    def chain(cls, token_ids, draft_probs=None, *, draft_logprobs=None, draft_nodes=None, **notes) -> "Draft":
         token_ids = [int(t) for t in token_ids]
-        return cls(token_ids, list(range(-1, len(token_ids) - 1)), draft_probs, dict(info))
+        return cls(token_ids, list(range(-1, len(token_ids) - 1)), draft_probs, dict(notes),
+                   draft_logprobs=draft_logprobs, draft_nodes=draft_nodes)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """Everything the draft carries besides its tree, by name (a read-only view: notes and typed parts)."""
+        typed = {name: getattr(self, name) for name in DRAFT_FIELDS[1:] if getattr(self, name) is not None}
+        return {**self.notes, **typed}
+
+    def missing(self, fields) -> list[str]:
+        """The typed parts among `fields` this (non-empty) draft lacks."""
+        return [name for name in fields if getattr(self, name) is None] if self.token_ids else []
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -123,6 +147,12 @@ class DecodeStats:
             self.proposed_per_position[depth - 1] += 1
         for depth in range(accepted_depth):
             self.accepted_per_position[depth] += 1
+
+    def record_plain_steps(self, count: int) -> None:
+        """Count `count` target calls that each emitted one token with no draft (a decoder without drafts)."""
+        if count > 0:
+            self.verification_calls += count
+            self.acceptance_histogram[1] = self.acceptance_histogram.get(1, 0) + count
 
     @classmethod
     def merge(cls, parts: "Sequence[DecodeStats]") -> "DecodeStats":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
 from multidraft.errors import InvalidOptionError, PromptError
@@ -22,7 +23,9 @@ from multidraft.errors import InvalidOptionError, PromptError
 # name, so it is refused with a pointer to temperature=0. top_p has no floor: any top_p > 0 keeps at least
 # the most likely token (sampling.logits_to_probs), which is the limit of a tiny top_p.
 MIN_TEMPERATURE = 1e-2
-SEED_RANGE = (-(2 ** 63), 2 ** 63 - 1)        # what torch.Generator.manual_seed accepts, with room for seed + n
+MIN_TOP_P = 1e-5                               # the server's floor (see SAMPLING_RULES)
+SEED_RANGE = (-(2 ** 63), 2 ** 63 - 1)        # 64 bits signed: what torch.Generator.manual_seed accepts
+BIG_INT = 1_000_000                            # a machine-sized bound for integers with no natural cap
 CHAT_ROLES = ("system", "user", "assistant")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -98,29 +101,93 @@ def boolean(name: str, value) -> bool:
     return value
 
 
-# ---------------------------------------------------------------- sampling parameters
+# ---------------------------------------------------------------- sampling parameters: the one rule table
+
+
+@dataclass(frozen=True)
+class SamplingRule:
+    """How one sampling parameter is checked, for the library, the CLIs and the server alike. The server adds only
+    its HTTP bounds (http_low / http_high: what one request may ask of a shared machine)."""
+
+    integer: bool
+    low: Optional[float] = None      # inclusive
+    above: Optional[float] = None    # strict lower bound
+    high: Optional[float] = None
+    floor: Optional[float] = None    # values in (0, floor) are refused: 0 or at least floor
+    nullable: bool = False
+    hint: str = ""
+    http_low: Optional[float] = None
+    http_high: Optional[float] = None
+    why_http: str = ""
+
+
+SAMPLING_RULES = {
+    "temperature": SamplingRule(False, low=0.0, floor=MIN_TEMPERATURE, hint=" (0 means greedy)", http_high=100),
+    # Any top_p > 0 keeps at least the most likely token (sampling.logits_to_probs); a request may not go under
+    # MIN_TOP_P, where it rounds to 0 in float32 (top_k=1 is the way to ask for the top token only).
+    "top_p": SamplingRule(False, above=0.0, high=1.0, hint=" (1 turns it off)", http_low=MIN_TOP_P,
+                          why_http="smaller values round to 0 in float32; use top_k=1 for the top token only"),
+    "top_k": SamplingRule(True, low=0, hint=" (0 turns it off)", http_high=BIG_INT),
+    "seed": SamplingRule(True, low=SEED_RANGE[0], high=SEED_RANGE[1], nullable=True),
+}
+
+
+def sampling_value(name: str, value, http: bool = False):
+    """`value` checked by SAMPLING_RULES[name] (with the server's bounds when `http`; the message then quotes the
+    field name as the server's messages do). Returns it as a plain int / float (None for an unset seed)."""
+    rule = SAMPLING_RULES[name]
+    label = f"'{name}'" if http else name
+    if rule.integer:
+        value = integer(label, value, minimum=_int_bound(rule.low), maximum=_int_bound(rule.high),
+                        allow_none=rule.nullable, hint=rule.hint)
+    else:
+        value = number(label, value, minimum=rule.low, above=rule.above, maximum=rule.high,
+                       allow_none=rule.nullable, hint=rule.hint)
+    if value is None:
+        return None
+    if rule.floor is not None and 0 < value < rule.floor:
+        raise InvalidOptionError(f"{label} must be 0 (greedy) or at least {rule.floor:g}, got {value!r}; a smaller "
+                                 f"{name} is greedy decoding in all but name (use {name}=0)")
+    if http and ((rule.http_low is not None and value < rule.http_low)
+                 or (rule.http_high is not None and value > rule.http_high)):
+        low = _fmt_bound(rule.http_low if rule.http_low is not None else rule.low)
+        high = _fmt_bound(rule.http_high if rule.http_high is not None else rule.high)
+        why = f" ({rule.why_http})" if rule.why_http else ""
+        raise InvalidOptionError(f"{label} must be between {low} and {high} on this server{why}, got {value!r}")
+    return value
+
+
+def _int_bound(bound):
+    return None if bound is None else int(bound)
+
+
+def _fmt_bound(bound) -> str:
+    return "-inf" if bound is None else f"{bound:g}"
 
 
 def temperature(value, method: str = "") -> float:
     """0 (greedy) or a finite temperature >= MIN_TEMPERATURE."""
-    value = number("temperature", value, minimum=0.0, hint=" (0 means greedy)")
-    if 0.0 < value < MIN_TEMPERATURE:
-        raise InvalidOptionError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {value!r}; "
-                                 "a smaller temperature is greedy decoding in all but name (use temperature=0)")
-    return value
+    return sampling_value("temperature", value)
 
 
 def top_p(value) -> float:
-    return number("top_p", value, above=0.0, maximum=1.0, hint=" (1 turns it off)")
+    return sampling_value("top_p", value)
 
 
 def top_k(value) -> int:
-    return integer("top_k", value, minimum=0, hint=" (0 turns it off)")
+    return sampling_value("top_k", value)
 
 
 def seed(value) -> Optional[int]:
     """None (a random seed) or an integer that fits in 64 bits signed."""
-    return integer("seed", value, minimum=SEED_RANGE[0], maximum=SEED_RANGE[1], allow_none=True)
+    return sampling_value("seed", value)
+
+
+def nth_seed(seed: int, index: int) -> int:
+    """The seed of the index-th of several runs (the server's n choices): seed + index, wrapped into SEED_RANGE
+    so that every seed a request may give has n successors."""
+    low, high = SEED_RANGE
+    return (seed + index - low) % (high - low + 1) + low
 
 
 def max_new_tokens(value) -> int:
@@ -235,20 +302,20 @@ def cli_int(minimum: Optional[int] = None, maximum: Optional[int] = None, name: 
     return _argparse_type(check, "integer")
 
 
-def cli_float(name: str = "value", **bounds):
-    """argparse type: a finite float with `number`'s bounds (minimum, maximum, above, below)."""
-    def check(raw: str) -> float:
-        try:
-            value = float(raw)
-        except ValueError:
-            raise InvalidOptionError(f"{name} must be a number, got {raw!r}") from None
-        return number(name, value, **bounds)
-    return _argparse_type(check, "number")
+def cli_sampling(name: str):
+    """argparse type for a sampling parameter (--temperature, --top-p, --top-k, --seed): SAMPLING_RULES[name]."""
+    rule = SAMPLING_RULES[name]
 
-
-def cli_temperature(raw: str) -> float:
-    """argparse type for --temperature."""
-    return _argparse_type(lambda r: temperature(_float(r, "temperature")), "temperature")(raw)
+    def check(raw: str):
+        if rule.integer:
+            try:
+                value = int(raw)
+            except ValueError:
+                raise InvalidOptionError(f"{name} must be an integer, got {raw!r}") from None
+        else:
+            value = _float(raw, name)
+        return sampling_value(name, value)
+    return _argparse_type(check, name)
 
 
 def _float(raw: str, name: str) -> float:

@@ -173,14 +173,10 @@ class BlockwiseDrafter(Drafter):
 
 
 # ----------------------------------------------------------------------------- method
-_LOADED: dict = {}
 
 
 def make_strategy(lm, options: dict) -> BlockwiseStrategy:
-    rescoring = options["rescoring"]
-    if rescoring not in RESCORINGS:
-        raise InvalidOptionError(f"rescoring must be one of {', '.join(RESCORINGS)}, got {rescoring!r}")
-    check_width(options["lattice_k"], options["num_paths"])
+    rescoring = options["rescoring"]       # checked with the others by the row (check_options below)
     # `ngram` and `rescorer` arrive loaded (blockwise/artifacts.py, wired by methods.py)
     ngram, scorer, order = None, None, options["ngram_order"]
     if rescoring == "ngram":
@@ -217,7 +213,6 @@ def check_options(options: dict) -> None:
 
 def make_drafter(lm, sampler, options: dict) -> BlockwiseDrafter:
     """The drafter over ready heads / n-gram / rescorer (blockwise.artifacts.resolve_options loads them first; the
-    method row's greedy_only refuses a temperature before that)."""
-    check_options(options)
+    method row's greedy_only refuses a temperature before that; the row's resolve_options checked the options)."""
     return BlockwiseDrafter(options["heads"], make_strategy(lm, options), options["num_heads"],
                             num_layers=lm.num_layers)

@@ -28,9 +28,7 @@ def autoregressive(lm, prompt_ids: list[int], sampler, output: OutputCollector, 
         position += 1
         forward_output = lm.forward(cache, [token])
         stats.verify_time += forward_output.seconds
-    stats.generated_tokens = len(output.token_ids)
-    stats.stop_reason = output.stop_reason
-    stats.total_time = time.perf_counter() - started
+    output.finalize(stats, started)
 
 
 @torch.inference_mode()
@@ -121,7 +119,5 @@ def beam_search(lm, prompt_ids: list[int], num_beams: int, length_penalty: float
     best = unique[0][0]
     output.add(best)
     stats.verification_calls = stats.target_calls
-    stats.generated_tokens = len(output.token_ids)
-    stats.stop_reason = output.stop_reason
-    stats.total_time = time.perf_counter() - started
+    output.finalize(stats, started)
     return unique[:num_beams]

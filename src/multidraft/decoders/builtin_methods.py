@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from multidraft.decoders.autoregressive import autoregressive, beam_search
 from multidraft.drafters.prompt_lookup import PromptLookupDrafter
-from multidraft import validation
 from multidraft.errors import InvalidOptionError
 from multidraft.types import Generation
 
@@ -13,17 +12,7 @@ def run_autoregressive(lm, prompt_ids, sampler, output, stats, options):
     autoregressive(lm, prompt_ids, sampler, output, stats)
 
 
-def check_beam(options) -> None:
-    validation.positive_int("num_beams", options["num_beams"])
-    validation.number("length_penalty", options["length_penalty"])
-
-
-def check_pld(options) -> None:
-    PromptLookupDrafter(**options)          # construction checks every option
-
-
 def run_beam(lm, prompt_ids, sampler, output, stats, options):
-    check_beam(options)
     num_beams, length_penalty = options["num_beams"], options["length_penalty"]
     if not sampler.params.greedy:
         raise InvalidOptionError("beam search is deterministic; use temperature=0 (or method='sample')")

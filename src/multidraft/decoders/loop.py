@@ -7,6 +7,7 @@ accepts a root-to-node path and picks one more token; the cache keeps the root a
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Optional
 
@@ -56,6 +57,10 @@ def draft_and_verify(lm, prompt_ids: list[int], drafter: Drafter, verifier: Veri
         if policy is not None and drafter.cuttable:
             draft = _within_budget(draft, policy.choose(draft.depths()))
         draft.validate(lm.vocab_size)
+        missing = draft.missing(verifier.needs)
+        if missing:         # the row check (methods.py) makes this unreachable for registered pairs
+            raise TypeError(f"drafter {drafter.name!r} proposed a draft without {', '.join(missing)}, which verifier "
+                            f"{verifier.name!r} needs (Drafter.provides / Verifier.needs)")
         depths = draft.depths()
         stats.draft_time += time.perf_counter() - t0
 
@@ -80,9 +85,7 @@ def draft_and_verify(lm, prompt_ids: list[int], drafter: Drafter, verifier: Veri
         # The whole step (drafting, forward, verification) by the number of tokens it verified: what a step costs.
         costs.record(len(draft) + 1, time.perf_counter() - t0)
     drafter.end(state)
-    stats.generated_tokens = len(output.token_ids)
-    stats.stop_reason = output.stop_reason
-    stats.total_time = time.perf_counter() - started
+    output.finalize(stats, started)
 
 
 def _within_budget(draft: Draft, max_depth: int) -> Draft:
@@ -96,6 +99,6 @@ def _within_budget(draft: Draft, max_depth: int) -> Draft:
         return draft
     keep = [i for i, d in enumerate(depths) if d <= max_depth]
     new_index = {old: new for new, old in enumerate(keep)}
-    return Draft([draft.token_ids[i] for i in keep],
-                 [new_index[draft.parents[i]] if draft.parents[i] >= 0 else -1 for i in keep],
-                 None if draft.draft_probs is None else draft.draft_probs[keep], draft.info)
+    return dataclasses.replace(draft, token_ids=[draft.token_ids[i] for i in keep],
+                               parents=[new_index[draft.parents[i]] if draft.parents[i] >= 0 else -1 for i in keep],
+                               draft_probs=None if draft.draft_probs is None else draft.draft_probs[keep])

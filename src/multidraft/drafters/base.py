@@ -41,6 +41,8 @@ class Drafter:
     # per-node state (prompt lookup, PLD+, suffix, blockwise). Then draft_length="adaptive" may verify less than was
     # proposed; sampled drafts are only limited before proposing (cutting them by their realised shape biases them).
     cuttable = False
+    # The typed Draft parts (types.DRAFT_FIELDS) this drafter fills in; a verifier that needs others is refused.
+    provides: tuple[str, ...] = ()
     hidden_layer: Optional[int] = None
     attention_heads: Optional[Sequence[tuple[int, int]]] = None
 

@@ -21,6 +21,7 @@ BILD_STREAM = 24
 
 class BiLDDrafter(DraftLMDrafter):
     name = "bild_draft"
+    provides = ("draft_nodes",)
 
     def __init__(self, draft_lm, max_draft_tokens: int, fallback_threshold: float, params: SamplingParams):
         super().__init__(draft_lm)
@@ -53,7 +54,7 @@ class BiLDDrafter(DraftLMDrafter):
         return Draft.chain(tokens, draft_nodes=nodes)
 
     def observe(self, state, draft, verdict, forward_output, kept_rows) -> None:
-        self.session.keep_path(draft.info.get("draft_nodes", [])[: len(verdict.accepted_nodes)])
+        self.session.keep_path((draft.draft_nodes or [])[: len(verdict.accepted_nodes)])
 
 
 def check_options(options: dict) -> None:
@@ -67,8 +68,7 @@ def check_options(options: dict) -> None:
 
 
 def make_drafter(lm, sampler, options):
-    """options["draft_model"] is a ready `LM` (methods.py resolves it first)."""
-    check_options(options)
+    """options["draft_model"] is a ready `LM` (methods.py resolves it first); the options are checked."""
     return BiLDDrafter(options["draft_model"], options["max_draft_tokens"], float(options["fallback_threshold"]),
                        sampler.params)
 

@@ -43,6 +43,7 @@ class DraftModelDrafter(DraftLMDrafter):
     """
 
     name = "draft_model"
+    provides = ("chains",)
 
     def __init__(self, draft_lm: LM, num_drafts: int, num_draft_tokens: int, draft_temperatures: Sequence[float],
                  top_k: int = 0, top_p: float = 1.0, adaptive: bool = False,
@@ -105,7 +106,7 @@ class DraftModelDrafter(DraftLMDrafter):
                 row_of_node = {node: row for row, node in enumerate(level_nodes)}
         draft_probs = torch.stack([torch.stack(rows) for rows in chain_probs])      # (K, L, V)
         chains = DraftChains(chain_tokens, chain_nodes, draft_probs)
-        return Draft(tokens, parents, draft_probs[0] if self.num_drafts == 1 else None, {"chains": chains})
+        return Draft(tokens, parents, draft_probs[0] if self.num_drafts == 1 else None, chains=chains)
 
     def observe(self, state, draft, verdict, forward_output, kept_rows) -> None:
         self.session.keep_path(verdict.accepted_nodes)
@@ -130,12 +131,13 @@ def choose_candidates(scores: torch.Tensor, count: int, generator: Optional[torc
 
 class BeamDrafter(DraftLMDrafter):
     """MTAD's draft (specs/mtad.md §3.2): beam sampling over the draft's warped joint distribution; proposes the
-    final beam with the highest joint log-likelihood, with its per-token log-probs in `info["draft_logprobs"]`.
+    final beam with the highest joint log-likelihood, with its per-token log-probs in `draft_logprobs`.
 
     At temperature 0 (MTAD-greedy) it is a plain beam search over the draft's unwarped law (`joint_law_params`):
     the greedy one-hot law would leave a single beam whatever num_beams."""
 
     name = "draft_beam"
+    provides = ("draft_logprobs", "draft_nodes")
 
     def __init__(self, draft_lm: LM, num_beams: int, num_draft_tokens: int, params: SamplingParams,
                  deterministic: bool = False):
@@ -173,7 +175,7 @@ class BeamDrafter(DraftLMDrafter):
         return Draft.chain(beam_tokens[best], draft_logprobs=beam_logprobs[best], draft_nodes=beam_nodes[best])
 
     def observe(self, state, draft, verdict, forward_output, kept_rows) -> None:
-        self.session.keep_path(draft.info["draft_nodes"][: len(verdict.accepted_nodes)])
+        self.session.keep_path(draft.draft_nodes[: len(verdict.accepted_nodes)])
 
 
 __all__ = ["BeamDrafter", "DraftModelDrafter", "choose_candidates"]

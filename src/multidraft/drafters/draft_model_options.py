@@ -41,14 +41,10 @@ def draft_temperature_list(value, num_drafts: int, target_temperature: float) ->
 
 
 def _make_chain_drafter(lm, sampler, options, num_drafts, draft_temperatures):
-    num_draft_tokens = positive_int("num_draft_tokens", options["num_draft_tokens"])
-    if not isinstance(options["adaptive"], bool):
-        raise InvalidOptionError(f"adaptive must be True or False, got {options['adaptive']!r}")
     params = sampler.params
     temperatures = draft_temperature_list(draft_temperatures, num_drafts, params.temperature)
-    stop_below = check_stop_below(options["stop_below"])
-    return DraftModelDrafter(options["draft_model"], num_drafts, num_draft_tokens, temperatures, params.top_k,
-                             params.top_p, options["adaptive"], stop_below=stop_below)
+    return DraftModelDrafter(options["draft_model"], num_drafts, options["num_draft_tokens"], temperatures,
+                             params.top_k, params.top_p, options["adaptive"], stop_below=float(options["stop_below"]))
 
 
 def check_stop_below(stop_below) -> float:
@@ -62,8 +58,25 @@ def make_speculative_drafter(lm, sampler, options):
     return _make_chain_drafter(lm, sampler, options, 1, options["draft_temperature"])
 
 
-def _multi_draft_settings(options):
-    num_drafts = positive_int("num_drafts", options["num_drafts"])
+def make_multi_draft_drafter(lm, sampler, options):
+    drafter = _make_chain_drafter(lm, sampler, options, options["num_drafts"], options["draft_temperatures"])
+    # Needs the target's temperature (the default draft temperatures follow it): checked here, not up front.
+    if options["selection"] == "spectr" and len({p.temperature for p in drafter.draft_params}) > 1:
+        raise InvalidOptionError("selection='spectr' needs identical drafts; give every draft the same temperature "
+                                 "or use selection='specinfer' or an 'is*' scheme")
+    return drafter
+
+
+def make_multi_draft_verifier(lm, sampler, options):
+    return MultiDraftVerifier(options["selection"], **(options["selection_options"] or {}))
+
+
+def make_mtad_drafter(lm, sampler, options):
+    return BeamDrafter(options["draft_model"], options["num_beams"], options["num_draft_tokens"], sampler.params,
+                       options["deterministic"])
+
+
+def _check_selection(options) -> None:
     selection = options["selection"]
     if selection not in SELECTION_SCHEMES:
         raise InvalidOptionError(f"selection must be one of {', '.join(SELECTION_SCHEMES)}, got {selection!r}")
@@ -71,45 +84,24 @@ def _multi_draft_settings(options):
     if not isinstance(selection_options, dict):
         raise InvalidOptionError(f"selection_options must be a dict (e.g. {{'s': 5, 'alphabet_size': 40}}), "
                                  f"got {selection_options!r}")
-    return num_drafts, selection, selection_options
-
-
-def make_multi_draft_drafter(lm, sampler, options):
-    num_drafts, selection, _ = _multi_draft_settings(options)
-    drafter = _make_chain_drafter(lm, sampler, options, num_drafts, options["draft_temperatures"])
-    if selection == "spectr" and len({p.temperature for p in drafter.draft_params}) > 1:
-        raise InvalidOptionError("selection='spectr' needs identical drafts; give every draft the same temperature "
-                                 "or use selection='specinfer' or an 'is*' scheme")
-    return drafter
-
-
-def make_multi_draft_verifier(lm, sampler, options):
-    _, selection, selection_options = _multi_draft_settings(options)
     from multidraft.selection.schemes import SCHEME_OPTIONS
     unknown = sorted(set(selection_options) - set(SCHEME_OPTIONS[selection]))
     if unknown:
         raise InvalidOptionError(f"selection {selection!r} takes no option(s) {unknown}; it accepts: "
                                  f"{', '.join(sorted(SCHEME_OPTIONS[selection])) or 'none'}")
-    return MultiDraftVerifier(selection, **selection_options)
-
-
-def make_mtad_drafter(lm, sampler, options):
-    num_beams = positive_int("num_beams", options["num_beams"])
-    gamma = positive_int("num_draft_tokens", options["num_draft_tokens"])
-    check_threshold(options["accept_threshold"], options["threshold_semantics"])
-    if not isinstance(options["deterministic"], bool):
-        raise InvalidOptionError(f"deterministic must be True or False, got {options['deterministic']!r}")
-    return BeamDrafter(options["draft_model"], num_beams, gamma, sampler.params, options["deterministic"])
 
 
 def check_options(options: dict) -> None:
-    """The checks of the three methods below that need no model, run before any model is loaded."""
+    """The checks of the three methods below that need no model, run once (Method.resolve_options) before any model
+    is loaded; the factories then trust their options."""
     draft_model = options["draft_model"]
     if draft_model is not None and not isinstance(draft_model, (str, os.PathLike, LM)):
         raise InvalidOptionError(f"draft_model must be an LM (multidraft.load_model(...)) or a model alias/path, "
                                  f"got {type(draft_model).__name__}")
     positive_int("num_draft_tokens", options["num_draft_tokens"])
-    num_drafts = _multi_draft_settings(options)[0] if "num_drafts" in options else 1
+    num_drafts = positive_int("num_drafts", options["num_drafts"]) if "num_drafts" in options else 1
+    if "selection" in options:
+        _check_selection(options)
     for name in ("draft_temperature", "draft_temperatures"):
         if name in options:
             draft_temperature_list(options[name], num_drafts, 0.0)

@@ -42,20 +42,9 @@ class SuffixDrafter(Drafter):
     def __init__(self, lm, store: Optional[SuffixStore] = None, max_draft_tokens: int = DEFAULT_MAX_DRAFT_TOKENS,
                  alpha: float = DEFAULT_ALPHA, min_token_prob: float = DEFAULT_MIN_TOKEN_PROB,
                  use_context: bool = True, update_store: bool = True, tree: bool = True):
-        if store is not None and not isinstance(store, SuffixStore):
-            raise InvalidOptionError(f"store must be a multidraft.suffix.SuffixStore or None, got "
-                                     f"{type(store).__name__}")
-        if isinstance(max_draft_tokens, bool) or not isinstance(max_draft_tokens, int) or max_draft_tokens < 1:
-            raise InvalidOptionError(f"max_draft_tokens must be an integer >= 1, got {max_draft_tokens!r}")
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
-            raise InvalidOptionError(f"alpha must be a number > 0, got {alpha!r}")
-        if isinstance(min_token_prob, bool) or not isinstance(min_token_prob, (int, float)) \
-                or not 0 <= min_token_prob <= 1:
-            raise InvalidOptionError(f"min_token_prob must be in [0, 1], got {min_token_prob!r}")
-        if not isinstance(tree, bool):
-            raise InvalidOptionError(f"tree must be True (draft trees) or False (chains), got {tree!r}")
-        if not use_context and store is None:
-            raise InvalidOptionError("use_context=False drafts only from a store: pass store=SuffixStore(...)")
+        check_options(dict(store=store, max_draft_tokens=max_draft_tokens, alpha=alpha,
+                           min_token_prob=min_token_prob, use_context=use_context, update_store=update_store,
+                           tree=tree))
         if store is not None:
             store.bind(lm)                      # a store of another tokenizer fails here, before any forward
         self.store = store
@@ -133,6 +122,28 @@ class SuffixDrafter(Drafter):
             node, matched = self.global_state
             if matched > 0:
                 yield "store", self.store.automaton, node, matched
+
+
+def check_options(options: dict) -> None:
+    """The checks that need no model (the method row runs them before anything loads; the constructor too)."""
+    store = options["store"]
+    if store is not None and not isinstance(store, SuffixStore):
+        raise InvalidOptionError(f"store must be a multidraft.suffix.SuffixStore or None, got "
+                                 f"{type(store).__name__}")
+    max_draft_tokens, alpha, min_token_prob = (options["max_draft_tokens"], options["alpha"],
+                                               options["min_token_prob"])
+    if isinstance(max_draft_tokens, bool) or not isinstance(max_draft_tokens, int) or max_draft_tokens < 1:
+        raise InvalidOptionError(f"max_draft_tokens must be an integer >= 1, got {max_draft_tokens!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < math.inf:
+        raise InvalidOptionError(f"alpha must be a finite number > 0, got {alpha!r}")
+    if isinstance(min_token_prob, bool) or not isinstance(min_token_prob, (int, float)) \
+            or not 0 <= min_token_prob <= 1:
+        raise InvalidOptionError(f"min_token_prob must be in [0, 1], got {min_token_prob!r}")
+    for name in ("use_context", "update_store", "tree"):
+        if not isinstance(options.get(name, True), bool):
+            raise InvalidOptionError(f"{name} must be True or False, got {options[name]!r}")
+    if not options["use_context"] and store is None:
+        raise InvalidOptionError("use_context=False drafts only from a store: pass store=SuffixStore(...)")
 
 
 def make_drafter(lm, sampler, options):

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from multidraft.errors import InvalidOptionError
 # Re-exported: the public names of `multidraft.eval.bench` from before the split.
-from multidraft.eval.bench_methods import (PEER_OPTIONS, PEERS, PRESETS, SPD_K_OPTIONS, SPD_K_VALUES,  # noqa: F401
+from multidraft.eval.bench_methods import (PEER_OPTIONS, PEERS, PRESETS, SPD_K_VALUES,  # noqa: F401
                                            BenchMethod, resolve_methods)
 from multidraft.eval.bench_run import (attention_implementation, load_models, output_perplexity,  # noqa: F401
                                        run_method, run_prompt, warm_up)
@@ -150,11 +150,13 @@ def _execute(config, work, models, ray_address, workers) -> Iterator[dict]:
         for rows in run_with_ray(ray_address, workers, config, work):
             yield from rows
         return
+    from multidraft.artifacts import Artifacts
     lm, draft_lm = models if models is not None else load_models(config)
+    artifacts = Artifacts()          # this run's n-gram files, heads...: loaded once, outside the timed spans after warm-up
     every = list({m.label: m for _, todo, _ in work for m in todo}.values())
-    warm_up(lm, draft_lm, work[0][0], every, config)
+    warm_up(lm, draft_lm, work[0][0], every, config, artifacts)
     for item, todo, reference in work:
-        yield from run_prompt(lm, draft_lm, item, todo, config, reference)
+        yield from run_prompt(lm, draft_lm, item, todo, config, reference, artifacts)
 
 
 def _progress(total: int, initial: int, enabled: bool):

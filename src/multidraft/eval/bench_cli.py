@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 from multidraft import validation
 from multidraft.errors import InvalidOptionError
 from multidraft.decoders.draft_length import add_draft_length_argument
-from multidraft.models.runner_choice import add_runner_argument
+from multidraft.models.runner_choice import add_dtype_argument, add_runner_argument, dtype_choice
 from multidraft.models.device import add_device_argument
 from multidraft.models.threads import apply_threads, parse_threads
 
@@ -33,8 +32,8 @@ def register(subparsers) -> None:
                              "model's GGUF, with `make llama`); hf_greedy always runs as the baseline")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--limit", type=int, default=5, help="prompts per task")
-    parser.add_argument("--seed", type=validation.cli_int(*validation.SEED_RANGE), default=0)
-    parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
+    parser.add_argument("--seed", type=validation.cli_sampling("seed"), default=0)
+    add_dtype_argument(parser)
     add_device_argument(parser)
     add_runner_argument(parser, peers_note=True)
     add_draft_length_argument(parser)
@@ -59,6 +58,7 @@ def register(subparsers) -> None:
 
 
 def parse_method_options(pairs: list[str]) -> dict[str, dict]:
+    from multidraft.methods import parse_cli_option
     options: dict[str, dict] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
@@ -66,11 +66,8 @@ def parse_method_options(pairs: list[str]) -> dict[str, dict]:
         if not sep or not dot or not method or not option:
             raise InvalidOptionError(f"bench option {pair!r} must look like METHOD.NAME=VALUE, e.g. pld.num_draft_tokens=8")
         validation.text(f"bench option {name!r:.40}", pair, error=InvalidOptionError)
-        try:
-            parsed = json.loads(value)
-        except json.JSONDecodeError:
-            parsed = value
-        options.setdefault(method, {})[option.replace("-", "_")] = parsed
+        option = option.replace("-", "_")
+        options.setdefault(method, {})[option] = parse_cli_option(method, option, value)
     return options
 
 
@@ -104,7 +101,7 @@ def run_bench_command(args) -> int:
     apply_threads(args.threads)
     config = BenchConfig(model=args.model, draft=args.draft, tasks=_split(args.tasks), methods=_split(args.methods),
                          max_new_tokens=args.max_new_tokens, limit=args.limit, seed=args.seed,
-                         dtype=None if args.dtype == "auto" else args.dtype, options=parse_method_options(args.option),
+                         dtype=dtype_choice(args.dtype), options=parse_method_options(args.option),
                          runner=args.runner, device=args.device, draft_length=args.draft_length)
     # Bad input fails before any model is loaded.
     config.validate()

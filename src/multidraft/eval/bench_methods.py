@@ -13,8 +13,7 @@ from multidraft.errors import InvalidOptionError, UnknownMethodError
 from multidraft.eval import llama_cpp_peer
 from multidraft.eval.results import BASELINE
 
-# Option names a superposed decoder may use for its number of drafts k (the first one it declares is swept).
-SPD_K_OPTIONS = ("num_drafts", "k", "num_superposed")
+# k values swept for a one-pass multi-output decoder (its row's option with outputs=True: superposed's num_drafts).
 SPD_K_VALUES = (2, 3, 4, 8)
 
 
@@ -71,7 +70,7 @@ def _expand(name: str, spec, overrides: dict[str, Any]) -> list[BenchMethod]:
     preset = PRESETS.get(name, {})
     variants = list(preset.get("variants", [{}]))
     if preset.get("sweep_k"):
-        key = next((k for k in SPD_K_OPTIONS if k in spec.options), None)
+        key = spec.outputs_option
         variants = [{key: k} for k in SPD_K_VALUES] if key else [{}]
     if any(key in overrides for variant in variants for key in variant):
         variants = [{}]          # the user fixed the swept option: one column

@@ -67,14 +67,16 @@ def attention_implementation(lm, name: Optional[str]):
         lm.model.set_attn_implementation(previous)
 
 
-def run_method(lm, draft_lm, item, method: BenchMethod, config, quality: bool = False) -> dict:
-    """Run one method on every turn of one prompt (later turns see this method's own earlier answers)."""
+def run_method(lm, draft_lm, item, method: BenchMethod, config, quality: bool = False, artifacts=None) -> dict:
+    """Run one method on every turn of one prompt (later turns see this method's own earlier answers). `artifacts`:
+    the run's loaded n-gram files, heads... (multidraft.Artifacts), shared by its prompts."""
     with attention_implementation(lm, method.attention):
-        return _run_turns(lm, draft_lm, item, method, config, quality)
+        return _run_turns(lm, draft_lm, item, method, config, quality, artifacts)
 
 
-def _run_turns(lm, draft_lm, item, method: BenchMethod, config, quality: bool) -> dict:
-    from multidraft.api import generate
+def _run_turns(lm, draft_lm, item, method: BenchMethod, config, quality: bool, artifacts=None) -> dict:
+    from multidraft.api import generate_request
+    from multidraft.request import Request
     answers: list[str] = []
     turns: list[dict] = []
     pooled: list[DecodeStats] = []       # this method's stats of every turn, pooled into the row's stats
@@ -99,8 +101,10 @@ def _run_turns(lm, draft_lm, item, method: BenchMethod, config, quality: bool) -
             options = dict(method.options)
             if method.needs_draft:
                 options["draft_model"] = draft_lm
-            gen = generate(lm, prompt_ids, method=method.name, max_new_tokens=config.max_new_tokens,
-                                      temperature=method.temperature, seed=config.seed, **options)
+            request = Request.build(prompt_ids, method.name, max_new_tokens=config.max_new_tokens,
+                                    temperature=method.temperature, seed=config.seed,
+                                    draft_length=config.draft_length, options=options)
+            gen = generate_request(lm, request, artifacts=artifacts)
             seconds = time.perf_counter() - start
             token_ids, text, stats = list(gen.token_ids), gen.text, gen.stats.to_dict()
             pooled.append(gen.stats)
@@ -136,7 +140,7 @@ def _needs_quality(method: BenchMethod) -> bool:
 
 
 def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
-               reference: Optional[list[list[int]]] = None) -> Iterator[dict]:
+               reference: Optional[list[list[int]]] = None, artifacts=None) -> Iterator[dict]:
     """Yield one row per method for `item`; `reference` is the baseline's per-turn token ids if already known."""
     import torch
     for method in methods:
@@ -146,9 +150,10 @@ def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
                "threads": torch.get_num_threads(),
                "dtype": str(lm.dtype).removeprefix("torch."), "device": str(lm.device),
                "runner": getattr(lm, "runner", "eager"), "runner_setup_s": getattr(lm, "runner_setup_seconds", 0.0),
-               "draft_length": getattr(lm, "draft_length", None) or "fixed"}
+               "draft_length": config.draft_length}
         try:
-            row.update(run_method(lm, draft_lm, item, method, config, quality=_needs_quality(method)))
+            row.update(run_method(lm, draft_lm, item, method, config, quality=_needs_quality(method),
+                                  artifacts=artifacts))
         except (KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:        # a failing method is reported, not fatal for the other columns
@@ -168,18 +173,18 @@ def _equal(row: dict, reference, method: BenchMethod) -> Optional[bool]:
     return [t["token_ids"] for t in row["turns"]] == reference
 
 
-def warm_up(lm, draft_lm, item, methods: list[BenchMethod], config) -> None:
+def warm_up(lm, draft_lm, item, methods: list[BenchMethod], config, artifacts=None) -> None:
     """A few tokens of every method on a short prefix of a real prompt (first-call costs: kernels, caches)."""
     from dataclasses import replace
     from types import SimpleNamespace
     prefix = SimpleNamespace(task=item.task, id=item.id, input=lm.encode(item.input)[:32], num_turns=1)
-    for _ in run_prompt(lm, draft_lm, prefix, methods, replace(config, max_new_tokens=min(4, config.max_new_tokens))):
+    for _ in run_prompt(lm, draft_lm, prefix, methods, replace(config, max_new_tokens=min(4, config.max_new_tokens)),
+                        artifacts=artifacts):
         pass
 
 
 def load_models(config):
     from multidraft.models.loader import load_model
     lm = load_model(config.model, dtype=config.dtype, device=config.device, runner=config.runner)
-    lm.draft_length = config.draft_length
     draft_lm = load_model(config.draft, dtype=config.dtype, device=config.device, runner=config.runner) if config.draft else None
     return lm, draft_lm

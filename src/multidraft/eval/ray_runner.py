@@ -29,16 +29,18 @@ class BenchWorker:
     def __init__(self, config, threads: int, warm_item, warm_methods):
         import torch
 
+        from multidraft.artifacts import Artifacts
         from multidraft.eval.bench_run import load_models, warm_up
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         torch.set_num_threads(threads)
         self.config = config
         self.lm, self.draft_lm = load_models(config)
-        warm_up(self.lm, self.draft_lm, warm_item, warm_methods, config)
+        self.artifacts = Artifacts()
+        warm_up(self.lm, self.draft_lm, warm_item, warm_methods, config, self.artifacts)
 
     def run(self, item, methods, reference) -> list[dict]:
         from multidraft.eval.bench_run import run_prompt
-        return list(run_prompt(self.lm, self.draft_lm, item, methods, self.config, reference))
+        return list(run_prompt(self.lm, self.draft_lm, item, methods, self.config, reference, self.artifacts))
 
 
 def run_with_ray(address: str, workers: int, config, work: list[tuple]) -> Iterator[list[dict]]:

@@ -10,7 +10,6 @@ import statistics
 from pathlib import Path
 from typing import Any, Optional
 
-from multidraft.eval.bench_methods import SPD_K_OPTIONS
 from multidraft.eval.results import BASELINE, RESULTS_NAME, read_results
 
 REPORT_NAME = "report.md"
@@ -265,10 +264,12 @@ def plot_spd_latency(header: dict, rows: list[dict], path: Path) -> bool:
     """Superposed latency against k, beside k sequential sampling runs and one greedy run."""
     import matplotlib.pyplot as plt
     ok = [r for r in rows if r.get("error") is None]
+    from multidraft.methods import get_method
+    key = get_method("superposed").outputs_option          # k: the row's option that sets the number of outputs
     by_k: dict[int, list[float]] = {}
     for r in ok:
         if r["name"] == "superposed":
-            k = next((r["options"][key] for key in SPD_K_OPTIONS if key in r["options"]), None)
+            k = r["options"].get(key)
             if k is not None:
                 by_k.setdefault(int(k), []).append(r["seconds"])
     if not by_k:

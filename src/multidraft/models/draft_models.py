@@ -1,5 +1,5 @@
-"""The draft model of a generation: an `LM` the caller passes, or an alias / path loaded once per process, and the
-check that it shares the target's tokenizer (draft token ids must mean the same tokens to the target).
+"""The draft model of a generation: an `LM` the caller passes, or an alias / path loaded into the caller's
+`multidraft.Artifacts` (once per server, bench run or generate call), and the check that it shares the target's tokenizer (draft token ids must mean the same tokens to the target).
 
 The one resolver of the `draft_model` artifact: methods.py calls it before building a drafter, so the drafters
 receive a ready `LM` and never load one."""
@@ -7,7 +7,9 @@ receive a ready `LM` and never load one."""
 from __future__ import annotations
 
 import os
+from typing import Optional
 
+from multidraft.artifacts import Artifacts, artifacts_or_new
 from multidraft.errors import InvalidOptionError, TokenizerMismatchError
 from multidraft.models.loader import load_model
 from multidraft.models.runner import LM
@@ -15,9 +17,6 @@ from multidraft.tokenizer_identity import same_vocabulary, vocab_family
 
 # Target alias -> default draft alias (same tokenizer).
 DEFAULT_DRAFTS = {"qwen2.5-coder-1.5b": "qwen2.5-coder-0.5b"}
-
-_loaded_drafts: dict[tuple, LM] = {}
-
 
 def check_same_vocabulary(draft: LM, target: LM) -> None:
     if same_vocabulary(draft, target):
@@ -29,8 +28,8 @@ def check_same_vocabulary(draft: LM, target: LM) -> None:
         "family (e.g. qwen2.5-coder-0.5b for qwen2.5-coder-1.5b)")
 
 
-def resolve_draft_model(draft_model, target: LM, method: str) -> LM:
-    """An `LM`, or an alias / path / HF id loaded in the target's dtype on the target's device (cached).
+def resolve_draft_model(draft_model, target: LM, method: str, artifacts: Optional[Artifacts] = None) -> LM:
+    """An `LM`, or an alias / path / HF id loaded in the target's dtype on the target's device (kept in `artifacts`).
 
     A draft LM of another dtype or device is used as it is: it runs in its own dtype on its own device, and its
     logits are moved to the target's device as float32 before any probability is computed.
@@ -43,14 +42,16 @@ def resolve_draft_model(draft_model, target: LM, method: str) -> LM:
                 f"shares the tokenizer of {target.name!r}")
         draft_model = alias
     if isinstance(draft_model, (str, os.PathLike)):
-        key = (os.fspath(draft_model), str(target.dtype), str(target.device))
-        if key not in _loaded_drafts:
-            _loaded_drafts.clear()          # keep at most one loaded draft model alive
-            runner = getattr(target, "runner", "eager")
+        artifacts = artifacts_or_new(artifacts)
+        key = ("draft_model", os.fspath(draft_model), str(target.dtype), str(target.device))
+        runner = getattr(target, "runner", "eager")
+
+        def load():
+            artifacts.drop("draft_model")     # keep at most one loaded draft model alive
             # A draft session drives HF's cache with its own tree masks (new_cache(dynamic=True)): graphs would idle.
-            _loaded_drafts[key] = load_model(os.fspath(draft_model), dtype=target.dtype, device=target.device,
-                                             runner="auto" if runner == "static" else runner)
-        draft = _loaded_drafts[key]
+            return load_model(os.fspath(draft_model), dtype=target.dtype, device=target.device,
+                              runner="auto" if runner == "static" else runner)
+        draft = artifacts.get(key, load)
     elif isinstance(draft_model, LM):
         draft = draft_model
     else:

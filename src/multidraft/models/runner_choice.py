@@ -1,4 +1,5 @@
-"""The `--runner` option, one definition for `generate`, `bench` and `serve` (kept light: no torch import)."""
+"""The `--runner` and `--dtype` options, one definition for `generate`, `bench` and `serve` (kept light: no torch
+import)."""
 
 QUANTIZED_RUNNERS = ("quantized", "quantized-q8")     # a model on GGUF blocks, fp32 or 8-bit activations
 RUNNER_CHOICES = ("auto",) + QUANTIZED_RUNNERS + ("eager", "fast", "static")
@@ -13,3 +14,15 @@ RUNNER_HELP = ("auto: on a CPU, a model with a GGUF behind it (a pulled alias, a
 def add_runner_argument(parser, peers_note: bool = False) -> None:
     note = "; HF generate() peers always run the stock HF model" if peers_note else ""
     parser.add_argument("--runner", choices=RUNNER_CHOICES, default="auto", help=RUNNER_HELP + note)
+
+
+DTYPE_CHOICES = ("auto", "bfloat16", "float32")
+
+
+def add_dtype_argument(parser) -> None:
+    parser.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
+
+
+def dtype_choice(value: str):
+    """What load_model takes for a --dtype choice: None for "auto" (the loader's choice), else the dtype's name."""
+    return None if value == "auto" else value

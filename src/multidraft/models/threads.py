@@ -6,6 +6,12 @@ and every barrier waits for it: the probe of issue #35 saw smollm2 greedy fall f
 torch's default 2 threads on 2 cores beside one busy process, while 1 thread did not collapse. So `auto` uses as
 many threads as there are cores other processes leave idle, measured from /proc/stat over a short window before
 the work starts (a neighbour that starts later is not seen: pass a number to pin it).
+
+`generate` and `serve` use `auto` by default where the thread count cannot change a result: the quantized runners
+split a matrix by output rows, each row summed in a fixed order by one thread, so their bits are the same at any
+count (tests/test_threads.py checks it). torch's eager matmuls may split a sum differently per thread count
+(smollm2's logits bits differ at 1 and 2 threads), so a model on them keeps torch's fixed default unless the user
+asks: greedy output stays reproducible from run to run. `bench` keeps torch's default (timings name their count).
 benchmarks/thread_contention.py measures the rates this choice is about (threads x busy neighbour x OpenMP wait
 policy).
 """
@@ -69,6 +75,22 @@ def parse_threads(text: str) -> Union[int, str]:
     if value < 1:
         raise InvalidOptionError(f"--threads must be a positive integer or 'auto', got {text!r}")
     return value
+
+
+THREAD_INVARIANT_RUNNERS = ("quantized", "quantized-q8")    # bits independent of the thread count
+
+
+def measure_default_threads(threads: Union[int, str, None]) -> Union[int, str, None]:
+    """What --threads means before the model is loaded: a number or 'auto' as given; when not given, the auto count
+    measured now (while this process idles), to be applied only if the model's runner allows (`apply_for_model`)."""
+    return ("default", auto_threads()) if threads is None else threads
+
+
+def apply_for_model(lm, planned) -> int:
+    """Apply `measure_default_threads`'s plan once the runner is known; returns the thread count in use."""
+    if isinstance(planned, tuple):              # not chosen by the user
+        return apply_threads(planned[1] if lm.runner in THREAD_INVARIANT_RUNNERS else None)
+    return apply_threads(planned)
 
 
 def apply_threads(threads: Union[int, str, None]) -> int:

@@ -94,10 +94,11 @@ class NGramModel:
                 f"({self.tokenizer_fingerprint}), but the {label} tokenizer is {fingerprint}; rebuild it with "
                 f"`multidraft ngram build --tokenizer <your model> ...`")
 
-    def check_tokenizer(self, tokenizer) -> None:
+    def check_tokenizer(self, tokenizer, fingerprint: str | None = None) -> None:
+        """`fingerprint`: the tokenizer's vocab_fingerprint when the caller has it (a loaded model keeps its own)."""
         from multidraft.tokenizer_identity import vocab_fingerprint
 
-        self._check_fingerprint(vocab_fingerprint(tokenizer), "model's")
+        self._check_fingerprint(fingerprint or vocab_fingerprint(tokenizer), "model's")
         if len(tokenizer) != self.vocab_size:
             raise TokenizerMismatchError(
                 f"n-gram file {self.path} has vocab size {self.vocab_size}, the tokenizer {len(tokenizer)}; rebuild it")

@@ -10,19 +10,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
+from multidraft.artifacts import Artifacts, artifacts_or_new
 from multidraft.errors import DataNotFoundError, InvalidOptionError
 from multidraft.ngram.model import NGramModel
 from multidraft.ngram.defaults import build_command, default_path, vocab_family_of
+from multidraft.tokenizer_identity import model_vocab_fingerprint
 
 DEFAULT_NAMES = ("", "default", "auto")
 
-_loaded: dict[str, NGramModel] = {}   # resolved path -> model (memory-mapped; the checksum is verified once)
-_checked: dict = {}                   # (id(model), id(tokenizer)) -> both objects (kept alive so the ids stay theirs)
-
-
-def resolve_ngram(lm, ngram=None) -> NGramModel:
-    """The n-gram model for `lm`: an NGramModel, a file path, or None (or "default") for its tokenizer's default file."""
+def resolve_ngram(lm, ngram=None, artifacts: Optional[Artifacts] = None) -> NGramModel:
+    """The n-gram model for `lm`: an NGramModel, a file path, or None (or "default") for its tokenizer's default file.
+    A file is loaded (memory-mapped, its checksum verified) once into `artifacts`, the caller's loaded objects."""
+    artifacts = artifacts_or_new(artifacts)
     if ngram is None or (isinstance(ngram, str) and ngram in DEFAULT_NAMES):
         path = default_path(vocab_family_of(lm))
         if not path.exists():
@@ -32,21 +33,15 @@ def resolve_ngram(lm, ngram=None) -> NGramModel:
                 "from `multidraft ngram build --tokenizer <model> ...` (ngram=PATH)")
         ngram = path
     if isinstance(ngram, (str, Path)):
-        ngram = _load(Path(ngram).expanduser())
+        ngram = _load(Path(ngram).expanduser(), artifacts)
     if not isinstance(ngram, NGramModel):
         raise InvalidOptionError(f"ngram must be a path or an NGramModel, got {type(ngram).__name__}")
-    check = (id(ngram), id(lm.tokenizer))
-    if check not in _checked:
-        ngram.check_tokenizer(lm.tokenizer)
-        _checked[check] = (ngram, lm.tokenizer)
+    ngram.check_tokenizer(lm.tokenizer, model_vocab_fingerprint(lm))     # the model keeps its fingerprint: cheap
     return ngram
 
 
-def _load(path: Path) -> NGramModel:
+def _load(path: Path, artifacts: Artifacts) -> NGramModel:
     if not path.exists():
         raise DataNotFoundError(f"n-gram file {path} does not exist; build one with "
                                 "`multidraft ngram build --tokenizer <model> --corpus <name> --out FILE`")
-    key = str(path.resolve())
-    if key not in _loaded:
-        _loaded[key] = NGramModel.load(path)
-    return _loaded[key]
+    return artifacts.get(("ngram", str(path.resolve())), lambda: NGramModel.load(path))

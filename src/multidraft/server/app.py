@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -20,19 +19,16 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Str
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from multidraft.errors import CorruptCacheError, MultidraftError, NumericalError
-from multidraft.methods import available_methods
 from multidraft.server.config import ServerConfig
 from multidraft.server.metrics import Metrics
-from multidraft.server.options import REQUEST_OPTIONS
-from multidraft.server.plan import Outcome, attach_suffix_store, build_plan, run_plan, suggestion_defaults
+from multidraft.server.plan import Outcome
 from multidraft.server.schemas import ApiError, ChatRequest, CompletionRequest, parse_body
 from multidraft.server.security import AUTHENTICATED_CLIENT, SecurityMiddleware
+from multidraft.server.service import GenerationService, _internal_error
 from multidraft.server.streaming import sse
-from multidraft.server.worker import Job, JobCancelled, JobTimedOut, ModelWorker, QueueFullError
+from multidraft.server.worker import Job, JobCancelled
 
 log = logging.getLogger("multidraft.server")
-GRACE_SECONDS = 2.0      # how long past its deadline a coroutine waits for a worker stuck inside one forward
 
 
 class _CountRequests:
@@ -71,34 +67,20 @@ _KNOWN_PATHS = {"/", "/health", "/metrics", "/config", "/v1/models", "/v1/comple
 
 
 def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI:
-    """An app serving `lm` (a loaded `multidraft.LM`); `draft_lm` feeds methods that take a draft model."""
+    """An app serving `lm` (a loaded `multidraft.LM`); `draft_lm` feeds methods that take a draft model. The routes
+    below are thin: the work is the GenerationService's (server/service.py)."""
     config = (config or ServerConfig()).validate()
-    if draft_lm is not None:                 # the --draft model is the default one, and may be named
-        config.artifacts = {**config.artifacts, "draft_model": {draft_lm.name: draft_lm,
-                                                                **config.artifacts.get("draft_model", {})}}
-    model_name = config.model_name or lm.name
-    metrics = Metrics(model_name)
-    worker = ModelWorker(config.max_queue)
-    # Every model the worker may run is checked for the job's deadline/cancellation inside each forward.
-    loaded_models = [lm, *[v for named in config.artifacts.values() for v in named.values() if hasattr(v, "model")]]
-    hooks = worker.watch_models(*{id(m): m for m in loaded_models}.values())
-    metrics.set_gauge_source("vllm:num_requests_running", lambda: worker.running)
-    metrics.set_gauge_source("vllm:num_requests_waiting", lambda: worker.waiting)
-    started = int(time.time())
-    suggest = suggestion_defaults(config, lm)       # once: it may fingerprint the tokenizer the worker uses
-    from multidraft.suffix.registry import StoreRegistry
-    suffix_stores = StoreRegistry(config.suffix_store_tokens, config.suffix_isolation)
+    service = GenerationService(lm, config, draft_lm)
+    metrics, worker = service.metrics, service.worker
 
     @asynccontextmanager
     async def lifespan(_app):
         yield
-        worker.stop()
-        for handle in hooks:
-            handle.remove()
+        service.close()
 
     app = FastAPI(title="multidraft", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.worker, app.state.metrics, app.state.config, app.state.lm = worker, metrics, config, lm
-    app.state.suffix_stores = suffix_stores
+    app.state.suffix_stores, app.state.service = service.suffix_stores, service
     app.add_middleware(SecurityMiddleware, config=config)
     app.add_middleware(_CountRequests, metrics=metrics)     # outermost: refusals are counted too
     static = resources.files("multidraft.server") / "static"
@@ -120,12 +102,11 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "model": model_name, "running": worker.running, "waiting": worker.waiting}
+        return service.health()
 
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": model_name, "object": "model", "created": started,
-                                            "owned_by": "multidraft", "max_model_len": lm.context_length}]}
+        return service.models()
 
     @app.get("/metrics")
     async def prometheus():
@@ -133,14 +114,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
 
     @app.get("/config")
     async def page_config():
-        methods = {name: {"lossless": m.lossless, "description": m.description,
-                          "options": {k: v for k, v in m.options.items() if _jsonable(v)},
-                          "request_options": sorted(REQUEST_OPTIONS.get(name, {}))}
-                   for name, m in sorted(available_methods().items())}
-        return {"model": model_name, "suggest": suggest, "methods": methods,
-                "limits": {"max_n": config.max_n, "max_tokens": config.max_tokens},
-                "auth": bool(config.api_keys),
-                "artifacts": {kind: ["default", *named] for kind, named in config.artifacts.items()}}
+        return service.page_config()
 
     @app.get("/", response_class=HTMLResponse)
     async def page():
@@ -157,30 +131,18 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
     async def _generate(request: Request, model_cls):
         arrived = time.monotonic()
         body = parse_body(await request.body(), model_cls)
-        if body.model is not None and body.model not in (model_name, lm.name):
-            raise ApiError(404, f"model {body.model!r} is not served here; this server serves {model_name!r}",
-                           param="model", code="model_not_found")
-        plan = build_plan(body, config, draft_lm)
-        attach_suffix_store(plan, suffix_stores, request.scope.get(AUTHENTICATED_CLIENT))
-        metrics.inc("multidraft:method_requests_total", method=plan.method)
-        job = Job(lambda job: run_plan(lm, plan, job, config, metrics), arrived + config.request_timeout,
-                  asyncio.get_running_loop())
-        try:
-            worker.submit(job)
-        except QueueFullError:
-            metrics.inc("multidraft:requests_rejected_total")
-            raise ApiError(429, f"the server is busy ({worker.waiting} requests waiting, the most it queues is "
-                                f"{config.max_queue}); retry shortly", code="queue_full") from None
+        plan = service.plan(body, request.scope.get(AUTHENTICATED_CLIENT))
+        job = service.submit(plan, arrived)
         chat = model_cls is ChatRequest
-        reply = _Reply(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", int(time.time()), model_name,
-                       chat, plan.method)
-        watcher = asyncio.create_task(_watch_disconnect(request, lambda: _cancel(job)))
+        reply = _Reply(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", int(time.time()),
+                       service.model_name, chat, plan.method)
+        watcher = asyncio.create_task(_watch_disconnect(request, lambda: service.cancel(job)))
         handed_over = False              # the stream owns the job and the watcher from then on
         ended = False                    # the worker is done with the job (its last event came)
         try:
             # Wait for the first event even when streaming: an error found when the job starts (prompt too long
             # for the context, bad option) is then a real 4xx status, not a 200 followed by an error event.
-            event = await _next_event(job)
+            event = await service.next_event(job)
             while True:
                 kind, *payload = event
                 ended = kind in ("done", "error")
@@ -188,21 +150,21 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
                     if isinstance(payload[0], JobCancelled):
                         request.scope[CLIENT_GONE] = True
                         return JSONResponse({}, status_code=499)      # never sent: see _CountRequests
-                    raise _translate(payload[0])
+                    raise service.translate(payload[0])
                 if plan.stream:
                     handed_over = True
-                    stream = _stream(job, reply, plan.n * len(plan.prompts), arrived, event, watcher)
+                    stream = _stream(job, reply, plan.n * len(plan.requests), arrived, event, watcher)
                     return StreamingResponse(stream, media_type="text/event-stream",
                                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
                 if kind == "done":
                     metrics.observe_latency(time.monotonic() - arrived)
                     return JSONResponse(reply.full(payload[0]))
-                event = await _next_event(job)
+                event = await service.next_event(job)
         finally:
             if not handed_over:
                 watcher.cancel()
                 if not ended:
-                    _cancel(job)
+                    service.cancel(job)
 
     async def _stream(job: Job, reply: "_Reply", num_choices: int, arrived: float, first, watcher):
         done = False
@@ -213,7 +175,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
             pending = [first]
             while True:
                 try:
-                    kind, *payload = pending.pop() if pending else await _next_event(job)
+                    kind, *payload = pending.pop() if pending else await service.next_event(job)
                 except ApiError as exc:                     # the worker did not stop in time
                     done = True
                     yield sse(exc.body())
@@ -231,84 +193,16 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
                     return
                 elif kind == "error":
                     done = True
-                    error = _translate(payload[0])
+                    error = service.translate(payload[0])
                     yield sse(error.body())
                     yield sse("[DONE]")
                     return
         finally:
             watcher.cancel()
             if not done:
-                _cancel(job)
-
-    async def _next_event(job: Job):
-        """The job's next event; ApiError(504) when the deadline passes while the job still waits in the queue (it
-        leaves the queue then), or when the worker overruns the deadline by GRACE_SECONDS."""
-        while True:
-            queued = job.started_at is None
-            wait = job.deadline + (0 if queued else GRACE_SECONDS) - time.monotonic()
-            try:
-                return await asyncio.wait_for(job.events.get(), timeout=max(wait, 0.01))
-            except asyncio.TimeoutError:
-                if queued and not worker.withdraw(job):
-                    continue                # the worker took it meanwhile: it gets the grace period
-                job.cancelled.set()
-                metrics.inc("multidraft:requests_timed_out_total")
-                raise _timeout_error() from None
-
-    def _cancel(job: Job) -> None:
-        if not job.cancelled.is_set():
-            job.cancelled.set()
-            metrics.inc("multidraft:requests_cancelled_total")
-        worker.withdraw(job)            # still queued: its slot is free now, not when the model reaches it
-
-    def _timeout_error() -> ApiError:
-        return ApiError(504, f"the request did not finish within the server's limit of {config.request_timeout:g} s "
-                             f"(queueing included; serve --timeout)", code="timeout")
-
-    def _translate(exc: BaseException) -> ApiError:
-        if isinstance(exc, JobTimedOut):
-            metrics.inc("multidraft:requests_timed_out_total")
-            return _timeout_error()
-        if isinstance(exc, JobCancelled):
-            return ApiError(499, "the request was cancelled", code="cancelled")
-        if isinstance(exc, (NumericalError, CorruptCacheError)):     # the server's model or files are at fault
-            log.error("generation failed: %s", exc)
-            return ApiError(500, _without_paths(str(exc)))
-        if isinstance(exc, MultidraftError):        # bad options, prompt, missing n-gram data for the options...
-            return ApiError(400, _without_paths(str(exc)), param=_param_of(exc))
-        log.error("generation failed", exc_info=exc)
-        return _internal_error(exc)
+                service.cancel(job)
 
     return app
-
-
-_REQUEST_FIELDS = {"prompt", "messages", "max_tokens", "temperature", "top_p", "top_k", "n", "stop", "seed", "method",
-                   *(name for options in REQUEST_OPTIONS.values() for name in options)}
-
-
-def _param_of(exc: BaseException):
-    """The request field a library error is about: its `param` attribute, else the field its message starts
-    with ("temperature must be ...", "option 'x' ..."), when that is a field a request can set."""
-    param = getattr(exc, "param", None)
-    if isinstance(param, str):
-        return param
-    match = re.match(r"(?:option )?'?([a-z_]+)'?[ =]", str(exc))
-    return match.group(1) if match and match.group(1) in _REQUEST_FIELDS else None
-
-
-# An absolute or home-relative path inside a library message (not a URL path of this API, not "tokens/s").
-_PATH = re.compile(r"(?<![\w.:/~-])(?:~/|/(?!v1/))[^\s'\"`,;()]+")
-
-
-def _without_paths(message: str) -> str:
-    """A library message for a client: the server's paths (cache folders, the operator's files) go to the log only,
-    so a request cannot map the server's disk."""
-    return _PATH.sub("<server path>", message)
-
-
-def _internal_error(exc: BaseException) -> ApiError:
-    # The details (paths, library internals) go to the server log, not to the client.
-    return ApiError(500, f"internal error ({type(exc).__name__}); the server log has the details")
 
 
 async def _watch_disconnect(request: Request, on_disconnect) -> None:
@@ -318,10 +212,6 @@ async def _watch_disconnect(request: Request, on_disconnect) -> None:
         if message["type"] == "http.disconnect":
             on_disconnect()
             return
-
-
-def _jsonable(value) -> bool:
-    return value is None or isinstance(value, (str, int, float, bool, list, dict))
 
 
 class _Reply:

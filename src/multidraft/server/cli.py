@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -10,9 +11,9 @@ from pathlib import Path
 
 from multidraft.errors import MultidraftError
 from multidraft.decoders.draft_length import add_draft_length_argument
-from multidraft.models.runner_choice import add_runner_argument
+from multidraft.models.runner_choice import add_dtype_argument, add_runner_argument, dtype_choice
 from multidraft.models.device import add_device_argument
-from multidraft.models.threads import apply_threads, parse_threads
+from multidraft.models.threads import apply_for_model, measure_default_threads, parse_threads
 from multidraft.server.config import ARTIFACT_KINDS, LOCAL_HOSTS, ServerConfig
 
 API_KEY_ENV = "MULTIDRAFT_API_KEY"
@@ -47,10 +48,11 @@ def register(subparsers) -> None:
                         help="JSON file with server settings (ServerConfig field names, e.g. max_beams, allowed_hosts, "
                              "artifacts: {ngram: {NAME: PATH}, heads: {...}, rescorer: {...}}); flags override it")
     parser.add_argument("--method", default=None, help=f"method for requests that name none (default {defaults.default_method})")
-    parser.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto")
+    add_dtype_argument(parser)
     add_device_argument(parser)
     parser.add_argument("--threads", type=parse_threads, default=None, metavar="N|auto",
-                        help="CPU threads (default: torch's, all cores; auto: the cores other processes leave idle)")
+                        help="CPU threads (auto: the cores other processes leave idle; default: auto on the "
+                             "quantized runners, whose results do not depend on it, else torch's, all cores)")
     add_runner_argument(parser)
     add_draft_length_argument(parser)
     parser.add_argument("--max-queue", type=int, default=None,
@@ -201,7 +203,6 @@ def _check_artifact_paths(config: ServerConfig) -> None:
 
 
 def run_serve(args) -> int:
-    import torch
     import uvicorn
 
     import multidraft
@@ -210,17 +211,20 @@ def run_serve(args) -> int:
     from multidraft.server.connections import uvicorn_config
 
     config = build_config(args)
+    config.draft_length = args.draft_length
     get_method(config.default_method)             # fail fast, before loading a model
     _check_artifact_paths(config)
     sock = bind_socket(args.host, args.port)
     try:
-        dtype = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
-        apply_threads(args.threads)
+        dtype = dtype_choice(args.dtype)
+        threads = measure_default_threads(args.threads)   # before loading: this process idles
         lm = multidraft.load_model(args.model, dtype=dtype, device=args.device, runner=args.runner)
-        lm.draft_length = args.draft_length
+        apply_for_model(lm, threads)
         draft_lm = multidraft.load_model(args.draft, dtype=dtype, device=args.device, runner=args.runner) if args.draft else None
-        for name, model in list((config.artifacts.get("rescorer") or {}).items()):
-            config.artifacts["rescorer"][name] = multidraft.load_model(model, dtype=lm.dtype, device=str(lm.device))
+        rescorers = {name: multidraft.load_model(model, dtype=lm.dtype, device=str(lm.device))
+                     for name, model in (config.artifacts.get("rescorer") or {}).items()}
+        if rescorers:              # a new mapping: the configuration read from the flags keeps its model names
+            config = dataclasses.replace(config, artifacts={**config.artifacts, "rescorer": rescorers})
         app = create_app(lm, config, draft_lm=draft_lm)
         port = sock.getsockname()[1]
         print(f"multidraft: serving {lm.name} on http://{args.host}:{port}/ (page at /, API at /v1)", flush=True)

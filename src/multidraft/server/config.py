@@ -43,6 +43,7 @@ class ServerConfig:
     artifacts: dict[str, dict[str, Any]] = field(default_factory=dict)
     suffix_store_tokens: int = 200_000  # tokens the cross-request store of method "suffix" keeps (per API key)
     suffix_isolation: bool = False    # one suffix store per API key instead of one for all requests (needs 2+ keys)
+    draft_length: str = "fixed"       # every request's draft-length mode (serve --draft-length)
 
     @property
     def api_keys(self) -> tuple:

@@ -1,94 +1,27 @@
 """Which method options a request may set, and how large: an allow-list, not a block-list.
 
-A request may set numbers, booleans and enum strings, each within a bound; the operator's caps
-(ServerConfig.max_beams, ...) bound the work one model step can take. Options that name something on the
-server (n-gram files, trained heads, rescoring and draft models) are never paths: the request sends a name
-the operator registered at `multidraft serve` time and the server substitutes the operator's value. A method
-missing from REQUEST_OPTIONS (one added later) runs with its defaults until its options are listed here.
-The library keeps accepting paths from its own callers; this module is only the server's gate.
+The allow-list is derived from the method rows (multidraft.methods; each option's typed spec in
+multidraft.method_options): a request may set an option whose spec says `http`, within the spec's HTTP bounds,
+and the operator's caps (ServerConfig.max_beams, ...) bound the work one model step can take. Options that name
+something on the server (n-gram files, trained heads, rescoring and draft models) are never paths: the request
+sends a name the operator registered at `multidraft serve` time and the server substitutes the operator's value.
+A new method's options are settable here as soon as its row has them. The library keeps accepting paths from its
+own callers; this module is only the server's gate.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Optional
 
+from multidraft.method_options import BIG, Opt
+from multidraft.methods import Method, get_method
 from multidraft.server.config import ServerConfig
 from multidraft.server.schemas import ApiError
+from multidraft.validation import MIN_TEMPERATURE
 
-# Below MIN_TEMPERATURE, logits / temperature overflows float32 (1e-300 gives inf/nan probabilities) and the
-# temperature is greedy in all but name: a request must say 0. The library (multidraft.validation, issue #16)
-# uses the same floor, so the server and the library say the same thing. A top_p under MIN_TOP_P rounds to 0 in
-# float32; top_k=1 is the way to ask for the top token only.
-MIN_TEMPERATURE = 1e-2
-MIN_TOP_P = 1e-5
-BIG = 1_000_000          # a bound for integers that have no natural cap (steps, layers): keeps them machine-sized
-
-
-@dataclass(frozen=True)
-class Opt:
-    # int | float | bool | enum | temperatures | weights | induction_head_pairs | induction_head_set | artifact
-    kind: str
-    low: float = -math.inf
-    high: float = math.inf
-    cap: Optional[str] = None        # a ServerConfig field bounding the value from above
-    nullable: bool = False
-    choices: tuple = ()
-    artifact: Optional[str] = None   # for kind "artifact": which registry (ServerConfig.artifacts)
-    target: Optional[str] = None     # for kind "artifact": the library option that receives the value
-
-
-DRAFT_TOKENS = Opt("int", 1, cap="max_draft_tokens")
-DRAFT_MODEL = Opt("artifact", artifact="draft_model")
-NGRAM_SUPERPOSED = Opt("artifact", artifact="ngram", target="ngram")
-NGRAM_BLOCKWISE = Opt("artifact", artifact="ngram", target="ngram_path")
-
-REQUEST_OPTIONS: dict[str, dict[str, Opt]] = {
-    "greedy": {},
-    "sample": {},
-    "beam": {"num_beams": Opt("int", 1, cap="max_beams"), "length_penalty": Opt("float", -100, 100)},
-    "pld": {"max_ngram": Opt("int", 1, 64), "num_draft_tokens": DRAFT_TOKENS,
-            "variant": Opt("enum", choices=("hf", "reference"))},
-    "pld_plus": {"rank_by": Opt("enum", choices=("hidden", "attention", "first")), "num_draft_tokens": DRAFT_TOKENS,
-                 "short_draft_tokens": Opt("int", 1, cap="max_draft_tokens", nullable=True),
-                 "layer": Opt("int", 0, BIG, nullable=True), "theta": Opt("float", -1, 1, nullable=True),
-                 "avg_window": Opt("int", 1, 64), "induction_heads": Opt("induction_head_pairs", nullable=True),
-                 "num_induction_heads": Opt("int", 1, 4096), "induction_head_set": Opt("induction_head_set"),
-                 "aggregate": Opt("enum", choices=("max", "sum")), "scope": Opt("enum", choices=("context", "prompt"))},
-    "suffix": {"max_draft_tokens": DRAFT_TOKENS, "alpha": Opt("float", 0, 1000),
-               "min_token_prob": Opt("float", 0, 1), "use_context": Opt("bool")},
-    "bild": {"draft_model": DRAFT_MODEL, "max_draft_tokens": DRAFT_TOKENS, "fallback_threshold": Opt("float", 0, 1),
-             "rollback_threshold": Opt("float", 0, 1e6)},
-    "speculative": {"draft_model": DRAFT_MODEL, "num_draft_tokens": DRAFT_TOKENS, "adaptive": Opt("bool"),
-                    "draft_temperature": Opt("temperatures", nullable=True), "stop_below": Opt("float", 0, 1)},
-    "multi_draft": {"draft_model": DRAFT_MODEL, "num_drafts": Opt("int", 1, cap="max_drafts"),
-                    "num_draft_tokens": DRAFT_TOKENS,
-                    "selection": Opt("enum", choices=("specinfer", "spectr", "is", "is_lp", "is_lp_truncated")),
-                    "draft_temperatures": Opt("temperatures", nullable=True), "adaptive": Opt("bool"),
-                    "stop_below": Opt("float", 0, 1)},
-    "mtad": {"draft_model": DRAFT_MODEL, "num_beams": Opt("int", 1, cap="max_beams"), "num_draft_tokens": DRAFT_TOKENS,
-             "accept_threshold": Opt("float", 0, 1), "threshold_semantics": Opt("enum", choices=("paper", "strict")),
-             "deterministic": Opt("bool")},
-    "superposed": {"n_token_sample": Opt("int", 1, cap="max_tree_tokens", nullable=True),
-                   "tau": Opt("float", MIN_TEMPERATURE, 100), "alpha": Opt("float", 0, 1), "ngram": NGRAM_SUPERPOSED,
-                   "ngram_weights": Opt("weights"), "log_penalty": Opt("float", 0, 1e6),
-                   "first_step": Opt("enum", choices=("interpolated", "lm_only")),
-                   "reset_every": Opt("int", 1, BIG, nullable=True),
-                   "reset_choice": Opt("enum", choices=("sample", "argmax"))},
-    "blockwise": {"heads": Opt("artifact", artifact="heads", target="heads"), "num_heads": Opt("int", 1, 64, nullable=True),
-                  "rescoring": Opt("enum", choices=("none", "neural", "ngram")),
-                  "lattice_k": Opt("int", 1, cap="max_lattice_k"), "num_paths": Opt("int", 1, cap="max_drafts"),
-                  "alpha": Opt("float", 0, 100), "ngram_order": Opt("int", 1, 16), "ngram": NGRAM_BLOCKWISE,
-                  "rescorer": Opt("artifact", artifact="rescorer", target="rescorer")},
-}
-
-# Library options a request can never set, with what to do instead.
-INSTEAD = {"ngram_path": "name a file with 'ngram' instead",
-           "selection_options": "the selection scheme runs with its defaults on this server",
-           "store": "the server keeps the suffix store itself (multidraft serve --suffix-store-tokens, --suffix-isolation)",
-           "update_store": "the server adds every finished request to its suffix store",
-           "draft": "name a draft model with 'draft_model'", "draft_lm": "name a draft model with 'draft_model'"}
+__all__ = ["BIG", "MIN_TEMPERATURE", "MIN_TOP_P", "http_options", "request_options", "default_artifact"]
+MIN_TOP_P = 1e-5         # a top_p under this rounds to 0 in float32; top_k=1 is the way to ask for the top token only
 
 ARTIFACT_FLAGS = {"ngram": "--ngram NAME=PATH", "heads": "--heads NAME=PATH", "rescorer": "--rescorer NAME=MODEL",
                   "draft_model": "--draft MODEL"}
@@ -96,36 +29,47 @@ ARTIFACT_WORDS = {"ngram": "an n-gram file", "heads": "a set of trained heads", 
                   "draft_model": "a draft model"}
 
 
-def request_options(method: str, given: dict[str, Any], config: ServerConfig, n: int) -> dict[str, Any]:
+def http_options(method: Method) -> dict[str, Opt]:
+    """The options of `method` a request may set (the number of outputs is set with 'n')."""
+    return {name: opt for name, opt in method.specs.items() if opt.http and not opt.outputs}
+
+
+def request_options(method: str, given: dict[str, Any], config: ServerConfig, n: int,
+                    named: Optional[dict] = None) -> dict[str, Any]:
     """The library options for a request's method options: checked against the allow-list and the caps, with
-    artifact names replaced by the operator's values. Raises ApiError(400) naming the option."""
-    allowed = REQUEST_OPTIONS.get(method, {})
+    artifact names replaced by the operator's values (`named`: kind -> {name: value}, default config.artifacts).
+    Raises ApiError(400) naming the option."""
+    named = config.artifacts if named is None else named
+    row = get_method(method)
+    allowed = http_options(row)
     options: dict[str, Any] = {}
     for name, value in given.items():
         spec = allowed.get(name)
         if spec is None:
             settable = ", ".join(sorted(allowed)) or "none"
-            why = INSTEAD.get(name, "it is not settable per request on this server")
+            known = row.specs.get(name)
+            if known is not None and known.outputs:
+                raise ApiError(400, f"set the number of drafts with 'n', not {name!r}", param=name)
+            why = (known.why_not_http if known is not None else "") or "it is not settable per request on this server"
             raise ApiError(400, f"option {name!r} of method {method!r} cannot be set in a request: {why} "
                                 f"(options a request may set for {method!r}: {settable})", param=name)
         if spec.kind == "artifact":
-            resolved = _artifact(name, value, spec, config)
+            resolved = _artifact(name, value, spec, named)
             if resolved is not None:
-                options[spec.target or name] = resolved
+                options[spec.http_target or name] = resolved
             continue
         options[name] = _checked(name, value, spec, config)
-    _check_sizes(method, options, config, n)
+    _check_sizes(row, options, config, n)
     return options
 
 
-def default_artifact(kind: str, config: ServerConfig):
+def default_artifact(kind: str, named: dict):
     """The operator's value used when a request names none (the first one registered), or None."""
-    named = config.artifacts.get(kind) or {}
-    return next(iter(named.values()), None)
+    return next(iter((named.get(kind) or {}).values()), None)
 
 
-def _artifact(name: str, value, spec: Opt, config: ServerConfig):
-    named = config.artifacts.get(spec.artifact) or {}
+def _artifact(name: str, value, spec: Opt, named: dict):
+    named = named.get(spec.artifact) or {}
     words, flag = ARTIFACT_WORDS[spec.artifact], ARTIFACT_FLAGS[spec.artifact]
     if value is None or value == "default":
         return None                   # the operator's default (the library's default file, or the first registered)
@@ -143,11 +87,14 @@ def _checked(name: str, value, spec: Opt, config: ServerConfig):
         if spec.nullable:
             return None
         raise ApiError(400, f"option {name!r} cannot be null", param=name)
-    high = min(spec.high, getattr(config, spec.cap)) if spec.cap else spec.high
+    low = -math.inf if spec.server_low is None else spec.server_low
+    high = math.inf if spec.server_high is None else spec.server_high
+    if spec.cap:
+        high = min(high, getattr(config, spec.cap))
     if spec.kind == "int":
-        return _number(name, value, spec.low, high, integer=True, cap=spec.cap)
+        return _number(name, value, low, high, integer=True, cap=spec.cap)
     if spec.kind == "float":
-        return _number(name, value, spec.low, high, cap=spec.cap)
+        return _number(name, value, low, high, cap=spec.cap)
     if spec.kind == "bool":
         if not isinstance(value, bool):
             raise ApiError(400, f"option {name!r} must be true or false, got {_show(value)}", param=name)
@@ -201,11 +148,12 @@ def _number(name: str, value, low: float, high: float, integer: bool = False, ca
     return value
 
 
-def _check_sizes(method: str, options: dict, config: ServerConfig, n: int) -> None:
+def _check_sizes(row: Method, options: dict, config: ServerConfig, n: int) -> None:
     """Products of options that bound one request's work (each factor is already capped on its own)."""
+    method, defaults = row.name, row.options
+
     def get(name):
-        default = _library_default(method, name)
-        value = options.get(name, default)
+        value = options.get(name, defaults.get(name))
         return value if isinstance(value, int) and not isinstance(value, bool) else 1
 
     def refuse(what: str, size: int, cap: str):
@@ -221,14 +169,6 @@ def _check_sizes(method: str, options: dict, config: ServerConfig, n: int) -> No
         refuse("num_beams x num_draft_tokens", get("num_beams") * get("num_draft_tokens"), "max_tree_tokens")
     if method == "blockwise" and get("lattice_k") * get("num_paths") > config.max_tree_tokens:
         refuse("lattice_k x num_paths", get("lattice_k") * get("num_paths"), "max_tree_tokens")
-
-
-def _library_default(method: str, name: str):
-    from multidraft.methods import get_method
-    try:
-        return get_method(method).options.get(name)
-    except Exception:
-        return None
 
 
 def _show(value) -> str:

@@ -12,20 +12,20 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
-import multidraft
+from multidraft import validation
+from multidraft.api import generate_request
 from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.methods import Method, available_methods, get_method
+from multidraft.request import Request
 from multidraft.server.config import ServerConfig
-from multidraft.server.options import BIG, MIN_TEMPERATURE, MIN_TOP_P, default_artifact, request_options
+from multidraft.server.options import default_artifact, request_options
 from multidraft.server.schemas import ApiError, ChatRequest
 from multidraft.server.worker import JobCancelled, JobTimedOut
 from multidraft.text_stream import TextStreamer
 from multidraft.types import DecodeStats
 
-MULTI_OUTPUT_OPTIONS = ("num_drafts", "k")          # option names meaning "how many drafts to return"
-DRAFT_MODEL_OPTIONS = ("draft_model", "draft", "draft_lm")  # option names that take the --draft model
 MAX_STOP_STRINGS = 4
 MAX_STOP_LENGTH = 256
 CHAT_ROLES = ("system", "user", "assistant")     # as multidraft.validation (the chat templates know these)
@@ -56,32 +56,30 @@ def _has_default_ngram(lm) -> bool:
         return False
 
 
-def multi_output_option(spec: Method) -> Optional[str]:
-    """The option that sets how many outputs a one-pass multi-output decoder returns, or None."""
-    if spec.run is None:
-        return None
-    return next((name for name in MULTI_OUTPUT_OPTIONS if name in spec.options), None)
-
-
 @dataclass
 class Plan:
-    method: str
-    spec: Method
-    options: dict[str, Any]
-    prompts: list[Any]            # text, token ids, or chat messages (list of dicts)
+    """A checked HTTP request: one library `Request` per prompt (the same method, options and sampling), plus what
+    only the server has (n choices, streaming)."""
+    requests: list[Request]
     chat: bool
     n: int
-    max_tokens: int
-    temperature: Optional[float]
-    top_p: float
-    top_k: int
-    seed: Optional[int]
-    stop: list[str]
     stream: bool
 
     @property
+    def method(self) -> str:
+        return self.requests[0].method
+
+    @property
+    def spec(self) -> Method:
+        return self.requests[0].row
+
+    @property
     def greedy(self) -> bool:
-        return self.temperature == 0 or (self.temperature is None and self.method != "sample")
+        return self.requests[0].greedy
+
+    @property
+    def seed(self) -> Optional[int]:
+        return self.requests[0].params.seed
 
 
 @dataclass
@@ -100,8 +98,11 @@ class Outcome:
     calls: int
 
 
-def build_plan(request, config: ServerConfig, draft_lm=None) -> Plan:
-    """Check limits and options before the request is queued; raises ApiError(400)."""
+def build_plan(request, config: ServerConfig, draft_lm=None, suffix_store=None, named=None) -> Plan:
+    """Check limits and options before the request is queued; raises ApiError(400). The library builds and checks
+    the `Request`s; the server adds only its caps, its allow-list, its artifacts (`named`: kind -> {name: value},
+    default config.artifacts) and its suffix store."""
+    named = config.artifacts if named is None else named
     chat = isinstance(request, ChatRequest)
     if chat:
         if not request.messages:
@@ -127,57 +128,55 @@ def build_plan(request, config: ServerConfig, draft_lm=None) -> Plan:
     stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
     if len(stop) > MAX_STOP_STRINGS:
         raise ApiError(400, f"'stop' holds {len(stop)} strings; at most {MAX_STOP_STRINGS} are allowed", param="stop")
-    if request.temperature is not None and not 0 <= request.temperature <= 100:
-        raise ApiError(400, f"'temperature' must be between 0 and 100, got {request.temperature}", param="temperature")
-    if request.temperature is not None and 0 < request.temperature < MIN_TEMPERATURE:
-        raise ApiError(400, f"'temperature' must be 0 (greedy) or at least {MIN_TEMPERATURE:g} (smaller values "
-                            f"overflow the softmax), got {request.temperature!r}", param="temperature")
-    if not MIN_TOP_P <= request.top_p <= 1:
-        raise ApiError(400, f"'top_p' must be in [{MIN_TOP_P:g}, 1] (1 turns it off), got {request.top_p}",
-                       param="top_p")
-    if not 0 <= request.top_k <= BIG:
-        raise ApiError(400, f"'top_k' must be between 0 (off) and {BIG}, got {request.top_k}", param="top_k")
-    if request.seed is not None and not 0 <= request.seed < 2 ** 62:
-        raise ApiError(400, f"'seed' must be between 0 and 2**62 - 1, got {request.seed}", param="seed")
+    for name in ("temperature", "top_p", "top_k", "seed"):     # the library's rule table, with the server's bounds
+        value = getattr(request, name)
+        if value is not None or name != "temperature":
+            try:
+                validation.sampling_value(name, value, http=True)
+            except InvalidOptionError as exc:
+                raise ApiError(400, str(exc), param=name) from None
     if any(len(s) > MAX_STOP_LENGTH for s in stop):
         raise ApiError(400, f"a stop string is longer than {MAX_STOP_LENGTH} characters", param="stop")
 
     method = request.method or config.default_method
-    if method == "greedy" and request.temperature:
-        method = "sample"          # greedy at temperature > 0 samples: run and report it as what it is
     try:
         spec = get_method(method)
         given = dict(request.model_extra or {})
-        k_option = multi_output_option(spec)
-        if k_option and k_option in given:
-            raise InvalidOptionError(f"set the number of drafts with 'n', not {k_option!r}")
-        unknown = {name: value for name, value in given.items() if name not in spec.options}
+        unknown = {name: value for name, value in given.items() if name not in spec.specs}
         if unknown:                                  # the library's message lists the method's options
             spec.resolve_options(unknown)
     except InvalidOptionError as exc:
         raise ApiError(400, str(exc), param="method" if "method" in str(exc) else None) from None
-    options = request_options(method, given, config, request.n)
-    for name in DRAFT_MODEL_OPTIONS:                 # the operator's draft model unless the request named one
-        if name in spec.options and name not in options:
-            chosen = draft_lm if draft_lm is not None else default_artifact("draft_model", config)
+    options = request_options(method, given, config, request.n, named)
+    for name in spec.artifact_options("draft_model"):   # the operator's draft model unless the request named one
+        if name not in options:
+            chosen = draft_lm if draft_lm is not None else default_artifact("draft_model", named)
             if chosen is not None:
                 options[name] = chosen
-    if method == "sample" and request.temperature == 0:
-        raise ApiError(400, "method 'sample' needs temperature > 0; use method 'greedy' for temperature 0",
-                       param="temperature")
-    return Plan(method, spec, options, prompts, chat, request.n, max_tokens, request.temperature, request.top_p,
-                request.top_k, request.seed, stop, request.stream)
+    if spec.outputs_option:                          # one pass makes the n choices
+        options[spec.outputs_option] = request.n
+    if suffix_store is not None and "store" in spec.specs:
+        options["store"] = suffix_store
+    try:
+        requests = [Request.build(prompt, method, max_new_tokens=max_tokens, temperature=request.temperature,
+                                  top_p=request.top_p, top_k=request.top_k, seed=request.seed, stop=stop,
+                                  chat=chat, draft_length=config.draft_length, options=options)
+                    for prompt in prompts]
+    except PromptError as exc:
+        raise ApiError(400, str(exc), param="messages" if chat else "prompt") from None
+    except InvalidOptionError as exc:           # an option's row check ("method 'x': ..."), or the temperature rules
+        message = str(exc)
+        param = "method" if message.startswith("method '") else "temperature" if "temperature" in message else None
+        raise ApiError(400, message, param=param) from None
+    return Plan(requests, chat, request.n, request.stream)
 
 
-def attach_suffix_store(plan: Plan, stores, client: Optional[str]) -> None:
-    """Method "suffix" drafts from (and adds to) the server's store for this request's client: the API key it
-    authenticated with (None without authentication: the shared store)."""
-    if "store" not in plan.spec.options or plan.method != "suffix":
-        return
-    if "store" in plan.options:
-        raise ApiError(400, "option 'store' cannot be set per request; the server keeps the suffix store "
-                            "(multidraft serve --suffix-store-tokens, --suffix-isolation)", param="store")
-    plan.options["store"] = stores.for_key(client)
+def suffix_store_for(method: str, stores, client: Optional[str]):
+    """The server's suffix store for this request's client when the method drafts from one, else None: the API key
+    the request authenticated with (None without authentication: the shared store), never an unchecked bearer."""
+    if method != "suffix":
+        return None
+    return stores.for_key(client)
 
 
 def _prompts(prompt, config: ServerConfig) -> list:
@@ -195,39 +194,42 @@ def _prompts(prompt, config: ServerConfig) -> list:
     return prompts
 
 
-def _encode(lm, prompt, chat: bool, config: ServerConfig) -> list[int]:
+def _encode(lm, request: Request, config: ServerConfig) -> list[int]:
+    """The prompt's ids, encoded once: the server's own limits, then the library's checks (context length)."""
+    prompt = request.prompt
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
         bad = [t for t in prompt if not 0 <= t < lm.vocab_size]
         if bad:
             raise PromptError(f"token id {bad[0]} is outside the vocabulary (0..{lm.vocab_size - 1})")
     elif isinstance(prompt, list) and not prompt:
         raise PromptError("a prompt holds no tokens")
-    ids = lm.encode(prompt, chat=chat)
+    ids = request.encode(lm)
     if len(ids) > config.max_prompt_tokens:
         raise PromptError(f"the prompt has {len(ids)} tokens; this server allows at most {config.max_prompt_tokens} "
                           f"(serve --max-prompt-tokens)")
+    lm.check_prompt_length(len(ids), request.max_new_tokens)
     return ids
 
 
-def run_plan(lm, plan: Plan, job, config: ServerConfig, metrics) -> Outcome:
+def run_plan(lm, plan: Plan, job, config: ServerConfig, metrics, artifacts=None) -> Outcome:
     """Runs on the worker thread. With plan.stream, emits ("delta", choice_index, text) events as it goes."""
     choices: list[Choice] = []
     all_stats: list[DecodeStats] = []
     prompt_tokens = 0
-    k_option = multi_output_option(plan.spec)
-    for prompt_index, prompt in enumerate(plan.prompts):
-        ids = _encode(lm, prompt, plan.chat, config)
+    one_pass = plan.spec.outputs_option is not None        # the n choices come from one run's ranked drafts
+    for prompt_index, request in enumerate(plan.requests):
+        ids = _encode(lm, request, config)
         prompt_tokens += len(ids)
         base = prompt_index * plan.n
-        if k_option:
+        if one_pass:
             calls = [(plan.seed if plan.seed is not None else _random_seed(), list(range(plan.n)))]
         elif plan.greedy:
             calls = [(plan.seed, list(range(plan.n)))]
         else:
             first = plan.seed if plan.seed is not None else _random_seed()
-            calls = [(first + i, [i]) for i in range(plan.n)]
+            calls = [(validation.nth_seed(first, i), [i]) for i in range(plan.n)]
         for call_number, (seed, indices) in enumerate(calls):
-            streamer = TextStreamer(lm.decode, plan.stop) if plan.stream and not k_option else None
+            streamer = TextStreamer(lm.decode, request.stop) if plan.stream and not one_pass else None
 
             produced = [0]
 
@@ -240,25 +242,21 @@ def run_plan(lm, plan: Plan, job, config: ServerConfig, metrics) -> Outcome:
                         for index in indices:
                             job.emit("delta", base + index, delta)
 
-            options = dict(plan.options)
-            if k_option:
-                options[k_option] = plan.n
             try:
-                result = multidraft.generate(lm, ids, method=plan.method, max_new_tokens=plan.max_tokens,
-                                             temperature=plan.temperature, top_p=plan.top_p, top_k=plan.top_k,
-                                             seed=seed, stop=plan.stop, on_token=on_token, **options)
+                result = generate_request(lm, request.with_seed(seed), on_token=on_token, prompt_ids=ids,
+                                          artifacts=artifacts)
             except (JobCancelled, JobTimedOut):
                 # Like vLLM: the work done still counts (prompt and generated tokens), and every choice that
                 # did not finish is a request_success_total{finished_reason="abort"}.
                 metrics.inc("vllm:prompt_tokens_total", len(ids))
                 metrics.inc("vllm:generation_tokens_total", produced[0])
-                unfinished = len(plan.prompts) * plan.n - len(choices)
+                unfinished = len(plan.requests) * plan.n - len(choices)
                 metrics.inc("vllm:request_success_total", unfinished, finished_reason="abort")
                 raise
             all_stats.append(result.stats)
             finish = _finish_reason(result.stats)
             metrics.record_generation(result.stats, finish)
-            outputs = list(result.drafts or [])[:plan.n] if k_option else [result] * len(indices)
+            outputs = list(result.drafts or [])[:plan.n] if one_pass else [result] * len(indices)
             for index, output in zip(indices, outputs):
                 reason = _finish_reason(output.stats) if output is not result else finish
                 choice = Choice(base + index, output.text, list(output.token_ids), reason)

@@ -268,14 +268,14 @@ def run_superposed(lm, prompt_ids, sampler, output, stats, options):
         raise InvalidOptionError("superposed decoding is deterministic and has its own temperature `tau`; "
                                  "leave temperature unset (0) and pass tau=... instead")
     check_inputs_embeds(lm)
+    # The row's load_artifacts resolved `ngram` (into the caller's Artifacts) when alpha > 0.
     ngram = resolve_ngram(lm, options.get("ngram")) if config.alpha > 0 else None
     started = time.perf_counter()
     result = superposed_decode(lm, prompt_ids, output.max_new_tokens, config, ngram, seed=sampler.params.seed)
-    stats.total_time = time.perf_counter() - started
     stats.target_calls += result.forward_calls
     stats.prefill_time, stats.verify_time, stats.draft_time = (result.prefill_seconds, result.forward_seconds,
                                                                result.ngram_seconds)
-    for _ in range(result.forward_calls):
-        stats.record_step(1, [], 0)
+    stats.record_plain_steps(result.forward_calls)      # each forward (the prefill too) emits one token of every draft
     output.add(result.drafts[0].token_ids if result.drafts else [])
+    output.finalize(stats, started)
     return [Generation(lm.decode(d.token_ids), list(d.token_ids), stats, score=d.norm_score) for d in result.drafts]

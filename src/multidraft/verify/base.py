@@ -13,6 +13,8 @@ class Verifier:
 
     name = "verifier"
     lossless = True
+    # The typed Draft parts (types.DRAFT_FIELDS) this verifier reads: its drafter must provide them.
+    needs: tuple[str, ...] = ()
 
     def verify(self, draft: Draft, target_logits: torch.Tensor, sampler: PositionSampler,
                first_position: int) -> Verdict:

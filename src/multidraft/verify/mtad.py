@@ -74,6 +74,7 @@ class MTADVerifier(Verifier):
 
     name = "mtad"
     lossless = False
+    needs = ("draft_logprobs",)
 
     def __init__(self, accept_threshold: float = 0.1, threshold_semantics: str = "paper"):
         self.accept_threshold = check_threshold(accept_threshold, threshold_semantics)
@@ -83,7 +84,7 @@ class MTADVerifier(Verifier):
         gamma = len(draft)
         accepted = 0
         if gamma:
-            draft_logprobs = list(draft.info["draft_logprobs"])[:gamma]
+            draft_logprobs = list(draft.draft_logprobs)[:gamma]
             target_probs = logits_to_probs(target_logits[:gamma], joint_law_params(sampler.params))  # as the draft
             tokens = torch.as_tensor(draft.token_ids, device=target_probs.device)
             picked = target_probs.gather(1, tokens[:, None])[:, 0].double()

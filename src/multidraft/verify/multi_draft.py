@@ -47,11 +47,10 @@ class DraftChains:
 
 def chains_of(draft) -> DraftChains:
     """The chains of a multi-draft tree, or the single chain of an ordinary draft with `draft_probs`."""
-    chains = draft.info.get("chains")
-    if chains is not None:
-        return chains
+    if draft.chains is not None:
+        return draft.chains
     if len(draft) and (draft.draft_probs is None or not draft.is_chain()):
-        raise ValueError("speculative verification needs a chain with draft_probs, or draft.info['chains']")
+        raise ValueError("speculative verification needs a chain with draft_probs, or draft.chains")
     probs = draft.draft_probs[None] if len(draft) else torch.zeros(1, 0, 1)
     return DraftChains([list(draft.token_ids)], [list(range(len(draft)))], probs)
 
@@ -61,6 +60,7 @@ class MultiDraftVerifier(Verifier):
 
     name = "multi_draft"
     lossless = True
+    needs = ("chains",)
 
     def __init__(self, selection: str = "specinfer", **selection_options):
         if selection not in SCHEMES or selection == "optimal_lp":

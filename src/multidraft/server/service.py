@@ -1,0 +1,168 @@
+"""The generation service behind the HTTP routes: one model, its worker, its metrics and what requests may name.
+
+It owns what the routes share (the worker and its queue, the metrics, the suffix stores, the loaded artifacts) and
+does the non-HTTP work of a request: check it into a `Plan`, queue it as a `Job`, wait for the job's events, cancel
+it, and turn a library error into an `ApiError`. The caller's `ServerConfig` is never rewritten: the artifacts
+requests may name (the operator's, with the --draft model as the default draft) are this object's own mapping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from typing import Any, Optional
+
+from multidraft.artifacts import Artifacts
+from multidraft.errors import CorruptCacheError, MultidraftError, NumericalError
+from multidraft.methods import available_methods
+from multidraft.server.config import ServerConfig
+from multidraft.server.metrics import Metrics
+from multidraft.server.options import http_options
+from multidraft.server.plan import Plan, build_plan, run_plan, suffix_store_for, suggestion_defaults
+from multidraft.server.schemas import ApiError
+from multidraft.server.worker import Job, JobCancelled, JobTimedOut, ModelWorker, QueueFullError
+
+log = logging.getLogger("multidraft.server")
+GRACE_SECONDS = 2.0      # how long past its deadline a coroutine waits for a worker stuck inside one forward
+
+
+class GenerationService:
+    def __init__(self, lm, config: ServerConfig, draft_lm=None):
+        from multidraft.suffix.registry import StoreRegistry
+
+        self.lm, self.config, self.draft_lm = lm, config, draft_lm
+        self.named: dict[str, dict[str, Any]] = {kind: dict(named) for kind, named in config.artifacts.items()}
+        if draft_lm is not None:                 # the --draft model is the default one, and may be named
+            self.named["draft_model"] = {draft_lm.name: draft_lm, **self.named.get("draft_model", {})}
+        self.model_name = config.model_name or lm.name
+        self.metrics = Metrics(self.model_name)
+        self.worker = ModelWorker(config.max_queue)
+        # Every model the worker may run is checked for the job's deadline/cancellation inside each forward.
+        loaded = [lm, *[v for named in self.named.values() for v in named.values() if hasattr(v, "model")]]
+        self.hooks = self.worker.watch_models(*{id(m): m for m in loaded}.values())
+        self.metrics.set_gauge_source("vllm:num_requests_running", lambda: self.worker.running)
+        self.metrics.set_gauge_source("vllm:num_requests_waiting", lambda: self.worker.waiting)
+        self.started = int(time.time())
+        self.suggest = suggestion_defaults(config, lm)     # once: it may fingerprint the tokenizer the worker uses
+        self.suffix_stores = StoreRegistry(config.suffix_store_tokens, config.suffix_isolation)
+        self.artifacts = Artifacts()       # the n-gram files, heads, models requests name: loaded once, here
+
+    def close(self) -> None:
+        self.worker.stop()
+        for handle in self.hooks:
+            handle.remove()
+
+    # ----- what the routes answer
+    def health(self) -> dict:
+        return {"status": "ok", "model": self.model_name, "running": self.worker.running,
+                "waiting": self.worker.waiting}
+
+    def models(self) -> dict:
+        return {"object": "list", "data": [{"id": self.model_name, "object": "model", "created": self.started,
+                                            "owned_by": "multidraft", "max_model_len": self.lm.context_length}]}
+
+    def page_config(self) -> dict:
+        methods = {name: {"lossless": m.lossless, "description": m.description,
+                          "options": {k: v for k, v in m.options.items() if _jsonable(v)},
+                          "request_options": sorted(http_options(m))}
+                   for name, m in sorted(available_methods().items())}
+        return {"model": self.model_name, "suggest": self.suggest, "methods": methods,
+                "limits": {"max_n": self.config.max_n, "max_tokens": self.config.max_tokens},
+                "auth": bool(self.config.api_keys),
+                "artifacts": {kind: ["default", *named] for kind, named in self.named.items()}}
+
+    # ----- one request
+    def plan(self, body, client: Optional[str]) -> Plan:
+        """The checked plan of a request; `client` is the API key it authenticated with (None: no authentication)."""
+        if body.model is not None and body.model not in (self.model_name, self.lm.name):
+            raise ApiError(404, f"model {body.model!r} is not served here; this server serves {self.model_name!r}",
+                           param="model", code="model_not_found")
+        store = suffix_store_for(body.method or self.config.default_method, self.suffix_stores, client)
+        plan = build_plan(body, self.config, self.draft_lm, store, self.named)
+        self.metrics.inc("multidraft:method_requests_total", method=plan.method)
+        return plan
+
+    def submit(self, plan: Plan, arrived: float) -> Job:
+        job = Job(lambda job: run_plan(self.lm, plan, job, self.config, self.metrics, self.artifacts),
+                  arrived + self.config.request_timeout, asyncio.get_running_loop())
+        try:
+            self.worker.submit(job)
+        except QueueFullError:
+            self.metrics.inc("multidraft:requests_rejected_total")
+            raise ApiError(429, f"the server is busy ({self.worker.waiting} requests waiting, the most it queues is "
+                                f"{self.config.max_queue}); retry shortly", code="queue_full") from None
+        return job
+
+    async def next_event(self, job: Job):
+        """The job's next event; ApiError(504) when the deadline passes while the job still waits in the queue (it
+        leaves the queue then), or when the worker overruns the deadline by GRACE_SECONDS."""
+        while True:
+            queued = job.started_at is None
+            wait = job.deadline + (0 if queued else GRACE_SECONDS) - time.monotonic()
+            try:
+                return await asyncio.wait_for(job.events.get(), timeout=max(wait, 0.01))
+            except asyncio.TimeoutError:
+                if queued and not self.worker.withdraw(job):
+                    continue                # the worker took it meanwhile: it gets the grace period
+                job.cancelled.set()
+                self.metrics.inc("multidraft:requests_timed_out_total")
+                raise self.timeout_error() from None
+
+    def cancel(self, job: Job) -> None:
+        if not job.cancelled.is_set():
+            job.cancelled.set()
+            self.metrics.inc("multidraft:requests_cancelled_total")
+        self.worker.withdraw(job)       # still queued: its slot is free now, not when the model reaches it
+
+    def timeout_error(self) -> ApiError:
+        return ApiError(504, f"the request did not finish within the server's limit of "
+                             f"{self.config.request_timeout:g} s (queueing included; serve --timeout)", code="timeout")
+
+    def translate(self, exc: BaseException) -> ApiError:
+        if isinstance(exc, JobTimedOut):
+            self.metrics.inc("multidraft:requests_timed_out_total")
+            return self.timeout_error()
+        if isinstance(exc, JobCancelled):
+            return ApiError(499, "the request was cancelled", code="cancelled")
+        if isinstance(exc, (NumericalError, CorruptCacheError)):     # the server's model or files are at fault
+            log.error("generation failed: %s", exc)
+            return ApiError(500, _without_paths(str(exc)))
+        if isinstance(exc, MultidraftError):        # bad options, prompt, missing n-gram data for the options...
+            return ApiError(400, _without_paths(str(exc)), param=_param_of(exc))
+        log.error("generation failed", exc_info=exc)
+        return _internal_error(exc)
+
+
+def _jsonable(value) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool, list, dict))
+
+
+_REQUEST_FIELDS = {"prompt", "messages", "max_tokens", "temperature", "top_p", "top_k", "n", "stop", "seed", "method",
+                   *(name for method in available_methods().values() for name in http_options(method))}
+
+
+def _param_of(exc: BaseException):
+    """The request field a library error is about: its `param` attribute, else the field its message starts
+    with ("temperature must be ...", "option 'x' ..."), when that is a field a request can set."""
+    param = getattr(exc, "param", None)
+    if isinstance(param, str):
+        return param
+    match = re.match(r"(?:option )?'?([a-z_]+)'?[ =]", str(exc))
+    return match.group(1) if match and match.group(1) in _REQUEST_FIELDS else None
+
+
+# An absolute or home-relative path inside a library message (not a URL path of this API, not "tokens/s").
+_PATH = re.compile(r"(?<![\w.:/~-])(?:~/|/(?!v1/))[^\s'\"`,;()]+")
+
+
+def _without_paths(message: str) -> str:
+    """A library message for a client: the server's paths (cache folders, the operator's files) go to the log only,
+    so a request cannot map the server's disk."""
+    return _PATH.sub("<server path>", message)
+
+
+def _internal_error(exc: BaseException) -> ApiError:
+    # The details (paths, library internals) go to the server log, not to the client.
+    return ApiError(500, f"internal error ({type(exc).__name__}); the server log has the details")

@@ -1,0 +1,120 @@
+"""The typed option specs on the method rows (issue #30): the server's allow-list, the CLI's -o parsing and
+`multidraft methods` are derived from them, so every option of every row reaches each of them."""
+
+import math
+
+import pytest
+
+from multidraft.errors import InvalidOptionError
+from multidraft.method_options import SCALAR_KINDS, Opt, parse_cli_value
+from multidraft.methods import METHODS, parse_cli_option
+from multidraft.server.config import ServerConfig
+from multidraft.server.options import http_options, request_options
+from multidraft.server.schemas import ApiError
+
+SERVER_KINDS = SCALAR_KINDS + ("temperatures", "weights", "induction_head_pairs", "induction_head_set", "artifact")
+CONFIG = ServerConfig(artifacts={"draft_model": {"tiny": "DRAFT"}, "ngram": {"corpus": "/srv/ngram.bin"},
+                                 "heads": {"mine": "/srv/heads.pt"}, "rescorer": {"small": "RESCORER"}}).validate()
+ROWS = sorted(METHODS.items())
+
+
+def sample_value(opt: Opt):
+    """A value a request may send for `opt`, inside its HTTP bounds and the default caps."""
+    if opt.kind == "enum":
+        return opt.choices[-1]
+    if opt.kind == "bool":
+        return not opt.default if isinstance(opt.default, bool) else True
+    if opt.kind in ("int", "float"):
+        low = opt.server_low if opt.server_low is not None else 0
+        high = opt.server_high if opt.server_high is not None else math.inf
+        value = opt.default if isinstance(opt.default, (int, float)) else min(max(low, 8), high)
+        return int(value) if opt.kind == "int" else float(value)
+    return {"temperatures": 1.0, "weights": [0.5, 0.25], "induction_head_pairs": [[0, 1]],
+            "induction_head_set": "all"}[opt.kind]
+
+
+@pytest.mark.parametrize("name,row", ROWS, ids=[n for n, _ in ROWS])
+def test_every_http_option_round_trips_through_the_allow_list(name, row):
+    artifact_names = {"draft_model": "tiny", "ngram": "corpus", "heads": "mine", "rescorer": "small"}
+    for option, opt in http_options(row).items():
+        assert opt.kind in SERVER_KINDS, f"{name}.{option}: the server cannot check kind {opt.kind!r}"
+        if opt.kind == "artifact":
+            sent = artifact_names[opt.artifact]
+            got = request_options(name, {option: sent}, CONFIG, 1)
+            assert got == {opt.http_target or option: CONFIG.artifacts[opt.artifact][sent]}
+            with pytest.raises(ApiError, match="names"):
+                request_options(name, {option: "/etc/passwd"}, CONFIG, 1)     # never a path
+            continue
+        value = sample_value(opt)
+        assert request_options(name, {option: value}, CONFIG, 1) == {option: value}, (name, option)
+        if opt.kind not in ("temperatures", "weights", "induction_head_pairs", "induction_head_set"):
+            # What the server lets through, the library takes (its own checks agree with the HTTP bounds).
+            row.resolve_options({option: value, **_needed(name)})
+
+
+def _needed(name):
+    from multidraft.suffix.store import SuffixStore
+    return {"store": SuffixStore()} if name == "suffix" else {}      # the server attaches its store
+
+
+@pytest.mark.parametrize("name,row", ROWS, ids=[n for n, _ in ROWS])
+def test_library_only_options_are_refused_over_http_with_a_reason(name, row):
+    for option, opt in row.specs.items():
+        if opt.http and not opt.outputs:
+            continue
+        with pytest.raises(ApiError) as info:
+            request_options(name, {option: opt.default}, CONFIG, 1)
+        assert info.value.status == 400 and option in str(info.value)
+        if not opt.outputs:
+            assert opt.why_not_http, f"{name}.{option} is library-only: say what a request does instead"
+
+
+def test_http_bounds_and_caps_come_from_the_rows():
+    with pytest.raises(ApiError, match="between 1 and 64"):
+        request_options("pld", {"max_ngram": 65}, CONFIG, 1)
+    capped = ServerConfig(max_beams=3).validate()
+    with pytest.raises(ApiError, match="serve --max-beams") as info:
+        request_options("beam", {"num_beams": 4}, capped, 1)
+    assert info.value.body()["error"]["code"] == "limit_exceeded"
+    with pytest.raises(ApiError, match="'n', not 'num_drafts'"):
+        request_options("superposed", {"num_drafts": 2}, CONFIG, 1)
+
+
+def test_suffix_row_checks_its_options_before_anything_runs():
+    suffix = METHODS["suffix"]
+    for bad, fragment in [({"alpha": 0}, "alpha"), ({"max_draft_tokens": 0}, "max_draft_tokens"),
+                          ({"min_token_prob": 2}, "min_token_prob"), ({"use_context": "yes"}, "use_context"),
+                          ({"store": "somewhere"}, "store"), ({"alpha": math.inf}, "alpha")]:
+        with pytest.raises(InvalidOptionError, match=fragment):
+            suffix.resolve_options(bad)
+
+
+def test_cli_values_are_typed_by_the_spec():
+    assert parse_cli_option("pld", "num_draft_tokens", "8") == 8
+    assert parse_cli_option("suffix", "alpha", "2") == 2.0 and isinstance(parse_cli_option("suffix", "alpha", "2"), float)
+    assert parse_cli_option("speculative", "adaptive", "true") is True
+    assert parse_cli_option("pld", "variant", "reference") == "reference"
+    assert parse_cli_option("blockwise", "num_heads", "none") is None
+    assert parse_cli_option("superposed", "ngram_weights", "[0.5, 0.5]") == [0.5, 0.5]
+    assert parse_cli_option("pld", "num_draft_tokens", "abc") == "abc"        # refused by the row's check
+    assert parse_cli_value("x", "3", None) == 3                                # unknown option: JSON as before
+    for name, row in ROWS:
+        for option, opt in row.specs.items():
+            if opt.kind in ("int", "float", "bool") and opt.default is not None:
+                assert parse_cli_option(name, option, str(opt.default)) == opt.default, (name, option)
+
+
+def test_methods_listing_names_every_option(capsys):
+    from multidraft.generate_cli import run_methods
+    assert run_methods(None) == 0
+    listing = capsys.readouterr().out
+    for name, row in ROWS:
+        assert name in listing
+        for option in row.specs:
+            assert f"-o {option}=" in listing
+
+
+def test_every_option_has_a_spec_and_rows_check_their_defaults():
+    for name, row in ROWS:
+        assert all(isinstance(opt, Opt) for opt in row.specs.values())
+        row.resolve_options(_needed(name))             # the defaults pass the row's own checks
