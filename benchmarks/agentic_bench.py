@@ -49,6 +49,7 @@ from multidraft.suffix import SuffixStore
 ROWS = ("greedy", "suffix", "suffix_req", "pld_plus", "pld", "hf_prompt_lookup", llama_cpp_peer.GREEDY,
         llama_cpp_peer.PROMPT_LOOKUP)
 PEERS = ("hf_prompt_lookup", llama_cpp_peer.GREEDY, llama_cpp_peer.PROMPT_LOOKUP)
+MIN_EPISODES_FOR_CI = 5
 Q8_COST = {1: 1.00, 2: 1.40, 4: 2.33, 8: 4.37, 16: 7.71}     # quantized-q8, 2 threads, idle (issue 29)
 
 
@@ -114,7 +115,8 @@ def tune(args) -> None:
     tokenizer = _Tokenizer(meta["eos_token_ids"], meta["fingerprint"])
     cost = cost_curve({int(k): float(v) for k, v in json.loads(args.cost).items()} if args.cost else Q8_COST)
     grid = [dict(zip(("max_draft_tokens", "alpha", "min_token_prob", "tree"), values), shared=True)
-            for values in itertools.product((4, 8, 12, 16, 24), (1.0, 2.0, 4.0), (0.1, 0.2, 0.3, 0.5), (True, False))]
+            for values in itertools.product((8, 16, 24, 32, 48), (0.5, 1.0, 1.5, 2.0, 4.0), (0.1, 0.3, 0.5, 0.7),
+                                            (True, False))]
     results = [evaluate(config, rows, tokenizer, cost, args) for config in grid + [{"pld": True}]]
     # The best few again without the shared store: what the store adds.
     best = sorted((r for r in results if not r.get("pld")), key=lambda r: -r["predicted_speedup"])[:3]
@@ -227,13 +229,17 @@ def run(args) -> None:
 
 
 def summarize(records, rows, args, load_start, store) -> str:
-    episodes_ = list(dict.fromkeys(r["episode"] for r in records))
+    # The resampled unit: whole episodes when there are enough of them (their steps are not independent), else
+    # steps (narrower than the truth; the table says which).
+    by_episode = len({r["episode"] for r in records}) >= MIN_EPISODES_FOR_CI
+    unit = (lambda r: r["episode"]) if by_episode else (lambda r: (r["episode"], r["step"]))
+    episodes_ = list(dict.fromkeys(unit(r) for r in records))
 
     def per_episode(row, task=None):
         """(tokens, seconds, calls) per episode of `task` (all tasks: None)."""
         out = []
         for episode in episodes_:
-            sel = [r for r in records if r["row"] == row and r["episode"] == episode and task in (None, r["task"])]
+            sel = [r for r in records if r["row"] == row and unit(r) == episode and task in (None, r["task"])]
             if sel:
                 out.append((sum(r["n"] for r in sel), sum(r["seconds"] for r in sel),
                             sum(r["calls"] or 0 for r in sel)))
@@ -241,10 +247,11 @@ def summarize(records, rows, args, load_start, store) -> str:
 
     memory = store.describe()
     lines = [f"{args.model}, runner {args.runner}, {args.threads} threads, draft length {args.draft_length}; "
-             f"{len(episodes_)} episodes ({args.tasks}), {sum(1 for r in records if r['row'] == rows[0])} steps, "
+             f"{len({r['episode'] for r in records})} episodes ({args.tasks}), {sum(1 for r in records if r['row'] == rows[0])} steps, "
              f"<= {args.max_new_tokens} new tokens per step; load average {load_start:.1f} at the start, "
              f"{os.getloadavg()[0]:.1f} at the end", "",
-             "tok/s pooled; ratios with 95% bootstrap intervals over episodes (paired); AAL = acceptance length.", ""]
+             f"tok/s pooled; ratios with 95% bootstrap intervals over {'episodes' if by_episode else 'steps'} (paired, "
+             f"{len(episodes_)} units); AAL = acceptance length.", ""]
     baselines = [b for b in ("greedy", "pld_plus", "hf_prompt_lookup", llama_cpp_peer.PROMPT_LOOKUP) if b in rows]
     for task in [None] + args.tasks.split(","):
         lines += [f"### {task or 'all agent tasks'}", "",
@@ -280,7 +287,7 @@ def main(argv=None) -> None:
         p.add_argument("--model", default="qwen2.5-coder-1.5b")
         p.add_argument("--runner", default="quantized-q8")
         p.add_argument("--tasks", default=",".join(AGENT_TASKS))
-        p.add_argument("--episodes", type=int, default=2, help="episodes per task")
+        p.add_argument("--episodes", type=int, default=1, help="episodes per task")
         p.add_argument("--max-new-tokens", type=int, default=256)
         p.add_argument("--threads", type=int, default=1)
         p.add_argument("--out", required=True)
