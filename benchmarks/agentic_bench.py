@@ -50,6 +50,9 @@ ROWS = ("greedy", "suffix", "suffix_req", "pld_plus", "pld", "hf_prompt_lookup",
         llama_cpp_peer.PROMPT_LOOKUP)
 PEERS = ("hf_prompt_lookup", llama_cpp_peer.GREEDY, llama_cpp_peer.PROMPT_LOOKUP)
 MIN_EPISODES_FOR_CI = 5
+# The second (final) tuning pass around the first pass's best; the first pass was
+# [[8, 16, 24, 32, 48], [0.5, 1.0, 1.5, 2.0, 4.0], [0.1, 0.3, 0.5, 0.7], [true, false]].
+GRID = [[16, 24, 32, 48], [0.25, 0.35, 0.5, 0.75], [0.5, 0.7, 0.85], [True, False]]
 Q8_COST = {1: 1.00, 2: 1.40, 4: 2.33, 8: 4.37, 16: 7.71}     # quantized-q8, 2 threads, idle (issue 29)
 
 
@@ -115,8 +118,7 @@ def tune(args) -> None:
     tokenizer = _Tokenizer(meta["eos_token_ids"], meta["fingerprint"])
     cost = cost_curve({int(k): float(v) for k, v in json.loads(args.cost).items()} if args.cost else Q8_COST)
     grid = [dict(zip(("max_draft_tokens", "alpha", "min_token_prob", "tree"), values), shared=True)
-            for values in itertools.product((8, 16, 24, 32, 48), (0.5, 1.0, 1.5, 2.0, 4.0), (0.1, 0.3, 0.5, 0.7),
-                                            (True, False))]
+            for values in itertools.product(*json.loads(args.grid))]
     results = [evaluate(config, rows, tokenizer, cost, args) for config in grid + [{"pld": True}]]
     # The best few again without the shared store: what the store adds.
     best = sorted((r for r in results if not r.get("pld")), key=lambda r: -r["predicted_speedup"])[:3]
@@ -299,6 +301,8 @@ def main(argv=None) -> None:
     t.add_argument("--data", required=True)
     t.add_argument("--cost", help='JSON {"n new tokens": cost relative to 1}, default: the quantized-q8 curve')
     t.add_argument("--top", type=int, default=15)
+    t.add_argument("--grid", default=json.dumps(GRID), help="JSON [max_draft_tokens values, alpha values, "
+                   "min_token_prob values, tree values]; every combination is replayed with the shared store")
     t.add_argument("--max-new-tokens", type=int, default=256, help="for steps files that do not record it")
     args = parser.parse_args(argv)
     {"run": run, "collect": collect, "tune": tune}[args.command](args)

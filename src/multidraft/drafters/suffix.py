@@ -22,14 +22,17 @@ from multidraft.suffix.automaton import SuffixAutomaton
 from multidraft.suffix.store import SuffixStore
 from multidraft.types import Draft
 
-# CPU-sized defaults: a verification forward grows with its token count past a few tokens on a CPU (see
-# drafters/pld_plus.py), so the tree is capped at 16 nodes and a node needs >= 10% estimated probability.
-# alpha = 4 (SuffixDecoding's max_spec_factor; Arctic's default is 1): on a 3-request probe with smollm2-135m
-# (two edit_module requests, one agent_loop step; benchmarks/reports/suffix.md) alpha 1 / 2 / 4 gave 4.29 / 4.40 /
-# 4.86 tok/s vs PLD+ 4.19 on a loaded machine: short matches at the start of a copy deserve more than 1-2 tokens.
-DEFAULT_MAX_DRAFT_TOKENS = 16
-DEFAULT_ALPHA = 4.0
-DEFAULT_MIN_TOKEN_PROB = 0.1
+# Defaults tuned on counts (issue 34; benchmarks/results/2026-11-26-agentic-tuning): qwen2.5-coder-1.5b's greedy
+# answers on the agent episodes' validation split (4 episodes, 18 steps, <= 256 tokens each), suffix replayed
+# exactly on them (eval/drafter_replay.py) and each verify priced with the quantized-q8 runner's measured cost
+# curve (8 new tokens cost 4.4x one on a 2-core AVX2 CPU). A draft token must then be likely, not merely possible:
+# min_token_prob 0.7 and alpha 0.5 (draft at most half the match length; Arctic's default is 1) predict 1.59x
+# greedy at acceptance length 4.4, against 1.10x for the earlier 16 / 4 / 0.1 (which drafted 6.9 tokens a step
+# for 4.5). The optimum is flat (1.58-1.60x for alpha 0.35-0.5, min_token_prob 0.7-0.85, 24-32 tokens); at
+# min_token_prob >= 0.5 a node has at most one child, so tree and chain draft alike.
+DEFAULT_MAX_DRAFT_TOKENS = 32
+DEFAULT_ALPHA = 0.5
+DEFAULT_MIN_TOKEN_PROB = 0.7
 MATCH_WINDOW = 64          # the global match is started from the prompt's last 64 tokens (longer gains nothing)
 
 
