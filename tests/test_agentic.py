@@ -123,13 +123,13 @@ def test_cost_curve_interpolates_and_extrapolates():
 def test_chain_drafts_one_path_and_stays_lossless(tiny_lm):
     store = SuffixStore(lm=tiny_lm)
     store.add([1, 2, 3, 4, 1, 2, 5, 6, 1, 2, 3, 7])
-    drafter = SuffixDrafter(tiny_lm, store=store, tree=False, min_token_prob=0.0)
+    drafter = SuffixDrafter(tiny_lm, store=store, tree=False, min_token_prob=0.0, alpha=4.0)
     from multidraft.drafters.base import LoopState
     state = LoopState(seq=[9, 1, 2], prompt_length=3, lm=tiny_lm, sampler=None, stats=None)
     drafter.begin(state, None)
     draft = drafter.propose(state, 8)
     assert draft.parents == list(range(-1, len(draft.parents) - 1)) and draft.token_ids[0] == 3
-    tree = SuffixDrafter(tiny_lm, store=store, min_token_prob=0.0)
+    tree = SuffixDrafter(tiny_lm, store=store, min_token_prob=0.0, alpha=4.0)
     tree.begin(state, None)
     assert len(set(tree.propose(state, 8).parents)) < len(tree.propose(state, 8).parents)   # branches somewhere
     prompt = [5, 6, 7, 5, 6, 7, 5]
