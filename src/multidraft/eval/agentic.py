@@ -42,28 +42,21 @@ CHAT_FOLLOW_UPS = (
 FIX_STEPS = 4
 
 
-def _task_prompt(**fields):
-    from multidraft.eval.tasks import TaskPrompt      # tasks.py imports this module lazily: no import cycle
-    return TaskPrompt(**fields)
-
-
+# The builders take (split, make, stdlib_functions): tasks.py passes its TaskPrompt class and its stdlib reader, so
+# this module never imports tasks.py (which imports it) and load_task has already checked the split.
 def _split(pool: list, split: str) -> list:
     """Test: every other item from the start; validation: the items test skipped (disjoint by construction)."""
-    from multidraft.eval.tasks import SPLITS
-    if split not in SPLITS:
-        raise InvalidOptionError(f"unknown split {split!r}; choose one of: {', '.join(SPLITS)}")
     stride = max(2, len(pool) // (2 * EPISODES))
     offset = 0 if split == "test" else stride // 2
     return pool[offset::stride][:EPISODES]
 
 
 # ----- agent_edit -----
-def _edit(split: str = "test") -> list:
-    from multidraft.eval.tasks import _stdlib_functions
-    functions = [(m, n, textwrap.dedent(s)) for m, n, s in _stdlib_functions(min_lines=12, max_lines=30)]
+def _edit(split: str, make, stdlib_functions) -> list:
+    functions = [(m, n, textwrap.dedent(s)) for m, n, s in stdlib_functions(min_lines=12, max_lines=30)]
     steps = [f"{instruction} Return the complete function in one ```python block." for instruction in EDIT_STEPS]
     prefix = "agent_edit/" if split == "test" else "agent_edit/val-"
-    return [_first_step(_task_prompt(id=f"{prefix}{i:03d}", task="agent_edit", turns=steps + [DIFF_STEP],
+    return [_first_step(make(id=f"{prefix}{i:03d}", task="agent_edit", turns=steps + [DIFF_STEP],
                                      turn_style="edit", source=f"cpython-stdlib:{module}:{node.name}",
                                      meta={"module": module, "function": node.name, "code": source}))
             for i, (module, node, source) in enumerate(_split(functions, split))]
@@ -103,7 +96,7 @@ def _assertions(test: str) -> list[str]:
     return [line.strip() for line in test.splitlines() if line.strip().startswith("assert ") and len(line) < 300]
 
 
-def _fix(split: str = "test") -> list:
+def _fix(split: str, make, stdlib_functions) -> list:
     problems = []
     for problem in data.load_humaneval():
         buggy = _planted(problem["canonical_solution"])
@@ -114,7 +107,7 @@ def _fix(split: str = "test") -> list:
     out = []
     for i, (problem, code, failures) in enumerate(_split(problems, split)):
         shown = [failures[(step * 3) % len(failures)] for step in range(FIX_STEPS)]    # spread over the tests
-        out.append(_first_step(_task_prompt(id=f"{prefix}{i:03d}", task="agent_fix", turns=shown, turn_style="fix",
+        out.append(_first_step(make(id=f"{prefix}{i:03d}", task="agent_fix", turns=shown, turn_style="fix",
                                             source=problem["task_id"],
                                             meta={"code": code, "test": problem["test"].strip(),
                                                   "entry_point": problem["entry_point"]})))
@@ -135,10 +128,10 @@ def _fix_messages(item, step: int, answers: list[str]) -> list[dict]:
 
 
 # ----- agent_chat -----
-def _chat(split: str = "test") -> list:
+def _chat(split: str, make, stdlib_functions) -> list:
     questions = sorted(data.load_mt_bench(), key=lambda q: q["question_id"])
     prefix = "agent_chat/" if split == "test" else "agent_chat/val-"
-    return [_task_prompt(id=f"{prefix}{i:03d}", task="agent_chat", messages=[{"role": "user", "content": q["turns"][0]}],
+    return [make(id=f"{prefix}{i:03d}", task="agent_chat", messages=[{"role": "user", "content": q["turns"][0]}],
                          turns=list(q["turns"]) + list(CHAT_FOLLOW_UPS), source=f"mt-bench:{q['question_id']}",
                          meta={"category": q["category"]})
             for i, q in enumerate(_split(questions, split))]

@@ -317,6 +317,10 @@ def _autocomplete() -> list[TaskPrompt]:
             for i, (kind, src, text) in enumerate(picked)]
 
 
+def _agent_episodes(name: str, split: str = "test") -> list[TaskPrompt]:
+    return agentic.BUILDERS[name][0](split, TaskPrompt, _stdlib_functions)
+
+
 _BUILDERS: dict[str, tuple[Callable[[], list[TaskPrompt]], tuple[str, ...]]] = {
     "code_edit": (_code_edit, ("cpython-stdlib",)),
     "summarize": (_summarize, ("linux-doc", "sharegpt")),
@@ -325,7 +329,7 @@ _BUILDERS: dict[str, tuple[Callable[[], list[TaskPrompt]], tuple[str, ...]]] = {
     "humaneval": (_humaneval, ("humaneval",)),
     "autocomplete": (_autocomplete, ("linux-doc", "cpython-stdlib")),
     # Agent episodes (eval/agentic.py): several steps, each prompt holding the earlier answers.
-    **agentic.BUILDERS,
+    **{name: (functools.partial(_agent_episodes, name), sources) for name, (_, sources) in agentic.BUILDERS.items()},
 }
 TASKS = tuple(_BUILDERS)
 INPUT_GUIDED_TASKS = ("code_edit", "summarize", "text_edit", "chat")
