@@ -216,7 +216,8 @@ def test_draft_size_follows_the_match_length(lm):
     ids = lm.encode(PROMPTS[0])
     store.add(ids + lm.encode("w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 w18"))
     for alpha, context_tokens in [(1.0, 2), (1.0, 5), (2.0, 5), (1.0, 30)]:
-        drafter = SuffixDrafter(lm, store=store, alpha=alpha, use_context=False)
+        drafter = SuffixDrafter(lm, store=store, alpha=alpha, use_context=False, max_draft_tokens=16,
+                                min_token_prob=0.1)
         state = multidraft.drafters.base.LoopState(seq=list(ids[-context_tokens:]), prompt_length=context_tokens,
                                                    lm=lm, sampler=None, stats=None)
         drafter.begin(state, None)

@@ -255,6 +255,7 @@ _ROWS = (
                   "alpha": Opt(suffix.DEFAULT_ALPHA, "float", low=0.0, http_high=1000),
                   "min_token_prob": Opt(suffix.DEFAULT_MIN_TOKEN_PROB, **PROBABILITY),
                   "use_context": Opt(True, "bool"),
+                  "tree": Opt(True, "bool"),
                   "update_store": Opt(True, "bool", http=False,
                                       why_not_http="the server adds every finished request to its suffix store")},
            make_drafter=suffix.make_drafter, drafter=SuffixDrafter, check_options=suffix.check_options),

@@ -22,14 +22,17 @@ from multidraft.suffix.automaton import SuffixAutomaton
 from multidraft.suffix.store import SuffixStore
 from multidraft.types import Draft
 
-# CPU-sized defaults: a verification forward grows with its token count past a few tokens on a CPU (see
-# drafters/pld_plus.py), so the tree is capped at 16 nodes and a node needs >= 10% estimated probability.
-# alpha = 4 (SuffixDecoding's max_spec_factor; Arctic's default is 1): on a 3-request probe with smollm2-135m
-# (two edit_module requests, one agent_loop step; benchmarks/reports/suffix.md) alpha 1 / 2 / 4 gave 4.29 / 4.40 /
-# 4.86 tok/s vs PLD+ 4.19 on a loaded machine: short matches at the start of a copy deserve more than 1-2 tokens.
-DEFAULT_MAX_DRAFT_TOKENS = 16
-DEFAULT_ALPHA = 4.0
-DEFAULT_MIN_TOKEN_PROB = 0.1
+# Defaults tuned on counts (issue 34; benchmarks/results/2026-11-26-agentic-tuning): qwen2.5-coder-1.5b's greedy
+# answers on the agent episodes' validation split (4 episodes, 18 steps, <= 256 tokens each), suffix replayed
+# exactly on them (eval/drafter_replay.py) and each verify priced with the quantized-q8 runner's measured cost
+# curve (8 new tokens cost 4.4x one on a 2-core AVX2 CPU). A draft token must then be likely, not merely possible:
+# min_token_prob 0.7 and alpha 0.5 (draft at most half the match length; Arctic's default is 1) predict 1.59x
+# greedy at acceptance length 4.4, against 1.10x for the earlier 16 / 4 / 0.1 (which drafted 6.9 tokens a step
+# for 4.5). The optimum is flat (1.58-1.60x for alpha 0.35-0.5, min_token_prob 0.7-0.85, 24-32 tokens); at
+# min_token_prob >= 0.5 a node has at most one child, so tree and chain draft alike.
+DEFAULT_MAX_DRAFT_TOKENS = 32
+DEFAULT_ALPHA = 0.5
+DEFAULT_MIN_TOKEN_PROB = 0.7
 MATCH_WINDOW = 64          # the global match is started from the prompt's last 64 tokens (longer gains nothing)
 
 
@@ -41,9 +44,10 @@ class SuffixDrafter(Drafter):
 
     def __init__(self, lm, store: Optional[SuffixStore] = None, max_draft_tokens: int = DEFAULT_MAX_DRAFT_TOKENS,
                  alpha: float = DEFAULT_ALPHA, min_token_prob: float = DEFAULT_MIN_TOKEN_PROB,
-                 use_context: bool = True, update_store: bool = True):
+                 use_context: bool = True, update_store: bool = True, tree: bool = True):
         check_options(dict(store=store, max_draft_tokens=max_draft_tokens, alpha=alpha,
-                           min_token_prob=min_token_prob, use_context=use_context, update_store=update_store))
+                           min_token_prob=min_token_prob, use_context=use_context, update_store=update_store,
+                           tree=tree))
         if store is not None:
             store.bind(lm)                      # a store of another tokenizer fails here, before any forward
         self.store = store
@@ -52,6 +56,7 @@ class SuffixDrafter(Drafter):
         self.min_token_prob = float(min_token_prob)
         self.use_context = bool(use_context)
         self.update_store = bool(update_store)
+        self.tree = bool(tree)               # False: a chain (the most probable child of each node only)
         self.stop_tokens = frozenset(lm.eos_token_ids)
         self.context: Optional[SuffixAutomaton] = None
         self.synced = 0                          # tokens of state.seq already in the automata / global match
@@ -100,7 +105,7 @@ class SuffixDrafter(Drafter):
             budget = min(self.max_draft_tokens, max_tokens, math.ceil(self.alpha * matched - 1e-9))
             if budget <= 0:
                 continue
-            tree = automaton.draft_tree(node, budget, self.min_token_prob, self.stop_tokens)
+            tree = automaton.draft_tree(node, budget, self.min_token_prob, self.stop_tokens, chain=not self.tree)
             score = sum(tree[2])
             if score > best_score:
                 best, best_score, best_source, best_match = tree, score, source, matched
@@ -137,8 +142,8 @@ def check_options(options: dict) -> None:
     if isinstance(min_token_prob, bool) or not isinstance(min_token_prob, (int, float)) \
             or not 0 <= min_token_prob <= 1:
         raise InvalidOptionError(f"min_token_prob must be in [0, 1], got {min_token_prob!r}")
-    for name in ("use_context", "update_store"):
-        if not isinstance(options[name], bool):
+    for name in ("use_context", "update_store", "tree"):
+        if not isinstance(options.get(name, True), bool):
             raise InvalidOptionError(f"{name} must be True or False, got {options[name]!r}")
     if not options["use_context"] and store is None:
         raise InvalidOptionError("use_context=False drafts only from a store: pass store=SuffixStore(...)")

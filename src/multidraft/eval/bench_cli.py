@@ -24,7 +24,8 @@ def register(subparsers) -> None:
     parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="target model: alias, HF folder or GGUF")
     parser.add_argument("--draft", help="draft model for speculative / multi_draft / mtad and HF assisted generation")
     parser.add_argument("--tasks", default="code_edit",
-                        help="comma-separated: code_edit, summarize, text_edit, chat, humaneval, autocomplete")
+                        help="comma-separated: code_edit, summarize, text_edit, chat, humaneval, autocomplete, agent_edit, agent_fix, "
+                             "agent_chat (multi-step agent episodes)")
     parser.add_argument("--methods", default="all",
                         help="'all' or a comma-separated list of methods (see `multidraft methods`) and HF peers "
                              "(hf_greedy, hf_prompt_lookup, hf_assisted; llama_cpp_greedy, llama_cpp_prompt_lookup on the "

@@ -10,6 +10,8 @@ Input-guided tasks (the answer copies long stretches of the input; PLD/PLD+ terr
 - summarize   Linux kernel documentation sections, and ShareGPT "summarize" requests   needs: linux-doc, sharegpt
 - text_edit   rewrite / correct a real documentation paragraph                 needs: linux-doc
 - chat        MT-Bench two-turn questions (`turns`; see `TaskPrompt.turn_messages`)    needs: mt-bench
+Agent episodes (several steps, each prompt re-reading the earlier answers; SuffixDecoding territory, eval/agentic.py):
+`agent_edit` (cpython-stdlib), `agent_fix` (humaneval), `agent_chat` (mt-bench).
 Other tasks: `humaneval` (raw code completion, needs humaneval) and `autocomplete` (short prefixes of real
 prose and code, for superposed decoding; needs linux-doc and cpython-stdlib).
 The same data always gives the same prompts in the same order (sorted files, fixed strides, fixed seeds).
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from multidraft import data
+from multidraft.eval import agentic
 from multidraft.errors import InvalidOptionError
 
 SIZE = 40            # prompts per task (>= 20 each), before `limit`
@@ -46,6 +49,7 @@ class TaskPrompt:
     turns: list[str] = field(default_factory=list)
     source: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    turn_style: str = "chat"     # how later turns are built: "chat" (history), or an agent episode's (eval/agentic.py)
 
     @property
     def input(self):
@@ -58,6 +62,8 @@ class TaskPrompt:
 
     def turn_messages(self, turn: int, answers: list[str]) -> list[dict]:
         """Messages for user turn `turn` (0-based) given the model's answers to the earlier turns."""
+        if self.turn_style != "chat":
+            return agentic.turn_messages(self, turn, answers)
         if not self.turns:
             if turn != 0 or self.messages is None:
                 raise InvalidOptionError(f"task prompt {self.id} has a single turn")
@@ -79,7 +85,7 @@ def _user(text: str) -> list[dict]:
 # the same sources, disjoint from the test ones, for tuning and calibration (PLD+ layer and heads, issue #21),
 # so no hyperparameter is chosen on the prompts it is then measured on.
 SPLITS = ("test", "validation")
-VALIDATION_TASKS = ("code_edit", "summarize", "text_edit")
+VALIDATION_TASKS = ("code_edit", "summarize", "text_edit", "agent_edit", "agent_fix", "agent_chat")
 
 
 def _spread(pool: list, count: int, split: str, key: Callable = repr) -> list:
@@ -311,6 +317,10 @@ def _autocomplete() -> list[TaskPrompt]:
             for i, (kind, src, text) in enumerate(picked)]
 
 
+def _agent_episodes(name: str, split: str = "test") -> list[TaskPrompt]:
+    return agentic.BUILDERS[name][0](split, TaskPrompt, _stdlib_functions)
+
+
 _BUILDERS: dict[str, tuple[Callable[[], list[TaskPrompt]], tuple[str, ...]]] = {
     "code_edit": (_code_edit, ("cpython-stdlib",)),
     "summarize": (_summarize, ("linux-doc", "sharegpt")),
@@ -318,6 +328,8 @@ _BUILDERS: dict[str, tuple[Callable[[], list[TaskPrompt]], tuple[str, ...]]] = {
     "chat": (_chat, ("mt-bench",)),
     "humaneval": (_humaneval, ("humaneval",)),
     "autocomplete": (_autocomplete, ("linux-doc", "cpython-stdlib")),
+    # Agent episodes (eval/agentic.py): several steps, each prompt holding the earlier answers.
+    **{name: (functools.partial(_agent_episodes, name), sources) for name, (_, sources) in agentic.BUILDERS.items()},
 }
 TASKS = tuple(_BUILDERS)
 INPUT_GUIDED_TASKS = ("code_edit", "summarize", "text_edit", "chat")

@@ -25,7 +25,8 @@ LIMIT_FLAGS = {"max_queue": "max_queue", "max_prompt_tokens": "max_prompt_tokens
                "suggestions": "suggestions", "max_body_bytes": "max_body_bytes", "max_beams": "max_beams",
                "max_draft_tokens": "max_draft_tokens", "max_drafts": "max_drafts",
                "max_tree_tokens": "max_tree_tokens", "max_lattice_k": "max_lattice_k",
-               "suffix_store_tokens": "suffix_store_tokens", "suffix_isolation": "suffix_isolation"}
+               "suffix_store_tokens": "suffix_store_tokens", "suffix_isolation": "suffix_isolation",
+               "suffix_store_path": "suffix_store_path"}
 
 
 class ServeError(MultidraftError):
@@ -97,6 +98,10 @@ def register(subparsers) -> None:
     parser.add_argument("--suffix-isolation", action="store_true", default=None,
                         help="keep one suffix store per API key, so one client's text never drafts for another "
                              "(needs --api-key twice or more: one key per client)")
+    parser.add_argument("--suffix-store-path", default=None, metavar="DIR",
+                        help="keep the suffix store(s) in this folder across restarts: read at start (a damaged file "
+                             "stops the start with an error), written atomically every "
+                             "minute while requests change them and at shutdown. The files hold served text")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.set_defaults(func=run_serve)
 

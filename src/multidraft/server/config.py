@@ -43,6 +43,7 @@ class ServerConfig:
     artifacts: dict[str, dict[str, Any]] = field(default_factory=dict)
     suffix_store_tokens: int = 200_000  # tokens the cross-request store of method "suffix" keeps (per API key)
     suffix_isolation: bool = False    # one suffix store per API key instead of one for all requests (needs 2+ keys)
+    suffix_store_path: Optional[str] = None   # folder the suffix stores persist in across restarts (None: memory only)
     draft_length: str = "fixed"       # every request's draft-length mode (serve --draft-length)
 
     @property
@@ -81,6 +82,9 @@ class ServerConfig:
             raise InvalidOptionError("suffix isolation keeps one suffix store per API key, so it needs one key per "
                                      "client: give --api-key two or more times (with no key or one key, every "
                                      "client would share one store)")
+        if self.suffix_store_path is not None and (not isinstance(self.suffix_store_path, str)
+                                                   or not self.suffix_store_path.strip()):
+            raise InvalidOptionError(f"the suffix store path must be a folder path, got {self.suffix_store_path!r}")
         self.allowed_hosts = tuple(h.strip().lower() for h in self.allowed_hosts if h.strip())
         self.allowed_origins = tuple(o.strip().rstrip("/").lower() for o in self.allowed_origins if o.strip())
         for origin in self.allowed_origins:

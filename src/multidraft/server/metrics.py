@@ -36,6 +36,9 @@ FAMILIES = {
     "multidraft:requests_rejected_total": ("counter", "Requests refused with 429 because the queue was full.", ()),
     "multidraft:requests_cancelled_total": ("counter", "Requests whose client disconnected before the end.", ()),
     "multidraft:requests_timed_out_total": ("counter", "Requests stopped by the per-request timeout.", ()),
+    "multidraft:suffix_store_bytes": ("gauge", "Bytes held by the suffix stores of method 'suffix' (automata and "
+                                      "token arrays).", ()),
+    "multidraft:suffix_store_tokens": ("gauge", "Tokens kept in the suffix stores of method 'suffix'.", ()),
     "multidraft:method_requests_total": ("counter", "Generation requests, by decoding method.", ("method",)),
 }
 

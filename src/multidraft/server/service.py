@@ -26,6 +26,7 @@ from multidraft.server.worker import Job, JobCancelled, JobTimedOut, ModelWorker
 
 log = logging.getLogger("multidraft.server")
 GRACE_SECONDS = 2.0      # how long past its deadline a coroutine waits for a worker stuck inside one forward
+SAVE_EVERY_SECONDS = 60.0   # with --suffix-store-path: the most often a changed store is written during serving
 
 
 class GenerationService:
@@ -47,12 +48,42 @@ class GenerationService:
         self.started = int(time.time())
         self.suggest = suggestion_defaults(config, lm)     # once: it may fingerprint the tokenizer the worker uses
         self.suffix_stores = StoreRegistry(config.suffix_store_tokens, config.suffix_isolation)
+        self.saved_version, self.saved_at = (), time.monotonic()
+        if config.suffix_store_path:        # a damaged file stops the start here, with the file's name
+            self.suffix_stores.load(config.suffix_store_path, lm)
+            self.saved_version = self.suffix_stores.version()
+        self.metrics.set_gauge_source("multidraft:suffix_store_bytes", self.suffix_stores.memory_bytes)
+        self.metrics.set_gauge_source("multidraft:suffix_store_tokens", self.suffix_stores.num_tokens)
         self.artifacts = Artifacts()       # the n-gram files, heads, models requests name: loaded once, here
 
     def close(self) -> None:
         self.worker.stop()
         for handle in self.hooks:
             handle.remove()
+        self.save_suffix_stores(force=True)
+
+    def save_suffix_stores(self, force: bool = False) -> None:
+        """With --suffix-store-path: write the stores if they changed since the last save, at most every
+        SAVE_EVERY_SECONDS unless `force`d. A failed write is logged, never a failed request (each file is written
+        atomically, so the old one stays)."""
+        if not self.config.suffix_store_path:
+            return
+        version = self.suffix_stores.version()
+        if version == self.saved_version or (not force and time.monotonic() - self.saved_at < SAVE_EVERY_SECONDS):
+            return
+        try:
+            self.suffix_stores.save(self.config.suffix_store_path)
+            self.saved_version = version
+        except OSError as exc:
+            log.error("could not save the suffix stores to %s: %s", self.config.suffix_store_path, exc)
+        self.saved_at = time.monotonic()
+
+    def _run(self, plan: Plan, job: Job):
+        try:
+            return run_plan(self.lm, plan, job, self.config, self.metrics, self.artifacts)
+        finally:                # in the worker thread, between jobs: no request is changing a store meanwhile
+            if plan.method == "suffix":
+                self.save_suffix_stores()
 
     # ----- what the routes answer
     def health(self) -> dict:
@@ -85,7 +116,7 @@ class GenerationService:
         return plan
 
     def submit(self, plan: Plan, arrived: float) -> Job:
-        job = Job(lambda job: run_plan(self.lm, plan, job, self.config, self.metrics, self.artifacts),
+        job = Job(lambda job: self._run(plan, job),
                   arrived + self.config.request_timeout, asyncio.get_running_loop())
         try:
             self.worker.submit(job)

@@ -142,8 +142,9 @@ class SuffixAutomaton:
         return out
 
     def draft_tree(self, state: int, budget: int, min_prob: float = 0.0, stop_tokens=frozenset(),
-                   max_depth: Optional[int] = None) -> tuple[list[int], list[int], list[float], list[int]]:
-        """Best-first draft tree after `state`: the `budget` most probable continuations (as a tree).
+                   max_depth: Optional[int] = None, chain: bool = False) -> tuple[list[int], list[int], list[float], list[int]]:
+        """Best-first draft tree after `state`: the `budget` most probable continuations (as a tree); with `chain`,
+        only the most probable child of each node (a single path).
 
         A node's probability is the product along its path of count(child) / count(continuations of the parent),
         the empirical law of what followed the matched suffix. Nodes under `min_prob` are not drafted; tokens in
@@ -157,7 +158,7 @@ class SuffixAutomaton:
             return tokens, parents, probs, counts
         heap: list = []
         order = itertools.count()     # equal probabilities: the first pushed (more frequent, then newer) first
-        self._push_children(heap, state, -1, 1.0, 0, stop_tokens, min_prob, order)
+        self._push_children(heap, state, -1, 1.0, 0, stop_tokens, min_prob, order, chain)
         while heap and len(tokens) < budget:
             neg_prob, _, token, target, parent, depth, occurrences = heapq.heappop(heap)
             node = len(tokens)
@@ -166,7 +167,7 @@ class SuffixAutomaton:
             probs.append(-neg_prob)
             counts.append(occurrences)
             if max_depth is None or depth < max_depth:
-                self._push_children(heap, target, node, -neg_prob, depth, stop_tokens, min_prob, order)
+                self._push_children(heap, target, node, -neg_prob, depth, stop_tokens, min_prob, order, chain)
         return tokens, parents, probs, counts
 
     def ranked_children(self, state: int, min_prob: float = 0.0) -> tuple[int, list]:
@@ -198,7 +199,7 @@ class SuffixAutomaton:
         self._ranked[key] = result
         return result
 
-    def _push_children(self, heap, state, node, prob, depth, stop_tokens, min_prob, order) -> None:
+    def _push_children(self, heap, state, node, prob, depth, stop_tokens, min_prob, order, chain=False) -> None:
         total, kids = self.ranked_children(state, min_prob)
         if total <= 0:
             return
@@ -209,6 +210,8 @@ class SuffixAutomaton:
             if token == SEPARATOR or token in stop_tokens:
                 continue
             heapq.heappush(heap, (-child_prob, next(order), token, target, node, depth + 1, occurrences))
+            if chain:
+                break
 
     def memory_bytes(self) -> int:
         """Bytes held: the array columns, the transition dict's table, and its key and value int objects."""
