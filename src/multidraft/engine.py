@@ -19,7 +19,8 @@ own decoder (beam, superposed) and drafters that capture attention rows (pld_plu
 
 Scheduling: FIFO admission up to `max_num_seqs` running requests while the arena has a free region for the request
 (prompt + max_new_tokens + `draft_room` slots: the KV memory is bounded by `kv_slots`); at most `prefill_chunk`
-prompt rows join a step, so a long prompt is read over several steps while the others keep decoding.
+prompt rows join a step (shortest prompt first), so a long prompt is read over several steps while the others keep
+decoding.
 Requests whose draft_length is "adaptive" share one global draft budget per step (decoders/draft_length.py
 `batch_depths`): how deep each draft is verified is chosen for the whole step from each request's acceptance
 estimate and the measured cost of a forward by its row count.
@@ -310,9 +311,11 @@ class Engine:
         finished.append(entry.id)
 
     def _prefill_rows(self, prefilling: list[_Entry]) -> list[tuple[_Entry, int]]:
-        """Prompt rows this step reads, first admitted first, at most prefill_chunk in all."""
+        """Prompt rows this step reads, at most prefill_chunk in all; the prompts with the fewest rows left first, so a
+        short request starts decoding at once beside a long prompt (which gets the rest of every step's rows: at
+        most max_num_seqs requests prefill at a time, so it is never starved)."""
         left, rows = self.prefill_chunk, []
-        for entry in prefilling:
+        for entry in sorted(prefilling, key=lambda e: len(e.prefill_ids) - e.prefill_done):
             count = min(left, len(entry.prefill_ids) - entry.prefill_done)
             if count <= 0:
                 break
