@@ -47,7 +47,8 @@ browser:
 test: models-data browser
 	$(PY) -m pytest -q -p no:cacheprovider -m "not heavy"
 
-# The statistical grids (every selection scheme x warp at 1,500 runs): ~15 minutes of CPU more.
+# The statistical grids (every selection scheme x warp at 4,700-7,500 runs, sized to detect a 0.05 total-variation
+# error at p < 0.01; tests/test_selection_loop_law.py): ~35 minutes of CPU more.
 test-heavy: models-data
 	$(PY) -m pytest -q -p no:cacheprovider -m heavy
 

@@ -7,6 +7,7 @@ whether drafting can pay on a machine (a drafted step costs one n-token forward 
         --runners fast,static           # on a GPU: HF's cache vs the static cache with CUDA graphs
     .venv/bin/python benchmarks/forward_cost.py --linear --threads 1     # one layer's linears, M = 1..16
     .venv/bin/python benchmarks/forward_cost.py --model qwen2.5-coder-1.5b --runners quantized,fast --bandwidth
+    .venv/bin/python benchmarks/forward_cost.py --model qwen2.5-coder-1.5b --runners quantized,quantized-q8
         # the GGUF-block runner beside the fp32 fast runner, with the machine's read bandwidth and bytes per token
 
 After a 300-token prefill, each shape (a chain of n new tokens, n in --chains; or a tree: `k x d` = k branches
@@ -65,8 +66,8 @@ def runner_views(lm: Optional[LM], runners: list[str], model: Optional[str], dty
     context); the quantized runner is its own model (the GGUF's blocks)."""
     views = {}
     for runner in sorted(runners, key=lambda r: r != "eager"):
-        if runner == "quantized":
-            views[runner] = multidraft.load_model(model, runner="quantized")
+        if runner.startswith("quantized"):            # quantized, quantized-q8: each its own model (mapped blocks)
+            views[runner] = multidraft.load_model(model, runner=runner)
         else:
             if lm is None:
                 lm = multidraft.load_model(model, dtype=dtype, runner="eager")
@@ -177,7 +178,7 @@ def main() -> None:
     if args.random:
         lm = random_model(args.random, args.layers, args.dtype, args.device or "cpu")
     else:
-        lm = None if "quantized" in runners and len(runners) == 1 else multidraft.load_model(
+        lm = None if all(r.startswith("quantized") for r in runners) else multidraft.load_model(
             args.model, dtype=args.dtype, device=args.device, runner="eager")
     views = runner_views(lm, runners, args.model, args.dtype)
     if args.bandwidth:

@@ -79,6 +79,8 @@ def test_full_run_writes_rows_report_and_plots(full_run):
         assert 1 <= row["tokens"] <= 8 * len(row["turns"]) and row["seconds"] > 0
         assert row["tokens"] == sum(len(t["token_ids"]) for t in row["turns"])
         assert (row["stats"] is None) == row["peer"]
+        # the conditions of every timing: threads, and the load before and after the row (issue #35)
+        assert row["threads"] >= 1 and row["load_average"] >= 0 and row["load_average_after"] >= 0
     chat = [r for r in rows if r["task"] == "chat"]
     assert all(len(r["turns"]) == 2 for r in chat)
     pld = next(r for r in chat if r["method"] == "pld")

@@ -82,7 +82,7 @@ def test_cheap_checks_catch_damage_at_load_list_and_pull(fake, home, damage, cap
     assert models_cli(["models", "list"]) == 0
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith(FAKE))
     assert "corrupt" in line and "pulled (" not in line and HINT in line
-    assert models_cli(["models", "verify", FAKE]) == 1
+    assert models_cli(["models", "verify", FAKE]) == 2
     assert f"{FAKE}: FAILED" in capsys.readouterr().out
     assert models_cli(["models", "pull", FAKE, "--no-progress"]) == 0      # repairs without --force
     out = capsys.readouterr().out
@@ -111,7 +111,7 @@ def test_weights_overwritten_with_the_time_kept_are_found_by_verify_only(fake, h
     path = folder / "model.safetensors"
     overwrite(path, path.stat().st_size - 64, b"\xff" * 64, keep_mtime=True)
     assert model_store.alias_status(FAKE).ok                    # what the cheap checks cannot see
-    assert models_cli(["models", "verify", FAKE]) == 1
+    assert models_cli(["models", "verify", FAKE]) == 2
     out = capsys.readouterr().out.strip()
     assert out == (f"{FAKE}: FAILED (model.safetensors fails its sha256 check); run `{HINT}` to fetch and "
                    "convert it again")

@@ -79,6 +79,49 @@ def _tiny(arch, type_name, tie=False):
               runner="quantized"), folder
 
 
+def _q8_reference(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """llama.cpp's 8-bit activations, written plainly: per row and 256 values, q = round-half-even(x * (127 / max|x|))
+    and d = max|x| / 127 in fp32; then the exact product of q * d with the weights (float64)."""
+    rows, width = x.shape
+    groups = x.reshape(rows, width // 256, 256)
+    top = groups.abs().amax(-1, keepdim=True)
+    q = torch.round(groups * (torch.tensor(127.0) / top)).clamp(-127, 127)
+    d = top / torch.tensor(127.0)
+    return ((q * d).reshape(rows, width).double() @ weight.double().T).float()
+
+
+@pytest.mark.parametrize("type_name", ["Q4_K", "Q6_K"])
+def test_q8_linear_is_llama_cpp_arithmetic_and_batch_invariant(type_name):
+    rng = np.random.default_rng(5)
+    raw = random_blocks(type_name, 41, 768, rng, scale=0.05)
+    type_id = int(gguf.GGMLQuantizationType[type_name])
+    blocks = torch.from_numpy(raw)
+    weight = gguf_kernels.dequantize(blocks, type_id, 768)
+    x = torch.randn(20, 768)
+    x[3] *= 1e-3                                            # rows of very different sizes: each has its own scales
+    full = gguf_kernels.linear_q8(x, blocks, type_id, 768)
+    expected = _q8_reference(x, weight)
+    for row in range(20):                                   # integer sums: only the fp32 scaling rounds
+        assert float((full[row] - expected[row]).abs().max()) <= 1e-5 * float(expected[row].abs().max())
+    fp32 = x @ weight.T                                     # and 8-bit activations stay close to fp32 ones
+    assert float((full - fp32).abs().max()) <= 0.03 * float(fp32.abs().max())
+    for rows in (1, 2, 3, 5, 8, 16, 20):
+        assert torch.equal(gguf_kernels.linear_q8(x[:rows], blocks, type_id, 768), full[:rows])
+    assert torch.equal(gguf_kernels.linear_q8(x[11:12], blocks, type_id, 768)[0], full[11])
+    zero = gguf_kernels.linear_q8(torch.zeros(2, 768), blocks, type_id, 768)   # max|x| = 0: no division by zero
+    assert torch.equal(zero, torch.zeros(2, 41))
+    poisoned = x[:3].clone()
+    poisoned[1, 300] = float("nan")                          # NaN stays visible (the runner's finite check)
+    out = gguf_kernels.linear_q8(poisoned, blocks, type_id, 768)
+    assert torch.isnan(out[1]).all() and torch.equal(out[0], full[0]) and torch.equal(out[2], full[2])
+
+
+def test_q8_linear_refuses_other_formats():
+    raw = random_blocks("Q4_1", 4, 256, np.random.default_rng(0))
+    with pytest.raises(RuntimeError, match="Q4_K"):
+        gguf_kernels.linear_q8(torch.randn(1, 256), torch.from_numpy(raw), 3, 256)
+
+
 @pytest.mark.parametrize("arch,type_name", [("llama", "Q4_1"), ("qwen2", "Q4_K"), ("qwen2", "Q6_K"),
                                             ("llama", "Q8_0"), ("qwen2", "Q5_0"), ("llama", "BF16")])
 def test_tiny_model_equals_fp32_eager_on_the_same_values(arch, type_name):
@@ -139,6 +182,33 @@ def test_speculative_with_a_quantized_draft_gives_greedy_tokens():
     got = multidraft.generate(target, "the cat sat on", method="speculative", draft_model=draft, max_new_tokens=30,
                               temperature=0).token_ids
     assert got == greedy
+
+
+def test_q8_runner_is_batch_invariant_prefill_included_and_lossless():
+    import multidraft
+
+    lm, _ = _tiny("qwen2", "Q4_K")
+    fp32_logits = lm.forward(KVCache(), [1, 5, 9, 3]).logits
+    assert lm.use_runner("quantized-q8") == "quantized-q8"
+    q8_logits = lm.forward(KVCache(), [1, 5, 9, 3]).logits
+    assert not torch.equal(q8_logits, fp32_logits)
+    assert float((q8_logits - fp32_logits).abs().max()) <= 0.05 * float(fp32_logits.abs().max())
+    prompt = [(7 * i + 3) % 60 + 1 for i in range(80)]      # longer than PREFILL_GEMM_ROWS: no dense GEMM in q8
+    whole = lm.forward(KVCache(), prompt).logits
+    pieces = KVCache()
+    lm.forward(pieces, prompt[:10])
+    single = [lm.forward(pieces, [token]).logits[0] for token in prompt[10:]]
+    assert all(torch.equal(whole[10 + i], row) for i, row in enumerate(single))
+    tree_cache = KVCache()
+    lm.forward(tree_cache, prompt[:10])
+    tree = lm.forward(tree_cache, [prompt[10], 50, prompt[11], 51], parents=[-1, -1, 0, 0]).logits
+    assert torch.equal(tree[0], single[0]) and torch.equal(tree[2], single[1])
+    for text in ["the cat sat on the mat and the cat sat on", "a dog ran on the mat . a dog ran"]:
+        greedy = multidraft.generate(lm, text, method="greedy", max_new_tokens=40, temperature=0).token_ids
+        for method in LOSSLESS:
+            assert multidraft.generate(lm, text, method=method, max_new_tokens=40, temperature=0).token_ids == greedy
+    assert lm.use_runner("quantized") == "quantized"          # and back: the fp32 model's very bits
+    assert torch.equal(lm.forward(KVCache(), [1, 5, 9, 3]).logits, fp32_logits)
 
 
 def test_runner_cannot_be_switched_and_says_how():

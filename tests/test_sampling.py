@@ -63,8 +63,27 @@ def chi_square_p_value(law, counts, runs):
     if pooled_expected > 0:
         observed.append(pooled_observed)
         expected.append(pooled_expected)
+    if len(observed) == 1:                     # one cell and nothing outside the law: a perfect fit
+        return 1.0
     scale = sum(observed) / sum(expected)      # float32 laws sum to 1 only up to rounding
     return float(chisquare(observed, [e * scale for e in expected]).pvalue)
+
+
+def detectable_tv(law, runs, alpha=0.01, power=0.9):
+    """The smallest total-variation error, of any shape, that `chi_square_p_value(law, ...) < alpha` detects with
+    probability `power` from `runs` draws (issue #33). An error of size TV has a chi-square divergence of at least
+    4 TV^2 (Cauchy-Schwarz), so the test's noncentrality is at least 4 N TV^2: TV = sqrt(lambda / 4N), lambda being
+    the noncentrality that reaches `power` for the test's degrees of freedom; errors inside the pooled cell of rare
+    outcomes are invisible, so the pooled mass is added."""
+    from scipy.optimize import brentq
+    from scipy.stats import chi2, ncx2
+    pooled = [mass for mass in law.values() if mass * runs < 5]
+    df = len(law) - len(pooled) + (1 if pooled else 0) - 1
+    if df < 1:          # one cell: any error puts mass on an outcome the law excludes, which gives p = 0
+        return sum(pooled)
+    critical = chi2.ppf(1 - alpha, df)
+    noncentrality = brentq(lambda lam: ncx2.sf(critical, df, lam) - power, 1e-6, 1e5)
+    return (noncentrality / (4 * runs)) ** 0.5 + sum(pooled)
 
 
 def sample_pld_runs(lm, prompt_ids, length, temperature, runs, verifier=None):

@@ -7,18 +7,32 @@ both models as the selection paper does). The exact law of the 3-token sequence 
 alone (`warped_sequence_law`); N seeded runs (seeds 0..N-1, so every outcome is deterministic) are compared with it
 by a Pearson chi-square test, pooling outcomes with expected count < 5.
 
-Thresholds: a correct scheme must give p > 1e-3; the negative control must give p < 1e-6 with the same N, warps and
+Thresholds: a correct scheme must give p > 0.01; the negative control must give p < 1e-6 with the same N, warps and
 seeds. The total-variation distance is printed in failure messages for scale.
+
+Power (issue #33). Every test states the smallest total-variation error it detects: with the chi-square divergence
+of any error of size TV at least 4 TV^2 (Cauchy-Schwarz), N runs give the test a noncentrality of at least
+4 N TV^2, so `detectable_tv` = sqrt(lambda / 4N) plus the mass of the pooled cells (errors inside them are
+invisible), where lambda is the noncentrality at which the test rejects at p < 0.01 with probability 0.9 for its
+number of cells. This holds for an error of any shape. `make test` runs every lossless scheme at FAST_RUNS = 4,700:
+detectable TV 0.048-0.050 under the top-k and top-k + top-p warps (39-49 outcomes; the old 300 runs detected only
+0.32-0.46, most of it the mass of the pooled rare outcomes; 1,500 runs 0.08-0.21), checked by
+`test_fast_runs_detect_a_total_variation_error_of_0_05`; the heavy grid sizes N per warp the
+same way (top-p alone has 143 outcomes and needs 7,500 runs). The whole grid ran once (16 CPU cores of a lent
+machine, torch 2.11, every cell at 7,500 runs, 2 min 38 s): `benchmarks/reports/selection_loop_law_grid.log`, every
+scheme x warp p >= 0.024 and every target-redraw control p = 0; the old sizes' grid
+(`selection_loop_law_grid_old_sizes.log`, 1,500 runs) had three correct cells at p = 0.005-0.009.
 
 Negative control (the test can fail): the verifier reads every node's target law one logits row early (row i - 1),
 the classic off-by-one between "logits at position n" and "law of token n + 1". The same test, same N and seeds,
 must reject it (fast: SpecTr; slow: every scheme). It emits tokens outside the warped supports, so it is a gross
 error; the slow set adds one inside the supports: rejected positions redraw from the target instead of the
-residual, which every scheme must also fail at 1,500 runs.
+residual, which every scheme must also fail at 4,700 runs.
 
-Fast tests: every lossless scheme under one warp, 300 runs each (~8 s of CPU each here) and one negative control. The
-`slow` off-by-one control runs for every scheme; the `heavy` grid (`make test-heavy`, not in `make test`: ~15 minutes
-of CPU) runs every scheme under three warps with 1,500 runs and the target-redraw control for every scheme.
+Tests in `make test`: every lossless scheme under the top-k or top-k + top-p warp, 4,700 runs each (~70 s of CPU each
+here, marked slow) and one negative control at 300 runs. The `slow` off-by-one control runs for every scheme; the
+`heavy` grid (`make test-heavy`, not in `make test`: ~35 minutes of CPU) runs every scheme under all three warps with
+HEAVY_RUNS (sized to TV 0.05 per warp) and the target-redraw control for every scheme.
 """
 
 import collections
@@ -30,15 +44,17 @@ import multidraft
 import multidraft.verify.multi_draft as multi_draft_verifier
 from multidraft.models.runner import LM
 from multidraft.sampling import SamplingParams, draw, logits_to_probs
-from tests.test_sampling import chi_square_p_value
+from tests.test_sampling import chi_square_p_value, detectable_tv
 from tests.tiny_models import make_tiny_hf_model, make_tokenizer, perturbed_copy
 
 pytestmark = pytest.mark.usefixtures("one_thread")   # tiny models run fastest on one thread
 
 PROMPT_IDS = [3, 4, 5, 3, 4, 5, 3, 4]
 LENGTH, DRAFT_TOKENS = 3, 2
-PASS_P, FAIL_P = 1e-3, 1e-6
-FAST_RUNS, SLOW_RUNS = 300, 1500
+PASS_P, FAIL_P = 0.01, 1e-6
+FAST_RUNS, CONTROL_RUNS = 4700, 300
+HEAVY_RUNS = {"top_k": 4700, "top_p": 7500, "top_k+top_p": 4700}
+TARGET_TV, POWER = 0.05, 0.9
 
 TOP_K = dict(top_k=4)
 TOP_P = dict(top_p=0.7)
@@ -55,8 +71,9 @@ SCHEMES = {
     "is_lp_truncated": ("multi_draft", dict(num_drafts=3, selection="is_lp_truncated",
                                             selection_options={"s": 2})),
 }
-# One warp per scheme for the fast run, so every warp is covered by some scheme.
-FAST_WARP = {"speculative": "top_p", "specinfer": "top_k", "spectr": "top_k+top_p", "is": "top_p",
+# One warp per scheme for `make test`: top-k (the warp every sampler applies first) or top-k + top-p (both, in order);
+# top-p alone has three times the outcomes (7,500 runs for the same power) and runs in the heavy grid.
+FAST_WARP = {"speculative": "top_k+top_p", "specinfer": "top_k", "spectr": "top_k+top_p", "is": "top_k",
              "is_lp": "top_k", "is_lp_truncated": "top_k+top_p"}
 
 
@@ -141,15 +158,49 @@ def plant_off_by_one(monkeypatch):
     monkeypatch.setattr(verifier, "verify", off_by_one_rows(verifier.verify))
 
 
+def test_fast_runs_detect_a_total_variation_error_of_0_05(laws):
+    for scheme, warp in FAST_WARP.items():
+        tv = detectable_tv(laws[warp], FAST_RUNS, PASS_P, POWER)
+        assert tv <= TARGET_TV, (scheme, warp, tv)
+    for warp, runs in HEAVY_RUNS.items():
+        assert detectable_tv(laws[warp], runs, PASS_P, POWER) <= TARGET_TV, (warp, runs)
+    # ... and the power calculation is not vacuous: 300 runs (the old size) miss errors of 0.15.
+    assert detectable_tv(laws["top_k"], 300) > 0.15
+
+
+def test_detectable_tv_matches_a_simulated_error(laws):
+    """The power claim, checked by simulation: move mass `detectable_tv` from one half of the outcomes (by mass) to
+    the other, in proportion to the law (the shape with the least chi-square divergence for its size), draw N runs
+    from it 400 times; the test must reject at p < 0.01 in about 90 % of them."""
+    import numpy as np
+    law, runs = laws["top_k"], 1000
+    tv = detectable_tv(law, runs)
+    outcomes = sorted(law, key=law.get)
+    mass = np.array([law[o] for o in outcomes])
+    mass /= mass.sum()
+    half = np.cumsum(mass) <= 0.5                     # outcomes losing mass; the rest gain as much
+    wrong = np.where(half, mass * (1 - tv / mass[half].sum()), mass * (1 + tv / mass[~half].sum()))
+    assert abs(0.5 * np.abs(wrong - mass).sum() - tv) < 1e-9
+    rng = np.random.default_rng(0)
+    rejected = 0
+    for _ in range(400):
+        counts = {o: int(c) for o, c in zip(outcomes, rng.multinomial(runs, wrong)) if c}
+        rejected += chi_square_p_value(law, counts, runs) < PASS_P
+    assert 0.85 <= rejected / 400, rejected / 400
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_loop_samples_the_warped_target_law(models, laws, scheme):
-    p_value, tv = check_law(models, laws, scheme, FAST_WARP[scheme], FAST_RUNS)
-    assert p_value > PASS_P, f"{scheme} under {FAST_WARP[scheme]}: chi-square p = {p_value:.2e}, TV = {tv:.3f}"
+    warp = FAST_WARP[scheme]
+    p_value, tv = check_law(models, laws, scheme, warp, FAST_RUNS)
+    assert p_value > PASS_P, (f"{scheme} under {warp}: chi-square p = {p_value:.2e}, TV = {tv:.3f} "
+                              f"(this test detects TV >= {detectable_tv(laws[warp], FAST_RUNS):.3f})")
 
 
 def test_off_by_one_negative_control_is_rejected(models, laws, monkeypatch):
     plant_off_by_one(monkeypatch)
-    p_value, tv = check_law(models, laws, "spectr", FAST_WARP["spectr"], FAST_RUNS)
+    p_value, tv = check_law(models, laws, "spectr", FAST_WARP["spectr"], CONTROL_RUNS)
     assert p_value < FAIL_P, f"the planted off-by-one was not detected: p = {p_value:.2e}, TV = {tv:.3f}"
 
 
@@ -157,7 +208,7 @@ def test_off_by_one_negative_control_is_rejected(models, laws, monkeypatch):
 @pytest.mark.parametrize("warp", list(WARPS))
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_loop_samples_the_warped_target_law_slow(models, laws, scheme, warp):
-    p_value, tv = check_law(models, laws, scheme, warp, SLOW_RUNS)
+    p_value, tv = check_law(models, laws, scheme, warp, HEAVY_RUNS[warp])
     assert p_value > PASS_P, f"{scheme} under {warp}: chi-square p = {p_value:.2e}, TV = {tv:.3f}"
 
 
@@ -165,7 +216,7 @@ def test_loop_samples_the_warped_target_law_slow(models, laws, scheme, warp):
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_off_by_one_negative_control_is_rejected_slow(models, laws, scheme, monkeypatch):
     plant_off_by_one(monkeypatch)
-    p_value, tv = check_law(models, laws, scheme, "top_k+top_p", FAST_RUNS)
+    p_value, tv = check_law(models, laws, scheme, "top_k+top_p", CONTROL_RUNS)
     assert p_value < FAIL_P, f"{scheme}: the planted off-by-one was not detected: p = {p_value:.2e}, TV = {tv:.3f}"
 
 
@@ -173,5 +224,5 @@ def test_off_by_one_negative_control_is_rejected_slow(models, laws, scheme, monk
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 def test_target_redraw_negative_control_is_rejected_slow(models, laws, scheme, monkeypatch):
     monkeypatch.setattr(multi_draft_verifier, "select", residual_from_target(multi_draft_verifier.select))
-    p_value, tv = check_law(models, laws, scheme, "top_k+top_p", SLOW_RUNS)
+    p_value, tv = check_law(models, laws, scheme, "top_k+top_p", HEAVY_RUNS["top_k+top_p"])
     assert p_value < FAIL_P, f"{scheme}: redrawing from the target was not detected: p = {p_value:.2e}, TV = {tv:.3f}"

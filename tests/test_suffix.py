@@ -13,7 +13,7 @@ from multidraft.drafters.suffix import SuffixDrafter
 from multidraft.errors import CorruptCacheError, InvalidOptionError, TokenizerMismatchError
 from multidraft.suffix import SuffixAutomaton, SuffixStore
 from multidraft.suffix.automaton import SEPARATOR
-from multidraft.suffix.registry import StoreRegistry, api_key_of
+from multidraft.suffix.registry import StoreRegistry
 from tests.tiny_models import make_tiny_lm
 
 PROMPTS = [
@@ -270,7 +270,6 @@ def test_isolation_two_keys_never_draft_from_each_other(lm):
     assert len(drafter.propose(state, 10)) == 0                    # nothing of key-a's text reaches key-b
     shared = StoreRegistry(max_tokens=10_000, isolation=False)
     assert shared.for_key("key-a") is shared.for_key("key-b") is shared.for_key(None)
-    assert api_key_of("Bearer sk-1") == "sk-1" and api_key_of(None) is None
 
 
 def test_registry_keeps_at_most_max_keys():
@@ -362,20 +361,37 @@ def test_smollm_greedy_equality_with_a_store(smollm):
 
 
 def test_server_keeps_one_store_per_api_key_with_isolation(lm):
+    """Isolation is keyed by the API key a request authenticated with: one store per configured key; no key or an
+    unknown one is a 401, so no client can pick (or share) another's store by sending a made-up bearer string."""
+    import hashlib
+
     import httpx
 
     from multidraft.server import ServerConfig, ServerThread, create_app
 
-    app = create_app(lm, ServerConfig(max_tokens=16, suffix_store_tokens=1000, suffix_isolation=True))
+    app = create_app(lm, ServerConfig(max_tokens=16, suffix_store_tokens=1000, suffix_isolation=True,
+                                      api_key=("key-a", "key-b")))
     body = {"prompt": PROMPTS[0], "max_tokens": 8, "method": "suffix"}
     with ServerThread(app) as running, httpx.Client(base_url=running.url, timeout=60) as client:
         for key in ("key-a", "key-b", "key-a"):
             response = client.post("/v1/completions", json=body, headers={"Authorization": f"Bearer {key}"})
             assert response.status_code == 200, response.text
         stores = app.state.suffix_stores
-        a, b = stores.for_key("key-a"), stores.for_key("key-b")
+        a, b = (stores.for_key(hashlib.sha256(key.encode()).hexdigest()) for key in ("key-a", "key-b"))
         assert (a.num_documents, b.num_documents) == (2, 1) and len(stores) == 2
-        # OpenAI's own `store` field is ignored: a client cannot swap in another store; no key -> a third store
-        response = client.post("/v1/completions", json={**body, "store": True})
-        assert response.status_code == 200
-        assert (a.num_documents, b.num_documents) == (2, 1) and len(stores) == 3
+        for headers in ({}, {"Authorization": "Bearer EMPTY"}, {"Authorization": "Bearer key-c"}):
+            assert client.post("/v1/completions", json=body, headers=headers).status_code == 401
+        # OpenAI's own `store` field cannot swap in another store: anything but false is refused
+        response = client.post("/v1/completions", json={**body, "store": "/etc/passwd"},
+                               headers={"Authorization": "Bearer key-a"})
+        assert response.status_code == 400 and response.json()["error"]["param"] == "store"
+        assert (a.num_documents, b.num_documents) == (2, 1) and len(stores) == 2
+
+
+def test_isolation_without_two_keys_is_refused_at_start():
+    from multidraft.errors import InvalidOptionError
+    from multidraft.server import ServerConfig
+    for keys in (None, "only-one", ("same", "same")):
+        with pytest.raises(InvalidOptionError, match="one key per client"):
+            ServerConfig(suffix_isolation=True, api_key=keys).validate()
+    assert ServerConfig(suffix_isolation=True, api_key=["a", "b"]).validate().api_keys == ("a", "b")

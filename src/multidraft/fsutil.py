@@ -1,11 +1,44 @@
-"""Small file helpers: checksums and writes that never leave a half-written file behind."""
+"""Small file helpers: checksums and writes that never leave a half-written file behind.
+
+`atomic_path` keeps one promise even across a crash (kill -9, power loss) at any point: afterwards the path holds
+either its old version, intact, or its new version, complete. A file is renamed over the old one (one atomic
+rename). A folder cannot be renamed over a non-empty folder, so the old one is first renamed aside
+(`.<name>.<random>.old`), the new one renamed in, then the old one removed; a crash between the two renames
+leaves only the aside copy, which `recover` (called by `atomic_path` itself and by the readers of cache folders)
+renames back. Data is fsync'ed before the rename and the folder's entry after it, so the rename never points at
+data the disk does not have yet.
+
+Fault injection (tests only): MULTIDRAFT_CRASH_AT=STEP[@N] kills the process with SIGKILL the N-th time (default
+1st) it reaches STEP, one of the names passed to `crash_point` (see CRASH_STEPS).
+"""
 
 import contextlib
 import hashlib
 import os
+import secrets
 import shutil
+import signal
 import tempfile
 from pathlib import Path
+
+CRASH_ENV = "MULTIDRAFT_CRASH_AT"
+# The steps of one atomic write: the new version written and synced (old untouched), the old folder moved aside
+# (folders only), the new version renamed in (the aside copy not yet removed).
+CRASH_STEPS = ("atomic.written", "atomic.aside", "atomic.renamed")
+_crash_counts: dict[str, int] = {}
+
+
+def crash_point(step: str) -> None:
+    """Die here, as kill -9 would, when MULTIDRAFT_CRASH_AT names this step (fault-injection tests)."""
+    wanted = os.environ.get(CRASH_ENV)
+    if not wanted:
+        return
+    name, _, nth = wanted.partition("@")
+    if name != step:
+        return
+    _crash_counts[step] = _crash_counts.get(step, 0) + 1
+    if _crash_counts[step] == int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def sha256_file(path, chunk_size: int = 1 << 20) -> str:
@@ -16,22 +49,132 @@ def sha256_file(path, chunk_size: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def fsync_tree(path) -> None:
+    """fsync a file, or every file and folder under a folder (the folder itself last)."""
+    path = Path(path)
+    if path.is_dir():
+        for root, dirs, files in os.walk(path, topdown=False):
+            for name in files:
+                _fsync(Path(root) / name, os.O_RDONLY)
+            for name in dirs:
+                _fsync(Path(root) / name, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        _fsync(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    elif path.exists():
+        _fsync(path, os.O_RDONLY)
+
+
+def fsync_dir(folder) -> None:
+    """Make a rename or a new entry in `folder` durable (a no-op where folders cannot be opened, e.g. Windows)."""
+    try:
+        _fsync(Path(folder), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        pass
+
+
+def _fsync(path: Path, flags: int) -> None:
+    if path.is_symlink():
+        return
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _is_real_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
+
+
+def _remove(path: Path) -> None:
+    if _is_real_dir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path):
+    """An exclusive lock on `folder` (flock on the folder itself, so no lock file is left): the swap of one of its
+    entries and the recovery of an aside copy never interleave between processes."""
+    try:
+        import fcntl
+    except ImportError:          # not POSIX: no lock (one writer at a time is then the caller's business)
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:          # a filesystem without flock: go on unlocked, as before this lock existed
+            pass
+        yield
+    finally:
+        os.close(fd)             # closing releases the lock
+
+
+def _asides(final_path: Path) -> list[Path]:
+    return sorted(final_path.parent.glob(f".{final_path.name}.*.old"), key=lambda p: p.lstat().st_mtime_ns)
+
+
+def recover(final_path) -> None:
+    """Finish what a crashed `atomic_path` left for `final_path`: put back the old version it had moved aside (when
+    the new one never arrived), or remove that aside copy (when it did)."""
+    final_path = Path(final_path)
+    parent = final_path.parent
+    try:
+        if not parent.is_dir() or not _asides(final_path):
+            return
+    except OSError:
+        return
+    stale = []
+    with _folder_lock(parent):
+        asides = _asides(final_path)
+        if asides and not os.path.lexists(final_path):
+            os.replace(asides[-1], final_path)       # the newest copy moved aside is the version that was there
+            fsync_dir(parent)
+            asides = asides[:-1]
+        stale = asides
+    for aside in stale:
+        _remove(aside)
+
+
 @contextlib.contextmanager
 def atomic_path(final_path):
-    """Yield a temporary path beside `final_path`; rename it into place only if the block succeeds.
+    """Yield a temporary path beside `final_path`; move it into place only if the block succeeds.
 
-    Works for files and folders. On any exception the temporary is removed and `final_path` is untouched.
+    Works for files and folders. On any exception the temporary is removed and `final_path` is untouched; after a
+    crash at any point `final_path` is its old version or its new one, complete (module docstring).
     """
     final_path = Path(final_path)
-    final_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final_path.name}.", suffix=".partial", dir=final_path.parent))
+    parent = final_path.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    recover(final_path)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final_path.name}.", suffix=".partial", dir=parent))
     target = tmp / final_path.name
+    aside = None
     try:
         yield target
-        if final_path.is_dir():
-            shutil.rmtree(final_path)
-        elif final_path.exists():
-            final_path.unlink()
-        os.replace(target, final_path)
+        if not target.exists():
+            raise FileNotFoundError(f"atomic_path: nothing was written at {target}")
+        fsync_tree(target)
+        crash_point("atomic.written")
+        with _folder_lock(parent):
+            # rename() replaces a file atomically, but not a folder (nor a file by a folder): move that aside first.
+            if os.path.lexists(final_path) and (target.is_dir() or _is_real_dir(final_path)):
+                aside = parent / f".{final_path.name}.{secrets.token_hex(6)}.old"
+                os.rename(final_path, aside)
+                crash_point("atomic.aside")
+            try:
+                os.replace(target, final_path)
+            except BaseException:
+                if aside is not None:            # the new version did not go in: the old one goes back
+                    os.rename(aside, final_path)
+                    aside = None
+                raise
+            fsync_dir(parent)
+            crash_point("atomic.renamed")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if aside is not None:
+            _remove(aside)

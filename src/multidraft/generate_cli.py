@@ -10,6 +10,7 @@ from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.decoders.draft_length import add_draft_length_argument
 from multidraft.models.runner_choice import add_dtype_argument, add_runner_argument, dtype_choice
 from multidraft.models.device import add_device_argument
+from multidraft.models.threads import apply_threads, parse_threads
 from multidraft.text_stream import TextStreamer
 
 
@@ -29,6 +30,8 @@ def register(subparsers) -> None:
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     add_dtype_argument(parser)
     add_device_argument(parser)
+    parser.add_argument("--threads", type=parse_threads, default=None, metavar="N|auto",
+                        help="CPU threads (default: torch's, all cores; auto: the cores other processes leave idle)")
     add_runner_argument(parser)
     add_draft_length_argument(parser)
     parser.add_argument("--option", "-o", action="append", default=[], metavar="NAME=VALUE",
@@ -85,6 +88,7 @@ def run_generate(args) -> int:
                                        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                                        seed=args.seed, stop=args.stop, chat=args.chat or None,
                                        draft_length=args.draft_length, options=options)
+    apply_threads(args.threads)
     lm = multidraft.load_model(args.model, dtype=dtype, device=args.device, runner=args.runner)
 
     streamer = TextStreamer(lm.decode, args.stop or ())   # the server's detokenizer: no half characters, no stop text

@@ -61,7 +61,8 @@ def _read(path) -> dict:
     except FileNotFoundError:
         raise ModelNotFoundError(f"no heads file at {path}; train one with `multidraft heads train`") from None
     except Exception as exc:  # truncated or not a torch file
-        raise CorruptCacheError(f"heads file {path} cannot be read ({exc}); delete it and train again") from None
+        first = str(exc).split(". ")[0].splitlines()[0][:160] if str(exc) else type(exc).__name__   # torch's are long
+        raise CorruptCacheError(f"heads file {path} cannot be read ({first}); delete it and train again") from None
     if not isinstance(blob, dict) or blob.get("format") != FORMAT or "state" not in blob:
         raise CorruptCacheError(f"{path} is not a multidraft heads file (format {FORMAT}); train the heads again")
     return blob

@@ -13,7 +13,7 @@ from multidraft import paths
 from multidraft.data import extract, fetch
 from multidraft.data.registry import DATASETS, get
 from multidraft.errors import CorruptCacheError, DataNotFoundError
-from multidraft.fsutil import atomic_path
+from multidraft.fsutil import atomic_path, recover
 
 MANIFEST = "manifest.json"
 LAYOUT_VERSION = 1
@@ -24,7 +24,9 @@ def data_root() -> Path:
 
 
 def _entry(name: str) -> Path:
-    return data_root() / name
+    entry = data_root() / name
+    recover(entry)          # a re-pull killed between its two renames left the old entry aside: put it back
+    return entry
 
 
 def is_pulled(name: str) -> bool:

@@ -10,6 +10,7 @@ from multidraft.errors import InvalidOptionError
 from multidraft.decoders.draft_length import add_draft_length_argument
 from multidraft.models.runner_choice import add_dtype_argument, add_runner_argument, dtype_choice
 from multidraft.models.device import add_device_argument
+from multidraft.models.threads import apply_threads, parse_threads
 
 DEFAULT_OUT = "bench-results"
 
@@ -43,8 +44,8 @@ def register(subparsers) -> None:
     parser.add_argument("--ray", metavar="ADDRESS|local", help="spread prompts over Ray workers (needs `pip install ray`)")
     parser.add_argument("--workers", type=validation.cli_int(minimum=1), default=None,
                         help="Ray workers, one model copy each (only with --ray; default 2)")
-    parser.add_argument("--threads", type=validation.cli_int(minimum=1), default=None,
-                        help="torch threads (default: all cores)")
+    parser.add_argument("--threads", type=parse_threads, default=None, metavar="N|auto",
+                        help="torch threads (default: all cores; auto: the cores other processes leave idle)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run_bench_command)
 
@@ -86,8 +87,6 @@ def _split(text: str) -> list[str]:
 
 
 def run_bench_command(args) -> int:
-    import torch
-
     from multidraft.eval.bench import BenchConfig, check_tasks, resolve_methods, run_bench
     from multidraft.eval.report import render_tables
     from multidraft.eval.bench import read_results
@@ -98,8 +97,7 @@ def run_bench_command(args) -> int:
     workers = 2 if args.workers is None else args.workers
     out = args.out or os.path.join(DEFAULT_OUT, os.path.basename(os.path.normpath(args.model)))
     check_out_dir(out)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_threads(args.threads)
     config = BenchConfig(model=args.model, draft=args.draft, tasks=_split(args.tasks), methods=_split(args.methods),
                          max_new_tokens=args.max_new_tokens, limit=args.limit, seed=args.seed,
                          dtype=dtype_choice(args.dtype), options=parse_method_options(args.option),

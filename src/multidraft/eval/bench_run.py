@@ -142,10 +142,12 @@ def _needs_quality(method: BenchMethod) -> bool:
 def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
                reference: Optional[list[list[int]]] = None, artifacts=None) -> Iterator[dict]:
     """Yield one row per method for `item`; `reference` is the baseline's per-turn token ids if already known."""
+    import torch
     for method in methods:
         row = {"kind": "row", "task": item.task, "prompt_id": item.id, "method": method.label, "name": method.name,
                "peer": method.peer, "lossless": method.lossless, "temperature": method.temperature or 0.0,
                "options": method.options, "error": None, "load_average": os.getloadavg()[0],
+               "threads": torch.get_num_threads(),
                "dtype": str(lm.dtype).removeprefix("torch."), "device": str(lm.device),
                "runner": getattr(lm, "runner", "eager"), "runner_setup_s": getattr(lm, "runner_setup_seconds", 0.0),
                "draft_length": config.draft_length}
@@ -156,6 +158,7 @@ def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
             raise
         except Exception as exc:        # a failing method is reported, not fatal for the other columns
             row["error"] = f"{type(exc).__name__}: {exc}"
+        row["load_average_after"] = os.getloadavg()[0]      # the load while the row ran shows here, not before it
         if method.name == BASELINE and row["error"] is None:
             reference = [t["token_ids"] for t in row["turns"]]
         row["equal_greedy"] = _equal(row, reference, method)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from multidraft.errors import MultidraftError
+from multidraft.fsutil import atomic_path
 
 FORMAT = 1
 RESULTS_NAME = "results.jsonl"
@@ -83,13 +84,8 @@ class ResultsFile:
             rows = [row for row in rows if not retry(row)]
         self.header = header
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w") as handle:
-            for record in [header] + rows:
-                handle.write(json.dumps(record, default=str) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.path)
+        with atomic_path(self.path) as tmp:          # a crash leaves the old file or the new one, whole
+            tmp.write_text("".join(json.dumps(record, default=str) + "\n" for record in [header] + rows))
         return rows
 
     def append(self, row: dict) -> None:

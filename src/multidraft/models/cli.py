@@ -104,7 +104,8 @@ def cmd_info(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    """OK / FAILED per model, with the repair command; exit status 1 when any model fails (0 when all pass)."""
+    """OK / FAILED per model, with the repair command; exit status 2 when any model fails, as for every error the
+    user can fix (0 when all pass)."""
     specs = [registry.get_spec(name) for name in args.names]
     entries = [(spec.alias, model_store.entry_dir(spec.alias), spec.gguf_sha256, True) for spec in specs]
     if not specs:
@@ -132,4 +133,4 @@ def cmd_verify(args) -> int:
             print(f"{name}: FAILED ({status.reason}); {model_store.repair_hint(name)}")
         else:
             print(f"{name}: FAILED ({status.reason}); delete {folder} and load its GGUF file again to reconvert it")
-    return 1 if failed else 0
+    return 2 if failed else 0

@@ -3,6 +3,8 @@ batch-invariant, built once with the system's C++ compiler like the fast runner'
 
 Ops (torch.ops.multidraft_gguf):
 - linear(x (..., K) fp32, blocks (N, row_bytes) uint8, type, K) -> (..., N): x @ W^T with W the blocks' values;
+- linear_q8(x, blocks, type, K): the same with x quantized per row and 256 values to int8 (llama.cpp's arithmetic;
+  Q4_K and Q6_K, K a multiple of 256);
 - dequantize(blocks, type, K, ids) -> (len(ids), K) fp32: chosen rows of W (embedding lookups, prefill GEMM);
 - attention(q (H, T, D), k (KVH, S, D), v, visible (T, S) bool, scaling) -> (T, H, D).
 """
@@ -22,6 +24,9 @@ from multidraft.models import fast_linear
 # GGUF tensor types the kernel reads as they are (ggml's numbering); others are expanded to F32 at load.
 NATIVE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 12: "Q4_K", 13: "Q5_K",
                 14: "Q6_K", 30: "BF16"}
+
+# Types with an 8-bit-activation kernel (runner "quantized-q8").
+Q8_TYPES = {12: "Q4_K", 14: "Q6_K"}
 
 _lock = threading.Lock()
 _loaded = False
@@ -64,6 +69,10 @@ def load(progress: bool = True) -> bool:
 
 def linear(x: torch.Tensor, blocks: torch.Tensor, type_id: int, width: int) -> torch.Tensor:
     return torch.ops.multidraft_gguf.linear(x, blocks, type_id, width)
+
+
+def linear_q8(x: torch.Tensor, blocks: torch.Tensor, type_id: int, width: int) -> torch.Tensor:
+    return torch.ops.multidraft_gguf.linear_q8(x, blocks, type_id, width)
 
 
 def dequantize(blocks: torch.Tensor, type_id: int, width: int, rows: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -20,6 +20,7 @@ from typing import Optional, Union
 from multidraft.errors import CorruptCacheError, InvalidOptionError, ModelNotFoundError, MultidraftError
 from multidraft.fsutil import sha256_file
 from multidraft.models import integrity, model_store, registry
+from multidraft.models.runner_choice import QUANTIZED_RUNNERS
 from multidraft.models.device import configure_cuda, parse_device
 from multidraft.models.offline import offline_env
 from multidraft.models.pulling import convert_gguf, pull  # noqa: F401  (pull is part of this module's API)
@@ -218,8 +219,9 @@ def load_tokenizer(name_or_path):
 
 
 def load_model(name_or_path, dtype=None, device=None, runner: str = "auto", **kwargs) -> "LM":  # noqa: F821
-    """The model wrapped in the `LM` runner. runner: "auto" (the default choice below), "quantized", "eager", "fast"
-    or "static" (see `LM.use_runner`).
+    """The model wrapped in the `LM` runner. runner: "auto" (the default choice below), "quantized", "quantized-q8"
+    (the same with llama.cpp's 8-bit activations: faster, a slightly different model), "eager", "fast" or "static"
+    (see `LM.use_runner`).
 
     On the CPU, a model with a GGUF behind it (a pulled alias, a .gguf file) runs by default on the quantized
     runner: the GGUF's own blocks, fp32 arithmetic, batch-invariant forwards (models/quantized.py), so every
@@ -233,7 +235,7 @@ def load_model(name_or_path, dtype=None, device=None, runner: str = "auto", **kw
         loaded = _load_quantized(name_or_path, runner, device, kwargs.get("progress", True))
         if loaded is not None:
             model, tokenizer, info = loaded
-            return LM(model, tokenizer, name=info.name, info=info, runner="quantized")
+            return LM(model, tokenizer, name=info.name, info=info, runner=None if runner == "auto" else runner)
         runner = "auto"
     model, tokenizer, info = load_hf_model(name_or_path, dtype=dtype, device=device, **kwargs)
     return LM(model, tokenizer, name=getattr(info, "name", str(name_or_path)), info=info, runner=runner)
@@ -242,7 +244,7 @@ def load_model(name_or_path, dtype=None, device=None, runner: str = "auto", **kw
 def _wants_quantized(name_or_path, dtype, device, runner: str, kwargs) -> bool:
     """The quantized runner serves a GGUF-backed model on the CPU when asked ("quantized") or by default ("auto"
     with no dtype other than fp32 and HF's default attention). Any other choice keeps the HF folder's weights."""
-    if runner == "quantized":
+    if runner in QUANTIZED_RUNNERS:
         return True
     if runner != "auto" or kwargs.get("attn_implementation", "sdpa") != "sdpa":
         return False
@@ -276,7 +278,7 @@ def _load_quantized(name_or_path, runner: str, device, progress: bool):
             tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
         model = load_quantized_model(folder, source)
     except (QuantizedUnsupported, ModelNotFoundError) as why:
-        if runner == "quantized" or "could not be built" in str(why):
+        if runner != "auto" or "could not be built" in str(why):
             warnings.warn(f"multidraft: the quantized runner cannot serve {resolved.name}: {why}; using the HF "
                           "folder's weights instead", RuntimeWarning, stacklevel=3)
         return None

@@ -32,7 +32,7 @@ from typing import Optional
 
 from multidraft import paths
 from multidraft.errors import CorruptCacheError, ModelNotFoundError
-from multidraft.fsutil import atomic_path, sha256_file
+from multidraft.fsutil import atomic_path, recover, sha256_file
 from multidraft.models import integrity
 
 MARKER = "multidraft-model.json"
@@ -45,7 +45,9 @@ def models_root() -> Path:
 
 
 def entry_dir(alias: str) -> Path:
-    return models_root() / alias
+    folder = models_root() / alias
+    recover(folder)
+    return folder
 
 
 def staging_root() -> Path:
@@ -123,6 +125,7 @@ def check_entry(folder: Path, source_sha256: Optional[str] = None, full: bool = 
     """Is `folder` a complete, readable cache entry? The cheap checks always run (module docstring);
     `full=True` also re-hashes every file."""
     folder = Path(folder)
+    recover(folder)         # a re-pull killed between its two renames left the old entry aside: put it back
     if not folder.exists():
         return EntryStatus("missing", folder)
     marker = read_marker(folder)

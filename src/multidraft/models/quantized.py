@@ -15,6 +15,14 @@ greedy on this runner by construction. The one exception is a prefill (a forward
 `PREFILL_GEMM_ROWS` rows, which goes through a dense GEMM for speed; greedy and every drafting method run the same
 prefill, so this does not touch exactness between methods.
 
+8-bit activations (runner "quantized-q8", opt-in). llama.cpp quantizes each linear's input row to int8 (one scale
+per 256 values) and computes integer dot products: ~2x faster here, and the model llama.cpp users run. The
+Q4_K / Q6_K matrices (every matrix of the Qwen GGUFs) can compute that way (gguf_kernels' `linear_q8`); other
+formats keep fp32 activations. Each row's quantization depends on that row only and the integer sums are exact, so
+this mode is batch-invariant too, prefills included (they skip the dense GEMM): lossless methods stay
+token-identical to this mode's greedy. It is a different model from the fp32 one (logits differ by the 8-bit
+rounding of activations), which is why it is not the default.
+
 Memory: the blocks are mapped from the GGUF file (the 1.5B: 1.1 GB), not copied; no fp32 weight matrix is kept.
 """
 
@@ -24,6 +32,7 @@ import functools
 import json
 import threading
 import types
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -74,17 +83,43 @@ def invariant_attention(module, query, key, value, attention_mask, scaling=None,
 # ---------------------------------------------------------------- linears and embeddings on blocks
 
 
+ACTIVATIONS = ("fp32", "q8")
+
+
+class _Mode:
+    """How a quantized model's linears treat their inputs; one object shared by all of them, so it can switch."""
+
+    def __init__(self, activations: str):
+        self.activations = activations
+
+
+def set_activations(model, activations: str) -> None:
+    if activations not in ACTIVATIONS:
+        raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
+    if activations == "q8" and not any(getattr(m, "gguf_matrix", None) is not None and m.gguf_matrix.has_q8_kernel
+                                       for m in model.modules() if isinstance(m, torch.nn.Linear)):
+        warnings.warn("multidraft: no matrix of this GGUF is Q4_K or Q6_K, so 8-bit activations change nothing "
+                      "(quantized-q8 runs as quantized)", RuntimeWarning, stacklevel=3)
+    model.gguf_mode.activations = activations
+
+
+def runner_name(model) -> str:
+    """The runner name of a quantized model in its current mode: "quantized" or "quantized-q8"."""
+    return "quantized-q8" if model.gguf_mode.activations == "q8" else "quantized"
+
+
 def _linear_forward(self, x: torch.Tensor) -> torch.Tensor:
     matrix: BlockMatrix = self.gguf_matrix
     rows = x.numel() // max(1, x.shape[-1])
-    if rows > PREFILL_GEMM_ROWS and getattr(_prefill, "active", False):
+    q8 = self.gguf_mode.activations == "q8" and matrix.has_q8_kernel
+    if rows > PREFILL_GEMM_ROWS and getattr(_prefill, "active", False) and not q8:
         weight = matrix.dequantize()              # transient: one matrix at a time
         if fast_linear.ONEDNN:                    # faster than MKL's sgemm here (fast_path.md section 8)
             out = torch.ops.mkldnn._linear_pointwise(x.float(), weight, None, "none", [], "")
         else:
             out = torch.nn.functional.linear(x.float(), weight)
     else:
-        out = matrix.linear(x.float())
+        out = matrix.linear(x.float(), q8=q8)
     if self.bias is not None:
         out = out + self.bias
     return out
@@ -123,8 +158,9 @@ def _placeholder(rows: int, width: int) -> torch.nn.Parameter:
 # ---------------------------------------------------------------- building the model
 
 
-def load_quantized_model(folder: Path, gguf_path: Path):
-    """The HF model of `folder` with its weights from the GGUF at `gguf_path` (see the module docstring)."""
+def load_quantized_model(folder: Path, gguf_path: Path, activations: str = "fp32"):
+    """The HF model of `folder` with its weights from the GGUF at `gguf_path` (see the module docstring);
+    activations "q8" for llama.cpp's 8-bit activations where the format allows."""
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -137,6 +173,7 @@ def load_quantized_model(folder: Path, gguf_path: Path):
         model = AutoModelForCausalLM.from_config(config, attn_implementation=ATTENTION, dtype=torch.float32)
     weights = GGUFWeights(gguf_path, int(text_config.num_hidden_layers))
     reference = _FolderTensors(folder)
+    mode = _Mode("fp32")
     embedding = model.get_input_embeddings()
     matrices: dict[str, BlockMatrix] = {}
     for name, module in model.named_modules():
@@ -159,11 +196,14 @@ def load_quantized_model(folder: Path, gguf_path: Path):
             raise QuantizedUnsupported(f"{name}: the GGUF matrix is {matrix.rows}x{matrix.width}, the model expects "
                                        f"{module.out_features}x{module.in_features}")
         module.gguf_matrix = matrix
+        module.gguf_mode = mode
         module.weight = embedding.weight if tied else _placeholder(matrix.rows, matrix.width)
         module.forward = types.MethodType(_linear_forward, module)
     _load_small_tensors(model, weights, reference)
     model.eval()
     model.gguf_weights = weights           # keeps the file mapping alive
+    model.gguf_mode = mode
+    set_activations(model, activations)
     return model
 
 

@@ -21,9 +21,10 @@ from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.models import fast_linear, quantized, static_runner
 from multidraft.models.attention_rows import AttentionQueries, install_query_hooks
 from multidraft.models.kv_cache import KVCache, StaticKVCache, tree_attention_mask, tree_depths  # noqa: F401 (re-exported)
+from multidraft.models.runner_choice import QUANTIZED_RUNNERS
 from multidraft.sampling import check_finite
 
-RUNNERS = ("auto", "eager", "fast", "static", "quantized")
+RUNNERS = ("auto", "eager", "fast", "static") + QUANTIZED_RUNNERS
 
 
 @dataclass
@@ -57,7 +58,7 @@ class LM:
         self._static, self._cpu_kernel = None, False
         self.static_capacity = static_runner.DEFAULT_CAPACITY
         # None: the model's own kind, quantized for a model on GGUF blocks (models/quantized.py), else eager
-        self.use_runner(runner or ("quantized" if self.quantized else "eager"))
+        self.use_runner(runner or (quantized.runner_name(model) if self.quantized else "eager"))
 
     # ----- runner choice -----
     def use_runner(self, runner: str = "auto", progress: bool = True) -> str:
@@ -76,19 +77,22 @@ class LM:
 
     @property
     def quantized(self) -> bool:
-        """True when the model runs on GGUF blocks (models/quantized.py): chosen at load, it cannot be switched."""
+        """True when the model runs on GGUF blocks (models/quantized.py): chosen at load, it cannot be switched
+        to another runner (but between "quantized" and "quantized-q8", its activations, it can)."""
         return hasattr(self.model, "gguf_weights")
 
     def _use_runner(self, runner: str, progress: bool) -> str:
         if self.quantized:
-            if runner not in ("auto", "quantized"):
+            if runner not in ("auto",) + QUANTIZED_RUNNERS:
                 raise InvalidOptionError(f"{self.name} runs on the quantized runner (GGUF blocks); for the {runner!r} "
                                          f"runner load it with multidraft.load_model(..., runner={runner!r})")
-            self.runner = "quantized"
+            if runner != "auto":
+                quantized.set_activations(self.model, "q8" if runner == "quantized-q8" else "fp32")
+            self.runner = quantized.runner_name(self.model)
             return self.runner
-        if runner == "quantized":
+        if runner in QUANTIZED_RUNNERS:
             raise InvalidOptionError(f"the quantized runner is chosen when a model is loaded: "
-                                     f"multidraft.load_model({self.name!r}, runner='quantized')")
+                                     f"multidraft.load_model({self.name!r}, runner={runner!r})")
         fast_linear.uninstall(self.model)
         self.runner, self._static, self._cpu_kernel = "eager", None, False
         if runner == "eager":
@@ -385,6 +389,10 @@ class LM:
 
                 class _QueryCollector:
                     def remove(self_inner):
+                        # Runs in the forward's `finally`: a forward stopped part-way (timeout, hang-up, Ctrl-C)
+                        # never reached some layers, and its own exception must be the one that propagates.
+                        if any(layer not in per_layer for layer in by_layer):
+                            return
                         triples = [per_layer[layer][by_layer[layer].index(head)] for layer, head in order]
                         captured["attn"] = AttentionQueries(*map(list, zip(*triples)))
                 hooks.append(_QueryCollector())

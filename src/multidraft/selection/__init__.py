@@ -21,10 +21,11 @@ enumeration):
 (§3.7, A4), which keeps the law exact; `None` disables it (then LPs grow with V). Classical IS's
 "auto" alphabet keeps the target's whole support (tokens with zero target mass have IS weight 0, so merging
 them into ⊥ costs no acceptance) unless its exact law would cost more than a fixed budget of terms; then it
-keeps the largest M within budget (>= 40 at K <= 4, ~32 at K = 5, ~22 at K = 6 on full-vocabulary laws).
+keeps the largest M within a budget set from the measured cost of a term (the whole support up to ~3,000 tokens at
+K = 2, ~340 at K = 3, ~100 at K = 4 on a 49k vocabulary).
 A smaller alphabet only moves target mass to the exact fallback draw of §3.7. The truncated LP's "auto" alphabet
-is the target's support up to 256 tokens (the paper's M = 40 capped its acceptance at q(top 40) on wide
-supports: benchmarks/reports/selection_paper.md); pass alphabet_size=40 for the paper's setting.
+is the target's support up to 3,072 tokens (measured ~0.1 s a position; the paper's M = 40 capped its acceptance
+at q(top 40) on wide supports: benchmarks/reports/selection_paper.md); pass alphabet_size=40 for the paper's setting.
 The paper's "IS" (seed 002: truncated LP, s = 5, M = 40) is `is_lp_truncated`; `is` is the classical
 importance-sampling baseline of its §3.2.
 

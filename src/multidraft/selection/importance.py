@@ -85,6 +85,9 @@ def _sum_distribution(value_rows, prob_rows, merge_last: bool):
     return values, probs
 
 
+_TABLE_ENTRIES = 2_000_000      # floats per block of the outer table below (16 MB)
+
+
 def _expected_share(own, values, probs, num_drafts):
     """E[g(c, S)] for each c in `own`, S ~ (values, probs), g(c, s) = c / (c + s), or 1/K when c + s = 0.
 
@@ -93,9 +96,14 @@ def _expected_share(own, values, probs, num_drafts):
     positive = own > 0
     if positive.any():
         c = own[positive]
-        table = np.add.outer(c, values)
-        np.divide(c[:, None], table, out=table)
-        share[positive] = table @ probs
+        out = np.empty(len(c))
+        rows = max(1, _TABLE_ENTRIES // max(1, len(values)))     # bounded memory at any alphabet size
+        for start in range(0, len(c), rows):
+            block = c[start:start + rows]
+            table = np.add.outer(block, values)
+            np.divide(block[:, None], table, out=table)
+            out[start:start + rows] = table @ probs
+        share[positive] = out
     share[~positive] = probs[values == 0].sum() / num_drafts  # c = 0: only the all-zero-weights case picks it
     return share
 

@@ -25,11 +25,16 @@ DEFAULT_ALPHABET_SIZE = 40
 DEFAULT_FREE_TOKENS = 5
 # Classical IS's exact law sums, for each of the n symbols a draft can propose, over the distinct sums of the other
 # K - 1 drafts' weights: about n * C(n + K - 2, K - 1) terms for identical drafts (sums of a multiset coincide) and
-# K n^K otherwise, at ~80 ns a term here. "auto" picks the largest alphabet within this budget (~0.2 s a position).
-CLASSICAL_IS_TERM_BUDGET = 2_000_000
-# "auto" alphabet of the truncated LP: the target's support, at most this many tokens. Its stages cost O(M^2) for
-# the pair masses (plus an s-token LP): ~50 ms a position at M = 256, ~0.2-0.3 s at 512 on this CPU.
-TRUNCATED_LP_AUTO_MAX = 256
+# K n^K otherwise. Measured (benchmarks/selection_is_alphabet.py --cost, process CPU time, one thread, AVX2 EPYC;
+# benchmarks/reports/selection_is_cost.log): 1.5-6 ns a term (the old budget assumed 80 ns, a guess, and so cut the
+# alphabet of a 3,000-token flat law to ~1,400 tokens at K = 2 and lost to SpecInfer there, issue #33). This budget
+# is ~0.06-0.14 s a position and keeps the whole support of a 3,000-token law at K = 2 (identical drafts on a
+# 49k vocabulary: 4,471 tokens at K = 2, 340 at K = 3, 102 at K = 4; different drafts 3,161 / 187 / 46).
+CLASSICAL_IS_TERM_BUDGET = 20_000_000
+# "auto" alphabet of the truncated LP: the target's support, at most this many tokens. A stage costs O(M^2) (pair
+# masses plus an s-token LP), measured 10 ms a position at M = 1,024, 45 ms at 2,048, 0.12 s at 3,000 (same log;
+# the old cap of 256 assumed 50 ms there, and cut wide supports without top-p to q(top 256)).
+TRUNCATED_LP_AUTO_MAX = 3072
 MAX_ENUMERATED_ENTRIES = 20_000_000  # V^K tuples times V outputs held by output_distribution
 
 # scheme name -> allowed options with defaults
@@ -71,9 +76,9 @@ def classical_is_alphabet_size(num_drafts: int, target_support: int, draft_suppo
     Why the support: a token the target gives no mass has IS weight q/p = 0 whether it is kept or merged into ⊥,
     so keeping exactly the target's support loses no acceptance at all (with top-k / top-p on the target it is
     usually a few dozen tokens). Only when the support is wider than the budget does the alphabet truncate, and
-    the budget counts the work really done (distinct weight sums over the symbols the drafts can propose), which
-    keeps M = 40+ at K <= 4 and ~32 / ~22 at K = 5 / 6 on full-vocabulary laws (the old rule, K (M+1)^K, gave 25,
-    12, 7 at K = 4, 5, 6).
+    the budget counts the work really done (distinct weight sums over the symbols the drafts can propose), priced
+    at the measured cost of a term (CLASSICAL_IS_TERM_BUDGET): the whole support up to ~3,000 tokens at K = 2,
+    ~340 at K = 3, ~100 at K = 4 on a 49k vocabulary (identical drafts; fewer for different drafts).
     """
     size = max(1, target_support)
     while size > 1 and classical_is_law_cost(min(size, draft_support) + 1, num_drafts, identical) \

@@ -23,7 +23,7 @@ from multidraft.server.config import ServerConfig
 from multidraft.server.metrics import Metrics
 from multidraft.server.plan import Outcome
 from multidraft.server.schemas import ApiError, ChatRequest, CompletionRequest, parse_body
-from multidraft.server.security import SecurityMiddleware
+from multidraft.server.security import AUTHENTICATED_CLIENT, SecurityMiddleware
 from multidraft.server.service import GenerationService, _internal_error
 from multidraft.server.streaming import sse
 from multidraft.server.worker import Job, JobCancelled
@@ -131,7 +131,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
     async def _generate(request: Request, model_cls):
         arrived = time.monotonic()
         body = parse_body(await request.body(), model_cls)
-        plan = service.plan(body, request.headers.get("authorization"))
+        plan = service.plan(body, request.scope.get(AUTHENTICATED_CLIENT))
         job = service.submit(plan, arrived)
         chat = model_cls is ChatRequest
         reply = _Reply(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", int(time.time()),

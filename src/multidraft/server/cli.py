@@ -13,13 +13,15 @@ from multidraft.errors import MultidraftError
 from multidraft.decoders.draft_length import add_draft_length_argument
 from multidraft.models.runner_choice import add_dtype_argument, add_runner_argument, dtype_choice
 from multidraft.models.device import add_device_argument
+from multidraft.models.threads import apply_threads, parse_threads
 from multidraft.server.config import ARTIFACT_KINDS, LOCAL_HOSTS, ServerConfig
 
 API_KEY_ENV = "MULTIDRAFT_API_KEY"
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 # Flags that set a ServerConfig field of the same meaning: flag dest -> field.
 LIMIT_FLAGS = {"max_queue": "max_queue", "max_prompt_tokens": "max_prompt_tokens", "max_tokens": "max_tokens",
-               "max_n": "max_n", "timeout": "request_timeout", "method": "default_method",
+               "max_n": "max_n", "timeout": "request_timeout", "read_timeout": "read_timeout",
+               "method": "default_method",
                "suggestions": "suggestions", "max_body_bytes": "max_body_bytes", "max_beams": "max_beams",
                "max_draft_tokens": "max_draft_tokens", "max_drafts": "max_drafts",
                "max_tree_tokens": "max_tree_tokens", "max_lattice_k": "max_lattice_k",
@@ -48,6 +50,8 @@ def register(subparsers) -> None:
     parser.add_argument("--method", default=None, help=f"method for requests that name none (default {defaults.default_method})")
     add_dtype_argument(parser)
     add_device_argument(parser)
+    parser.add_argument("--threads", type=parse_threads, default=None, metavar="N|auto",
+                        help="CPU threads (default: torch's, all cores; auto: the cores other processes leave idle)")
     add_runner_argument(parser)
     add_draft_length_argument(parser)
     parser.add_argument("--max-queue", type=int, default=None,
@@ -58,6 +62,9 @@ def register(subparsers) -> None:
     parser.add_argument("--max-n", type=int, default=None, help=f"largest n a request may ask (default {defaults.max_n})")
     parser.add_argument("--timeout", type=float, default=None,
                         help=f"seconds a request may take, queueing included (default {defaults.request_timeout:g})")
+    parser.add_argument("--read-timeout", type=float, default=None,
+                        help=f"seconds a connection has to send a request's headers, then its body; idle or "
+                             f"trickling connections are closed (default {defaults.read_timeout:g})")
     parser.add_argument("--suggestions", type=int, default=None, help=f"k on the page (default {defaults.suggestions})")
     limits = parser.add_argument_group("per-request work limits")
     limits.add_argument("--max-body-bytes", type=int, default=None, help=f"default {defaults.max_body_bytes}")
@@ -70,8 +77,9 @@ def register(subparsers) -> None:
                         help=f"tokens in one draft tree or lattice (default {defaults.max_tree_tokens})")
     limits.add_argument("--max-lattice-k", type=int, default=None, help=f"default {defaults.max_lattice_k}")
     access = parser.add_argument_group("access")
-    access.add_argument("--api-key", default=None,
-                        help=f"require `Authorization: Bearer KEY` on /v1/* (default: ${API_KEY_ENV} if set)")
+    access.add_argument("--api-key", action="append", default=None, metavar="KEY",
+                        help=f"require `Authorization: Bearer KEY` on /v1/* (default: ${API_KEY_ENV} if set); "
+                             f"repeat it to give each client its own key")
     access.add_argument("--allowed-hosts", action="append", default=None, metavar="NAMES",
                         help="comma-separated Host names to answer besides localhost, 127.0.0.1, [::1] and --host "
                              "(* = any: only behind a proxy that checks Host)")
@@ -86,7 +94,8 @@ def register(subparsers) -> None:
     parser.add_argument("--suffix-store-tokens", type=int, default=None,
                         help=f"tokens of earlier requests method 'suffix' keeps to draft from (default {defaults.suffix_store_tokens})")
     parser.add_argument("--suffix-isolation", action="store_true", default=None,
-                        help="keep one suffix store per API key, so one client's text never drafts for another")
+                        help="keep one suffix store per API key, so one client's text never drafts for another "
+                             "(needs --api-key twice or more: one key per client)")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.set_defaults(func=run_serve)
 
@@ -97,8 +106,16 @@ def build_config(args) -> ServerConfig:
     for flag, name in LIMIT_FLAGS.items():
         if getattr(args, flag, None) is not None:
             values[name] = getattr(args, flag)
-    api_key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or values.get("api_key")
-    values["api_key"] = api_key or None
+    if args.api_key is not None:
+        if any(not key for key in args.api_key):
+            raise ServeError("--api-key is empty (an unset variable?); give a key, or leave the flag out to serve "
+                             "without authentication")
+        values["api_key"] = args.api_key[0] if len(args.api_key) == 1 else tuple(args.api_key)
+    elif os.environ.get(API_KEY_ENV) is not None:
+        if not os.environ[API_KEY_ENV]:
+            raise ServeError(f"${API_KEY_ENV} is set but empty; give it a key, or unset it to serve without "
+                             f"authentication")
+        values["api_key"] = os.environ[API_KEY_ENV]
     hosts = list(values.get("allowed_hosts", LOCAL_HOSTS))
     if args.host not in WILDCARD_HOSTS:
         hosts.append(f"[{args.host}]" if ":" in args.host else args.host)
@@ -165,11 +182,22 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def _check_artifact_paths(config: ServerConfig) -> None:
+    """Every named file exists and is what its kind says (header checks), so an operator's bad file stops the
+    start with one line instead of failing each request that names it."""
     for kind in ("ngram", "heads"):
         for name, path in (config.artifacts.get(kind) or {}).items():
             resolved = Path(path).expanduser()
             if not resolved.is_file():
                 raise ServeError(f"--{kind} {name}={path}: no such file")
+            try:
+                if kind == "ngram":
+                    from multidraft.ngram.fileformat import read_header
+                    read_header(resolved)
+                else:
+                    from multidraft.blockwise.heads_store import read_meta
+                    read_meta(resolved)
+            except MultidraftError as exc:
+                raise ServeError(f"--{kind} {name}={path}: {exc}") from None
             config.artifacts[kind][name] = str(resolved.resolve())
 
 
@@ -179,6 +207,7 @@ def run_serve(args) -> int:
     import multidraft
     from multidraft.methods import get_method
     from multidraft.server.app import create_app
+    from multidraft.server.connections import uvicorn_config
 
     config = build_config(args)
     config.draft_length = args.draft_length
@@ -187,6 +216,7 @@ def run_serve(args) -> int:
     sock = bind_socket(args.host, args.port)
     try:
         dtype = dtype_choice(args.dtype)
+        apply_threads(args.threads)
         lm = multidraft.load_model(args.model, dtype=dtype, device=args.device, runner=args.runner)
         draft_lm = multidraft.load_model(args.draft, dtype=dtype, device=args.device, runner=args.runner) if args.draft else None
         rescorers = {name: multidraft.load_model(model, dtype=lm.dtype, device=str(lm.device))
@@ -196,10 +226,10 @@ def run_serve(args) -> int:
         app = create_app(lm, config, draft_lm=draft_lm)
         port = sock.getsockname()[1]
         print(f"multidraft: serving {lm.name} on http://{args.host}:{port}/ (page at /, API at /v1)", flush=True)
-        if args.host not in ("127.0.0.1", "::1", "localhost") and config.api_key is None:
+        if args.host not in ("127.0.0.1", "::1", "localhost") and not config.api_keys:
             print("multidraft: warning: listening beyond loopback without --api-key; anyone who can reach this port "
                   "can use the model (README: Security)", flush=True)
-        server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level))
+        server = uvicorn.Server(uvicorn_config(app, log_level=args.log_level))
         server.run(sockets=[sock])
     finally:
         sock.close()

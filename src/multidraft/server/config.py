@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 # Host names a browser uses for this machine. A request whose Host header is anything else was sent to a
 # name that merely resolves here (DNS rebinding), unless the operator lists that name (--allowed-hosts).
@@ -19,6 +19,7 @@ class ServerConfig:
     max_n: int = 8                    # upper bound on a request's n (choices per prompt)
     max_prompts: int = 8              # upper bound on the number of prompts in one /v1/completions request
     request_timeout: float = 120.0    # seconds from arrival (queueing included) to the last token
+    read_timeout: float = 10.0        # seconds a connection has to send a request's headers, then its body
     default_method: str = "greedy"    # method when a request names none
     default_max_tokens: int = 16      # OpenAI's default for /v1/completions
     suggestions: int = 3              # k on the autocomplete page
@@ -32,15 +33,24 @@ class ServerConfig:
     max_tree_tokens: int = 256        # tokens in one draft tree/lattice: drafts x depth, beams x depth, K candidates
     max_lattice_k: int = 64           # blockwise lattice width per head
     # Who may call (see README "Security").
-    api_key: Optional[str] = None     # when set, /v1/* needs `Authorization: Bearer <key>`
+    # When set, /v1/* needs `Authorization: Bearer <key>`. Several keys (a tuple): one per client, each accepted;
+    # they are what suffix_isolation tells clients apart by.
+    api_key: Union[None, str, tuple] = None
     allowed_hosts: tuple = LOCAL_HOSTS   # Host header names accepted; "*" accepts any
     allowed_origins: tuple = ()       # cross-origin callers allowed by CORS; "*" allows any; () = same origin only
     # Server-side artifacts a request may name: kind -> {name: value}. Values are paths or loaded objects
     # the operator chose (`multidraft serve --ngram NAME=PATH ...`); requests only ever send the name.
     artifacts: dict[str, dict[str, Any]] = field(default_factory=dict)
     suffix_store_tokens: int = 200_000  # tokens the cross-request store of method "suffix" keeps (per API key)
-    suffix_isolation: bool = False    # one suffix store per API key instead of one for all requests
+    suffix_isolation: bool = False    # one suffix store per API key instead of one for all requests (needs 2+ keys)
     draft_length: str = "fixed"       # every request's draft-length mode (serve --draft-length)
+
+    @property
+    def api_keys(self) -> tuple:
+        """Every accepted key (empty: no authentication)."""
+        if self.api_key is None:
+            return ()
+        return (self.api_key,) if isinstance(self.api_key, str) else tuple(self.api_key)
 
     def validate(self) -> "ServerConfig":
         from multidraft.errors import InvalidOptionError
@@ -52,9 +62,25 @@ class ServerConfig:
                 raise InvalidOptionError(f"server option {name} must be a positive integer, got {value!r}")
         if not isinstance(self.request_timeout, (int, float)) or not 0 < self.request_timeout < float("inf"):
             raise InvalidOptionError(f"request timeout must be > 0 seconds, got {self.request_timeout!r}")
-        if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()
-                                         or not self.api_key.isprintable()):
-            raise InvalidOptionError("the API key must be a non-empty printable string")
+        if not isinstance(self.read_timeout, (int, float)) or not 0 < self.read_timeout < float("inf"):
+            raise InvalidOptionError(f"read timeout must be > 0 seconds, got {self.read_timeout!r}")
+        if isinstance(self.api_key, list):
+            self.api_key = tuple(self.api_key)
+        if self.api_key is not None and not isinstance(self.api_key, (str, tuple)):
+            raise InvalidOptionError("the API key must be a string (or a list of strings, one per client)")
+        if self.api_key == ():
+            raise InvalidOptionError("the list of API keys is empty; give at least one, or none to run without")
+        for key in self.api_keys:
+            check_api_key(key)
+        if len(self.api_keys) > 1:
+            self.api_key = tuple(dict.fromkeys(self.api_keys))
+        if self.suffix_isolation and len(set(self.api_keys)) < 2:
+            # Isolation can only separate clients the server can tell apart: by key. Without authentication a
+            # client could send any bearer string (and two sending the same placeholder would share a store); with
+            # one key every client is the same one.
+            raise InvalidOptionError("suffix isolation keeps one suffix store per API key, so it needs one key per "
+                                     "client: give --api-key two or more times (with no key or one key, every "
+                                     "client would share one store)")
         self.allowed_hosts = tuple(h.strip().lower() for h in self.allowed_hosts if h.strip())
         self.allowed_origins = tuple(o.strip().rstrip("/").lower() for o in self.allowed_origins if o.strip())
         for origin in self.allowed_origins:
@@ -68,3 +94,14 @@ class ServerConfig:
                     raise InvalidOptionError(f"artifact name {name!r} ({kind}) must use letters, digits, '-', '_' "
                                              f"and '.' only")
         return self
+
+
+def check_api_key(key) -> None:
+    """An API key must be non-empty printable ASCII without surrounding spaces: HTTP headers carry bytes, and a
+    non-ASCII key would match only for clients that happen to send the same encoding (OpenAI's client refuses it)."""
+    from multidraft.errors import InvalidOptionError
+    if not isinstance(key, str) or not key:
+        raise InvalidOptionError("an API key is empty (an unset variable?); give a key, or none to run without one")
+    if not key.isascii() or not key.isprintable() or key != key.strip():
+        raise InvalidOptionError("an API key must be printable ASCII without spaces at either end (e.g. "
+                                 "`openssl rand -hex 24`)")

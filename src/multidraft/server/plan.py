@@ -171,12 +171,12 @@ def build_plan(request, config: ServerConfig, draft_lm=None, suffix_store=None, 
     return Plan(requests, chat, request.n, request.stream)
 
 
-def suffix_store_for(method: str, stores, authorization: Optional[str]):
-    """The server's suffix store for this request's API key when the method drafts from one, else None."""
+def suffix_store_for(method: str, stores, client: Optional[str]):
+    """The server's suffix store for this request's client when the method drafts from one, else None: the API key
+    the request authenticated with (None without authentication: the shared store), never an unchecked bearer."""
     if method != "suffix":
         return None
-    from multidraft.suffix.registry import api_key_of
-    return stores.for_key(api_key_of(authorization))
+    return stores.for_key(client)
 
 
 def _prompts(prompt, config: ServerConfig) -> list:

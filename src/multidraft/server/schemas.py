@@ -20,8 +20,16 @@ UNSUPPORTED_FIELDS: dict[str, tuple] = {
     "functions": (None, []), "function_call": (None, "none", "auto"), "response_format": (None, {"type": "text"}),
     "parallel_tool_calls": (None, True, False), "audio": (None,), "modalities": (None, ["text"]),
     "prediction": (None,), "reasoning_effort": (None,), "logprobs_mode": (None,),
+    "store": (None, False),          # keeping completions: not done here (and never the suffix method's store)
 }
-IGNORED_FIELDS = {"user", "store", "metadata", "service_tier"}     # harmless bookkeeping fields
+# OpenAI bookkeeping fields with no effect here: accepted in OpenAI's shape (then dropped), refused otherwise, so a
+# value meant for something else (`"store": "/etc/passwd"`, a method option misspelt into one) is never silently lost.
+IGNORED_FIELDS = {
+    "user": ("a string", lambda v: v is None or isinstance(v, str)),
+    "metadata": ("an object of strings", lambda v: v is None or (isinstance(v, dict) and all(
+        isinstance(x, str) for x in v.values()))),
+    "service_tier": ("'auto' or 'default' (this server has one tier)", lambda v: v in (None, "auto", "default")),
+}
 
 
 class ApiError(Exception):
@@ -145,9 +153,12 @@ def parse_body(raw: bytes, model_cls: type[_Strict]) -> _Strict:
     for name in list(request.model_extra or {}):
         value = request.model_extra[name]
         if name in IGNORED_FIELDS:
+            shape, accepted = IGNORED_FIELDS[name]
+            if not accepted(value):
+                raise ApiError(400, f"'{name}' must be {shape}; got {json.dumps(value)[:60]}", param=name)
             request.model_extra.pop(name)
         elif name in UNSUPPORTED_FIELDS:
-            if value not in UNSUPPORTED_FIELDS[name]:
+            if not any(value is off or (type(value) is type(off) and value == off) for off in UNSUPPORTED_FIELDS[name]):
                 raise ApiError(400, f"'{name}' is not supported by this server", param=name)
             request.model_extra.pop(name)
     return request

@@ -6,15 +6,18 @@ In order, for every HTTP request:
 2. Origin header, when present, is this server's own origin or one listed by the operator (CORS); anything
    else is refused, so another site's page cannot drive the API even with a "simple" request. A CORS preflight
    (OPTIONS) is answered here: allowed for listed origins only.
-3. API key on /v1/*: `Authorization: Bearer <key>`, compared in constant time; 401 like OpenAI's otherwise.
+3. API key on /v1/*: `Authorization: Bearer <key>`, compared in constant time with every accepted key; 401 like
+   OpenAI's otherwise. The key matched (as a digest) is the request's client identity (suffix-store isolation).
 4. POST bodies must be `application/json` (415): a cross-site form or text/plain "simple request" never
    reaches a handler.
-5. Body size: refused with 413 from Content-Length before reading, or as soon as the streamed body passes
+5. Body size and pace: refused with 408 when it does not arrive within `read_timeout`; refused with 413 from Content-Length before reading, or as soon as the streamed body passes
    the limit; the body read here is handed to the app, which never sees more than the limit.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import hmac
 import json
 from typing import Optional
@@ -24,6 +27,7 @@ from multidraft.server.config import ServerConfig
 from multidraft.server.schemas import ApiError
 
 PROTECTED_PREFIX = "/v1/"
+AUTHENTICATED_CLIENT = "multidraft.client"     # scope key: sha256 of the API key a request authenticated with
 CORS_METHODS = "GET, POST, OPTIONS"
 CORS_HEADERS = "Authorization, Content-Type"
 
@@ -33,7 +37,7 @@ class SecurityMiddleware:
         self.app, self.config = app, config
         self.hosts = set(config.allowed_hosts)
         self.origins = set(config.allowed_origins)
-        self.key = config.api_key.encode() if config.api_key else None
+        self.keys = [key.encode("ascii") for key in config.api_keys]     # ASCII: ServerConfig.validate checks
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -57,16 +61,26 @@ class SecurityMiddleware:
                                                          f"(serve --allowed-origins)", code="origin_not_allowed"))
         if scope["method"] == "OPTIONS" and origin is not None and "access-control-request-method" in headers:
             return await self._preflight(send, cors_origin or origin)
-        if self.key is not None and scope["path"].startswith(PROTECTED_PREFIX) and not self._key_ok(headers):
-            return await _refuse(send, _unauthorized(headers), cors_origin,
-                                 extra=[(b"www-authenticate", b'Bearer realm="multidraft"')])
+        if self.keys and scope["path"].startswith(PROTECTED_PREFIX):
+            client = self._client_of(headers)
+            if client is None:
+                return await _refuse(send, _unauthorized(headers), cors_origin,
+                                     extra=[(b"www-authenticate", b'Bearer realm="multidraft"')])
+            scope[AUTHENTICATED_CLIENT] = client
         if scope["method"] == "POST":
             content_type = headers.get("content-type", "").split(";")[0].strip().lower()
             if content_type != "application/json":
                 return await _refuse(send, ApiError(415, f"request bodies must be JSON with 'Content-Type: "
                                                          f"application/json', not {content_type or 'none'!r}",
                                                     code="unsupported_media_type"), cors_origin)
-            body = await self._read_body(headers, receive)
+            try:
+                async with asyncio.timeout(self.config.read_timeout):      # a body sent a byte at a time
+                    body = await self._read_body(headers, receive)
+            except TimeoutError:
+                return await _refuse(send, ApiError(408, f"the request body did not arrive within "
+                                                         f"{self.config.read_timeout:g} s (serve --read-timeout)",
+                                                    code="request_timeout"), cors_origin,
+                                     extra=[(b"connection", b"close")])
             if body is None:
                 return await _refuse(send, ApiError(413, f"the request body is larger than this server's limit of "
                                                          f"{self.config.max_body_bytes} bytes (serve --max-body-bytes)",
@@ -82,11 +96,18 @@ class SecurityMiddleware:
             return True
         return _host_name(host) in self.hosts
 
-    def _key_ok(self, headers: dict) -> bool:
+    def _client_of(self, headers: dict) -> Optional[str]:
+        """Which key the request holds (its sha256, never the key), or None. Every key is compared, in constant
+        time, so the time taken says nothing about which key came close."""
         scheme, _, token = headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer":
-            return False
-        return hmac.compare_digest(token.strip().encode("utf-8", "replace"), self.key)
+            return None
+        sent = token.strip().encode("latin-1")           # the header's own bytes (_headers decoded them as latin-1)
+        matched = None
+        for key in self.keys:
+            if hmac.compare_digest(sent, key):
+                matched = key
+        return None if matched is None else hashlib.sha256(matched).hexdigest()
 
     async def _preflight(self, send, origin: str):
         response = [(b"access-control-allow-origin", origin.encode("latin-1")), (b"vary", b"Origin"),

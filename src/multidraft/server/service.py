@@ -70,15 +70,16 @@ class GenerationService:
                    for name, m in sorted(available_methods().items())}
         return {"model": self.model_name, "suggest": self.suggest, "methods": methods,
                 "limits": {"max_n": self.config.max_n, "max_tokens": self.config.max_tokens},
-                "auth": self.config.api_key is not None,
+                "auth": bool(self.config.api_keys),
                 "artifacts": {kind: ["default", *named] for kind, named in self.named.items()}}
 
     # ----- one request
-    def plan(self, body, authorization: Optional[str]) -> Plan:
+    def plan(self, body, client: Optional[str]) -> Plan:
+        """The checked plan of a request; `client` is the API key it authenticated with (None: no authentication)."""
         if body.model is not None and body.model not in (self.model_name, self.lm.name):
             raise ApiError(404, f"model {body.model!r} is not served here; this server serves {self.model_name!r}",
                            param="model", code="model_not_found")
-        store = suffix_store_for(body.method or self.config.default_method, self.suffix_stores, authorization)
+        store = suffix_store_for(body.method or self.config.default_method, self.suffix_stores, client)
         plan = build_plan(body, self.config, self.draft_lm, store, self.named)
         self.metrics.inc("multidraft:method_requests_total", method=plan.method)
         return plan
@@ -95,19 +96,25 @@ class GenerationService:
         return job
 
     async def next_event(self, job: Job):
-        """The job's next event; ApiError(504) if the worker overruns the deadline by GRACE_SECONDS."""
-        wait = job.deadline + GRACE_SECONDS - time.monotonic()
-        try:
-            return await asyncio.wait_for(job.events.get(), timeout=max(wait, 0.01))
-        except asyncio.TimeoutError:
-            job.cancelled.set()
-            self.metrics.inc("multidraft:requests_timed_out_total")
-            raise self.timeout_error() from None
+        """The job's next event; ApiError(504) when the deadline passes while the job still waits in the queue (it
+        leaves the queue then), or when the worker overruns the deadline by GRACE_SECONDS."""
+        while True:
+            queued = job.started_at is None
+            wait = job.deadline + (0 if queued else GRACE_SECONDS) - time.monotonic()
+            try:
+                return await asyncio.wait_for(job.events.get(), timeout=max(wait, 0.01))
+            except asyncio.TimeoutError:
+                if queued and not self.worker.withdraw(job):
+                    continue                # the worker took it meanwhile: it gets the grace period
+                job.cancelled.set()
+                self.metrics.inc("multidraft:requests_timed_out_total")
+                raise self.timeout_error() from None
 
     def cancel(self, job: Job) -> None:
         if not job.cancelled.is_set():
             job.cancelled.set()
             self.metrics.inc("multidraft:requests_cancelled_total")
+        self.worker.withdraw(job)       # still queued: its slot is free now, not when the model reaches it
 
     def timeout_error(self) -> ApiError:
         return ApiError(504, f"the request did not finish within the server's limit of "
@@ -120,9 +127,10 @@ class GenerationService:
         if isinstance(exc, JobCancelled):
             return ApiError(499, "the request was cancelled", code="cancelled")
         if isinstance(exc, (NumericalError, CorruptCacheError)):     # the server's model or files are at fault
-            return ApiError(500, str(exc))
+            log.error("generation failed: %s", exc)
+            return ApiError(500, _without_paths(str(exc)))
         if isinstance(exc, MultidraftError):        # bad options, prompt, missing n-gram data for the options...
-            return ApiError(400, str(exc), param=_param_of(exc))
+            return ApiError(400, _without_paths(str(exc)), param=_param_of(exc))
         log.error("generation failed", exc_info=exc)
         return _internal_error(exc)
 
@@ -143,6 +151,16 @@ def _param_of(exc: BaseException):
         return param
     match = re.match(r"(?:option )?'?([a-z_]+)'?[ =]", str(exc))
     return match.group(1) if match and match.group(1) in _REQUEST_FIELDS else None
+
+
+# An absolute or home-relative path inside a library message (not a URL path of this API, not "tokens/s").
+_PATH = re.compile(r"(?<![\w.:/~-])(?:~/|/(?!v1/))[^\s'\"`,;()]+")
+
+
+def _without_paths(message: str) -> str:
+    """A library message for a client: the server's paths (cache folders, the operator's files) go to the log only,
+    so a request cannot map the server's disk."""
+    return _PATH.sub("<server path>", message)
 
 
 def _internal_error(exc: BaseException) -> ApiError:

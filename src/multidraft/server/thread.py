@@ -25,11 +25,13 @@ class ServerThread:
 
     def start(self, timeout: float = 30.0) -> "ServerThread":
         import uvicorn
+
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.requested_port))
         self.port = sock.getsockname()[1]
-        self._server = uvicorn.Server(uvicorn.Config(self.app, log_level=self.log_level, lifespan="on"))
+        from multidraft.server.connections import uvicorn_config
+        self._server = uvicorn.Server(uvicorn_config(self.app, log_level=self.log_level, lifespan="on"))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
                                         name="multidraft-uvicorn", daemon=True)
         self._thread.start()

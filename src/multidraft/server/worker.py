@@ -11,7 +11,7 @@ long prefill or a wide beam step within one layer, and the model is free for the
 from __future__ import annotations
 
 import asyncio
-import queue
+import collections
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -57,13 +57,17 @@ class Job:
 
 
 class ModelWorker:
-    """A daemon thread running jobs in arrival order from a queue of at most `max_queue` waiting jobs."""
+    """A daemon thread running jobs in arrival order from a queue of at most `max_queue` waiting jobs.
+
+    A waiting job whose client hung up (`withdraw`) or whose deadline passed leaves the queue at once, so its slot
+    is free for the next request instead of being held until the model reaches it."""
 
     def __init__(self, max_queue: int):
         if max_queue < 1:
-            raise ValueError("max_queue must be >= 1")   # Queue(maxsize=0) would be unbounded
-        self._queue: queue.Queue = queue.Queue(maxsize=max_queue)
-        self._lock = threading.Lock()
+            raise ValueError("max_queue must be >= 1")
+        self.max_queue = max_queue
+        self._waiting: collections.deque = collections.deque()
+        self._cond = threading.Condition()
         self.running = 0
         self.current: Optional[Job] = None      # the job on the model now (read by the forward hooks)
         self._thread = threading.Thread(target=self._loop, name="multidraft-model-worker", daemon=True)
@@ -72,37 +76,59 @@ class ModelWorker:
 
     @property
     def waiting(self) -> int:
-        return self._queue.qsize()
+        with self._cond:
+            self._drop_expired()
+            return len(self._waiting)
 
     def submit(self, job: Job) -> None:
-        if self._stopping:
-            raise QueueFullError("the server is shutting down")
-        try:
-            self._queue.put_nowait(job)
-        except queue.Full:
-            raise QueueFullError() from None
+        with self._cond:
+            if self._stopping:
+                raise QueueFullError("the server is shutting down")
+            self._drop_expired()
+            if len(self._waiting) >= self.max_queue:
+                raise QueueFullError()
+            self._waiting.append(job)
+            self._cond.notify()
+
+    def withdraw(self, job: Job) -> bool:
+        """Take a job that is still waiting out of the queue (its client went away); False if it already started
+        (it then stops at its next check) or finished."""
+        with self._cond:
+            try:
+                self._waiting.remove(job)
+            except ValueError:
+                return False
+        job.emit("error", JobCancelled())
+        return True
+
+    def _drop_expired(self) -> None:
+        """(lock held) Waiting jobs already cancelled or past their deadline never run: answer them now."""
+        now = time.monotonic()
+        for job in [j for j in self._waiting if j.cancelled.is_set() or now > j.deadline]:
+            self._waiting.remove(job)
+            job.emit("error", JobCancelled() if job.cancelled.is_set() else JobTimedOut())
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stopping = True
-        try:
-            self._queue.put(None, timeout=timeout)
-        except queue.Full:
-            pass
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
         self._thread.join(timeout)
 
     def _loop(self) -> None:
         while True:
-            job = self._queue.get()
-            if job is None:
-                return
-            with self._lock:
+            with self._cond:
+                while not self._waiting and not self._stopping:
+                    self._cond.wait()
+                if not self._waiting:
+                    return                        # stopping, and every queued job has run
+                job = self._waiting.popleft()
                 self.running = 1
-            self.current = job
+                self.current = job
             try:
                 self._run(job)
             finally:
-                self.current = None
-                with self._lock:
+                with self._cond:
+                    self.current = None
                     self.running = 0
 
     def check_current(self) -> None:

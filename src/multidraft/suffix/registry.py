@@ -1,5 +1,8 @@
 """The server's suffix stores: one shared by every request, or (isolation) one per API key.
 
+Isolation is only as good as the identity it is keyed by: the server passes the API key a request authenticated
+with (ServerConfig refuses isolation with fewer than two keys), never a bearer string nobody checked.
+
 With isolation a request drafts only from its own key's earlier text, so one client's prompts and outputs never
 appear in drafts for another's (drafts are verified, so they could not change an output, but their acceptance
 rate would leak information). Keys are kept as SHA-256 digests, never in the clear; at most `max_keys` stores are
@@ -31,7 +34,8 @@ class StoreRegistry:
         SuffixStore(max_tokens)                        # validate max_tokens now, not at the first request
 
     def for_key(self, api_key: Optional[str]) -> SuffixStore:
-        """The store a request with this API key (None: no key) drafts from and adds to."""
+        """The store a request with this API key drafts from and adds to. The caller passes an authenticated
+        identity (the server: the key the request proved it holds), or None: the shared store."""
         name = _digest(api_key) if self.isolation and api_key else ANONYMOUS
         with self._lock:
             store = self._stores.get(name)
@@ -48,14 +52,6 @@ class StoreRegistry:
 
     def __len__(self) -> int:
         return len(self._stores)
-
-
-def api_key_of(authorization: Optional[str]) -> Optional[str]:
-    """The bearer token of an Authorization header, or None."""
-    if not authorization:
-        return None
-    scheme, _, token = authorization.partition(" ")
-    return token.strip() or None if scheme.lower() == "bearer" else authorization.strip() or None
 
 
 def _digest(key: str) -> str:

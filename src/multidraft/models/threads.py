@@ -1,0 +1,81 @@
+"""How many CPU threads a forward should use when other processes share the machine.
+
+A forward is hundreds of parallel regions per token, each ending in a barrier that waits for its slowest
+thread. When another process keeps one core busy, the thread scheduled on that core runs only part of the time
+and every barrier waits for it: the probe of issue #35 saw smollm2 greedy fall from ~17-30 to 0.5-0.8 tok/s with
+torch's default 2 threads on 2 cores beside one busy process, while 1 thread did not collapse. So `auto` uses as
+many threads as there are cores other processes leave idle, measured from /proc/stat over a short window before
+the work starts (a neighbour that starts later is not seen: pass a number to pin it).
+benchmarks/thread_contention.py measures the rates this choice is about (threads x busy neighbour x OpenMP wait
+policy).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Optional, Union
+
+from multidraft.errors import InvalidOptionError
+
+
+def _cpu_times() -> Optional[tuple[float, float]]:
+    """(busy, total) jiffies over all CPUs, from the first line of /proc/stat; None where it cannot be read."""
+    try:
+        with open("/proc/stat") as handle:
+            fields = handle.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    values = [float(v) for v in fields[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0.0)          # idle + iowait
+    total = sum(values[:8])                                             # guest time is already in user
+    return total - idle, total
+
+
+def busy_cores(window: float = 0.25) -> Optional[float]:
+    """How many cores other processes keep busy now (this process idles while it measures); None off Linux."""
+    first = _cpu_times()
+    if first is None:
+        return None
+    time.sleep(window)
+    second = _cpu_times()
+    if second is None or second[1] <= first[1]:
+        return None
+    share = (second[0] - first[0]) / (second[1] - first[1])
+    return share * (os.cpu_count() or 1)
+
+
+def auto_threads(window: float = 0.25) -> int:
+    """Threads for the forwards: the cores left idle (at least 1, at most torch's own default)."""
+    import torch
+    most = torch.get_num_threads()
+    busy = busy_cores(window)
+    if busy is None:
+        return most
+    idle = (os.cpu_count() or most) - busy
+    return max(1, min(most, int(idle + 0.5)))
+
+
+def parse_threads(text: str) -> Union[int, str]:
+    """The --threads value: a positive integer or 'auto'."""
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InvalidOptionError(f"--threads must be a positive integer or 'auto', got {text!r}")
+    return value
+
+
+def apply_threads(threads: Union[int, str, None]) -> int:
+    """Set torch's thread count (None: leave torch's default); returns the count in use."""
+    import torch
+    if threads == "auto":
+        threads = auto_threads()
+    if threads is not None:
+        torch.set_num_threads(int(threads))
+    return torch.get_num_threads()
