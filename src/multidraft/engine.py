@@ -208,7 +208,8 @@ class Engine:
         for entry in decoding:
             try:
                 token_ids, parents = entry.decoding.rows()
-            except Exception as error:              # a drafter's bad draft fails its request only
+            except BaseException as error:              # a drafter's bad draft fails its request only
+                _reraise_fatal(error)
                 self._fail(entry, error, finished)
                 continue
             segments.append(Segment(entry.decoding.cache, token_ids, parents, True,
@@ -222,7 +223,8 @@ class Engine:
             return finished
         try:
             outputs = packed_forward(self.lm, self.arena, segments)
-        except Exception as error:                  # nothing of this forward can be trusted: fail its requests
+        except BaseException as error:                  # nothing of this forward can be trusted: fail its requests
+            _reraise_fatal(error)
             for entry, _ in owners:
                 self._fail(entry, error, finished)
             return finished
@@ -235,7 +237,8 @@ class Engine:
                     self._accept(entry, output, past)
                     if entry.decoding.done:
                         self._finish(entry, finished)
-            except Exception as error:
+            except BaseException as error:
+                _reraise_fatal(error)
                 self._fail(entry, error, finished)
         rows = sum(len(s.token_ids) for s in segments)
         self.costs.record(rows, time.perf_counter() - started)
@@ -292,7 +295,8 @@ class Engine:
                 if not entry.prefill_ids:
                     entry.decoding.begin(None)
                     entry.decoding_started = True
-            except Exception as error:
+            except BaseException as error:
+                _reraise_fatal(error)
                 self.arena.release(region)
                 self._fail(entry, error, finished)
         self.metrics.num_requests_running = len(self._running)
@@ -306,7 +310,8 @@ class Engine:
         try:
             entry.result = generate_request(self.lm, entry.request, p.output.on_token, p.prompt_ids, self.artifacts)
             self.metrics.generation_tokens_total += len(entry.result.token_ids)
-        except Exception as error:
+        except BaseException as error:
+            _reraise_fatal(error)
             entry.error = error
         finished.append(entry.id)
 
@@ -334,7 +339,8 @@ class Engine:
             decoding.propose(cap)
             self._fit_region(entry)
             return True
-        except Exception as error:
+        except BaseException as error:
+            _reraise_fatal(error)
             self._fail(entry, error, finished)
             return False
 
@@ -424,6 +430,13 @@ class Engine:
         m.num_steps += 1
         m.batch_size, m.num_batched_tokens = batch, rows
         m.batch_size_histogram[batch] = m.batch_size_histogram.get(batch, 0) + 1
+
+
+def _reraise_fatal(error: BaseException) -> None:
+    """A request's error fails that request only, stops included (a server's JobCancelled raised by on_token is a
+    BaseException); an interrupt of the whole process goes on up."""
+    if isinstance(error, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+        raise error
 
 
 def generate_batch(lm, requests: Iterable, *, artifacts: Optional[Artifacts] = None, max_num_seqs: int = 8,
