@@ -225,6 +225,14 @@ def test_budget_gives_rows_to_the_request_that_accepts_more():
     assert depths[0] > depths[1]
 
 
+def test_budget_needs_no_one_row_measurement():
+    """A busy engine never runs a 1-row forward: the budget compares measured sizes, not ratios to cost(1)."""
+    costs = ForwardCosts()
+    for rows in range(4, 40):
+        costs.record(rows, float(rows))                   # every row costs as much as the others: drafts do not pay
+    assert batch_depths(costs, 4, 4.0, [(_policy(costs, 0.5), list(range(9))) for _ in range(4)]) == [0, 0, 0, 0]
+
+
 def test_nodes_by_depth():
     assert nodes_by_depth([1, 2, 2, 3]) == [0, 1, 3, 4]
     assert nodes_by_depth([]) == [0]

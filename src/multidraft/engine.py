@@ -106,7 +106,8 @@ class Engine:
 
     max_num_seqs: requests decoded together; kv_slots: positions of KV the arena holds (all requests); prefill_chunk:
     prompt rows read per step; draft_room: slots reserved per request for a step's draft rows.
-    submit / cancel may be called from other threads than the one calling step."""
+    `cancel` may be called from any thread; `submit` encodes the prompt and loads artifacts (the tokenizer is not
+    safe to share across threads), so call it from the thread that steps, or pass prompt_ids."""
 
     def __init__(self, lm, *, max_num_seqs: int = 8, kv_slots: int = 8192, prefill_chunk: int = 256,
                  draft_room: int = 128, artifacts: Optional[Artifacts] = None):

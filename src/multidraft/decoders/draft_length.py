@@ -57,6 +57,16 @@ class ForwardCosts:
             return worst / one
 
 
+    def cost(self, num_new: int) -> float:
+        """Seconds of a forward of num_new tokens: the dearest measured size up to it (optimistic for unseen sizes:
+        explored once, then learnt); the cheapest measured one when none is that small; 1.0 while nothing is."""
+        with self._lock:
+            if not self.seconds:
+                return 1.0
+            below = [seconds for n, seconds in self.seconds.items() if n <= num_new]
+            return max(below) if below else min(self.seconds.values())
+
+
 _costs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _costs_lock = threading.Lock()
 
@@ -179,13 +189,13 @@ def batch_depths(costs: ForwardCosts, base_rows: int, base_tokens: float,
     depths = [0] * len(requests)
     expected = [policy.expected_tokens(len(nodes) - 1) for policy, nodes in requests]
     rows, tokens = base_rows, base_tokens
-    value = tokens / costs.relative(max(1, rows))
+    value = tokens / costs.cost(max(1, rows))
     while True:
         best = None
         for i, (_, nodes) in enumerate(requests):
             for depth in range(depths[i] + 1, len(nodes)):
                 extra_rows = rows + nodes[depth] - nodes[depths[i]]
-                candidate = (tokens + expected[i][depth] - expected[i][depths[i]]) / costs.relative(max(1, extra_rows))
+                candidate = (tokens + expected[i][depth] - expected[i][depths[i]]) / costs.cost(max(1, extra_rows))
                 if candidate > value * (1 + 1e-9) and (best is None or candidate > best[0]):
                     best = (candidate, i, depth)
         if best is None:
