@@ -43,14 +43,15 @@ def _mixed_requests(sampled: bool):
     return requests
 
 
-@pytest.mark.parametrize("sampled", [False, True])
-def test_tokens_alone_equal_tokens_in_batches(lm, sampled):
+@pytest.mark.parametrize("sampled,prefill_alone", [(False, True), (True, True), (False, False), (True, False)])
+def test_tokens_alone_equal_tokens_in_batches(lm, sampled, prefill_alone):
     requests = _mixed_requests(sampled)
     alone = [multidraft.generate_request(lm, r) for r in requests]
     assert len({tuple(g.token_ids) for g in alone}) > 5           # varied outputs: the comparison means something
     assert {g.stats.stop_reason for g in alone} >= {"max_new_tokens"}
     for max_num_seqs, chunk in ((2, 3), (5, 16), (8, 256)):
-        batch = generate_batch(lm, requests, max_num_seqs=max_num_seqs, prefill_chunk=chunk)
+        batch = generate_batch(lm, requests, max_num_seqs=max_num_seqs, prefill_chunk=chunk,
+                               prefill_alone=prefill_alone)
         for request, one, together in zip(requests, alone, batch):
             assert together.token_ids == one.token_ids, (request.method, request.prompt, max_num_seqs)
             assert together.text == one.text
@@ -299,6 +300,26 @@ def test_quantized_packed_logits_are_the_same_bits_alone_and_in_a_batch(quantize
         out = packed_forward(lm, arena, [Segment(third, [9, 10, 11], [-1, 0, 0]), Segment(mine, [token]),
                                          Segment(other, [8, 9])])
         assert torch.equal(out[1].logits[0], expected)
+
+
+def test_quantized_long_prompt_uses_the_same_dense_prefill_as_generate(quantized_lm):
+    """A prompt of more than PREFILL_GEMM_ROWS tokens read in one chunk of its own: the same dense prefill as
+    lm.forward, so the engine's tokens are generate's even there, alone and beside other requests."""
+    from multidraft.models.quantized import PREFILL_GEMM_ROWS
+
+    ids = [1, 5, 9, 3, 7, 22, 4, 8] * 12
+    reference = quantized_lm.forward(KVCache(), ids, logits_rows=slice(-1, None)).logits
+    for dense in (True, False):
+        arena = KVArena(512)
+        out = packed_forward(quantized_lm, arena, [Segment(arena.allocate(200), ids, None, False)], dense=dense)
+        assert torch.equal(out[0].logits, reference) == dense      # the kernel path rounds differently (~1e-3)
+    long_prompt = " ".join(["the cat sat on the mat and then the dog ran"] * 10)
+    assert len(quantized_lm.encode(long_prompt)) > PREFILL_GEMM_ROWS + 1
+    requests = [Request.build(long_prompt, "pld", max_new_tokens=16), Request.build(PROMPTS[1], "greedy",
+                                                                                    max_new_tokens=20)]
+    alone = [multidraft.generate_request(quantized_lm, r).token_ids for r in requests]
+    batch = generate_batch(quantized_lm, requests, max_num_seqs=2, prefill_chunk=256)
+    assert [g.token_ids for g in batch] == alone
 
 
 def test_quantized_tokens_alone_equal_tokens_in_batches(quantized_lm):

@@ -105,12 +105,13 @@ class Engine:
     """Continuous batching of draft-and-verify requests on one model (see the module docstring).
 
     max_num_seqs: requests decoded together; kv_slots: positions of KV the arena holds (all requests); prefill_chunk:
-    prompt rows read per step; draft_room: slots reserved per request for a step's draft rows.
+    prompt rows read per step; draft_room: slots reserved per request for a step's draft rows; prefill_alone: each
+    prompt chunk in a forward of its own rather than packed with the decoding rows (default: on a CPU).
     `cancel` may be called from any thread; `submit` encodes the prompt and loads artifacts (the tokenizer is not
     safe to share across threads), so call it from the thread that steps, or pass prompt_ids."""
 
     def __init__(self, lm, *, max_num_seqs: int = 8, kv_slots: int = 8192, prefill_chunk: int = 256,
-                 draft_room: int = 128, artifacts: Optional[Artifacts] = None):
+                 draft_room: int = 128, artifacts: Optional[Artifacts] = None, prefill_alone: Optional[bool] = None):
         _check_model(lm)
         for name, value, low in (("max_num_seqs", max_num_seqs, 1), ("kv_slots", kv_slots, 1),
                                  ("prefill_chunk", prefill_chunk, 1), ("draft_room", draft_room, 2)):
@@ -121,6 +122,10 @@ class Engine:
             raise InvalidOptionError(f"the engine cannot batch {lm.name}: {why_not}; use multidraft.generate")
         self.lm = lm
         self.max_num_seqs, self.prefill_chunk, self.draft_room = max_num_seqs, prefill_chunk, draft_room
+        # Prompt chunks in forwards of their own (CPU default): a request's prompt KV then never depends on its
+        # neighbours on any runner, and the quantized runner may use its dense prefill GEMM (as lm.forward does). On
+        # CUDA one packed forward per step costs less than the extra launches.
+        self.prefill_alone = lm.device.type != "cuda" if prefill_alone is None else bool(prefill_alone)
         self.arena = KVArena(kv_slots)
         self.artifacts = artifacts if artifacts is not None else Artifacts()
         self.costs = forward_costs(lm)
@@ -204,8 +209,8 @@ class Engine:
         prefilling = [e for e in running if not e.decoding_started]
         prefill_rows = self._prefill_rows(prefilling)
         decoding = [e for e in decoding if self._propose(e, finished)]
-        self._budget(decoding, sum(n for _, n in prefill_rows))
-        segments, owners = [], []
+        self._budget(decoding, 0 if self.prefill_alone else sum(n for _, n in prefill_rows))
+        steps, owners = [], []
         for entry in decoding:
             try:
                 token_ids, parents = entry.decoding.rows()
@@ -213,22 +218,38 @@ class Engine:
                 _reraise_fatal(error)
                 self._fail(entry, error, finished)
                 continue
-            segments.append(Segment(entry.decoding.cache, token_ids, parents, True,
-                                    entry.decoding.capture.get("hidden_layer")))
+            steps.append(Segment(entry.decoding.cache, token_ids, parents, True,
+                                 entry.decoding.capture.get("hidden_layer")))
             owners.append((entry, entry.decoding.cache.length))
+        prefills = []
         for entry, count in prefill_rows:
             ids = entry.prefill_ids[entry.prefill_done: entry.prefill_done + count]
-            segments.append(Segment(entry.decoding.cache, ids, None, False, entry.decoding.capture.get("hidden_layer")))
-            owners.append((entry, None))
-        if not segments:
-            return finished
+            prefills.append(((entry, None), Segment(entry.decoding.cache, ids, None, False,
+                                                    entry.decoding.capture.get("hidden_layer"))))
+        if self.prefill_alone:       # each prompt chunk in a forward of its own: its KV never depends on the batch
+            forwards = [(steps, owners, False)] + [([segment], [owner], True) for owner, segment in prefills]
+        else:
+            forwards = [(steps + [s for _, s in prefills], owners + [o for o, _ in prefills], False)]
+        batch = sum(len(segments) for segments, _, _ in forwards)
+        rows = sum(len(s.token_ids) for segments, _, _ in forwards for s in segments)
+        for number, (segments, segment_owners, dense) in enumerate(forwards):
+            if segments:
+                self._forward(segments, segment_owners, dense, finished)
+            if number == 0 and segments:     # the cost table learns the step's forward (the budget's rows)
+                self.costs.record(sum(len(s.token_ids) for s in segments), time.perf_counter() - started)
+        if batch:
+            self._count_step(batch, rows)
+        return finished
+
+    def _forward(self, segments: list[Segment], owners: list, dense: bool, finished: list[int]) -> None:
+        """One packed forward, then each request's share: verify and emit, or record a prompt chunk."""
         try:
-            outputs = packed_forward(self.lm, self.arena, segments)
+            outputs = packed_forward(self.lm, self.arena, segments, dense=dense)
         except BaseException as error:                  # nothing of this forward can be trusted: fail its requests
             _reraise_fatal(error)
             for entry, _ in owners:
                 self._fail(entry, error, finished)
-            return finished
+            return
         for (entry, past), output in zip(owners, outputs):
             try:
                 check_finite(output.logits)
@@ -241,10 +262,6 @@ class Engine:
             except BaseException as error:
                 _reraise_fatal(error)
                 self._fail(entry, error, finished)
-        rows = sum(len(s.token_ids) for s in segments)
-        self.costs.record(rows, time.perf_counter() - started)
-        self._count_step(len(segments), rows)
-        return finished
 
     def run(self) -> None:
         """Step until every submitted request is finished."""
@@ -441,12 +458,13 @@ def _reraise_fatal(error: BaseException) -> None:
 
 
 def generate_batch(lm, requests: Iterable, *, artifacts: Optional[Artifacts] = None, max_num_seqs: int = 8,
-                   kv_slots: int = 8192, prefill_chunk: int = 256, **build) -> list[Generation]:
+                   kv_slots: int = 8192, prefill_chunk: int = 256, prefill_alone: Optional[bool] = None,
+                   **build) -> list[Generation]:
     """Decode many requests together (offline): each item a `multidraft.Request`, or a prompt built with
     `Request.build(prompt, **build)` (e.g. method="pld", max_new_tokens=64). Results in the given order; the first
     failed request's error is raised after all have run."""
     engine = Engine(lm, max_num_seqs=max_num_seqs, kv_slots=kv_slots, prefill_chunk=prefill_chunk,
-                    artifacts=artifacts)
+                    artifacts=artifacts, prefill_alone=prefill_alone)
     ids = []
     for item in requests:
         request = item if isinstance(item, Request) else Request.build(item, **build)

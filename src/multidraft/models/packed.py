@@ -146,8 +146,10 @@ def _depths(parents: Optional[Sequence[int]], num_rows: int) -> list[int]:
 
 
 @torch.inference_mode()
-def packed_forward(lm, arena: KVArena, segments: Sequence[Segment]) -> list[SegmentOutput]:
-    """Run every segment's rows in one forward of `lm` over `arena`; each segment's cache grows by its rows."""
+def packed_forward(lm, arena: KVArena, segments: Sequence[Segment], dense: bool = False) -> list[SegmentOutput]:
+    """Run every segment's rows in one forward of `lm` over `arena`; each segment's cache grows by its rows.
+    `dense`: the quantized runner may use its dense prefill GEMM for linears of many rows (only for a forward whose
+    rows all belong to one request's prompt: GEMM bits depend on the rows beside them)."""
     started = time.perf_counter()
     if not segments:
         return []
@@ -188,8 +190,8 @@ def packed_forward(lm, arena: KVArena, segments: Sequence[Segment]) -> list[Segm
     arena.seen = max(0, kv_limit - total)
     arena.valid_slots = kv_limit
     try:
-        # No dense-GEMM prefill on the quantized runner: a row's bits must not depend on what shares its forward.
-        with lm.kernels(prefill=False):
+        # No dense-GEMM prefill on the quantized runner unless asked: a row's bits must not depend on its neighbours.
+        with lm.kernels(prefill=dense):
             output = lm.model(input_ids=torch.tensor([ids], device=device),
                               position_ids=torch.tensor([positions], device=device),
                               attention_mask=mask.to(device)[None, None], past_key_values=arena, use_cache=True,
