@@ -26,12 +26,15 @@ Requests whose draft_length is "adaptive" share one global draft budget per step
 estimate and the measured cost of a forward by its row count.
 
 Exactness. Sampling is keyed per request and position, so what a request draws never depends on its neighbours;
-with draft_length="fixed" a request's drafts do not either. On the quantized runner the packed forward is
-batch-invariant (each row's logits are the same bits alone and in any batch), so a request's tokens are identical
-alone and in any batch, greedy and seeded sampling. On the eager and fast runners a batch changes matrix shapes and
-may change the last bits of a logit, which changes a token only where two logits tie to ~1e-6 (not seen in the
-tests). Draft-model methods at temperature > 0 with draft_length="adaptive" keep their output law but their
-tokens depend on the verified depths, which the global budget chooses per batch.
+with draft_length="fixed" a request's drafts do not either. With prefill_alone (the CPU default) a request's prompt
+is read in forwards holding only its own rows, so its prompt KV never depends on the batch. On the quantized runner
+the packed forward is batch-invariant too (each row's logits are the same bits alone and in any batch), so a
+request's tokens are identical alone and in any batch, greedy and seeded sampling; a prompt read in one chunk gets
+the same dense prefill as `generate`, so even the bits of `generate` are reproduced. On the eager and fast runners a
+decode step's matrix shapes change with the batch, which may change the last bits of a logit and so a token where
+two logits tie to ~1e-5 (never seen in the tests). Draft-model methods at temperature > 0 with
+draft_length="adaptive" keep their output law but their tokens depend on the verified depths, which the global
+budget chooses per batch.
 """
 
 from __future__ import annotations
