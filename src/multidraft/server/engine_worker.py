@@ -10,12 +10,11 @@ decoder (beam, superposed) runs alone inside a step and stops at its next token.
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
 from multidraft.engine import Engine
 from multidraft.server.plan import Call, PlanRun
-from multidraft.server.worker import Job, JobCancelled, JobTimedOut, QueueFullError
+from multidraft.server.worker import Job, JobCancelled, JobQueue, JobTimedOut
 
 
 class _Active:
@@ -25,19 +24,14 @@ class _Active:
         self.aborted = False
 
 
-class EngineWorker:
+class EngineWorker(JobQueue):
     def __init__(self, lm, config, metrics, artifacts):
-        if config.max_queue < 1:
-            raise ValueError("max_queue must be >= 1")
+        super().__init__(config.max_queue)
         self.lm, self.config, self.metrics = lm, config, metrics
-        self.max_queue = config.max_queue
         self.engine = Engine(lm, max_num_seqs=config.max_num_seqs, kv_slots=config.max_batched_tokens,
                              prefill_chunk=config.prefill_chunk, artifacts=artifacts)
-        self._waiting: collections.deque = collections.deque()
         self._active: dict[Job, _Active] = {}
         self._owner: dict[int, Job] = {}            # engine request id -> its job (aborted jobs' ids too)
-        self._cond = threading.Condition()
-        self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="multidraft-engine-worker", daemon=True)
         self._thread.start()
 
@@ -47,47 +41,9 @@ class EngineWorker:
         """Requests (jobs) being worked on."""
         return len(self._active)
 
-    @property
-    def waiting(self) -> int:
-        with self._cond:
-            self._drop_expired()
-            return len(self._waiting)
-
     def watch_models(self, *lms) -> list:
         """No per-layer hooks: a forward holds many jobs, so stops are seen between steps (see the docstring)."""
         return []
-
-    # ----- the queue (as ModelWorker)
-    def submit(self, job: Job) -> None:
-        with self._cond:
-            if self._stopping:
-                raise QueueFullError("the server is shutting down")
-            self._drop_expired()
-            if len(self._waiting) >= self.max_queue:
-                raise QueueFullError()
-            self._waiting.append(job)
-            self._cond.notify()
-
-    def withdraw(self, job: Job) -> bool:
-        with self._cond:
-            try:
-                self._waiting.remove(job)
-            except ValueError:
-                return False
-        job.emit("error", JobCancelled())
-        return True
-
-    def _drop_expired(self) -> None:
-        now = time.monotonic()
-        for job in [j for j in self._waiting if j.cancelled.is_set() or now > j.deadline]:
-            self._waiting.remove(job)
-            job.emit("error", JobCancelled() if job.cancelled.is_set() else JobTimedOut())
-
-    def stop(self, timeout: float = 5.0) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        self._thread.join(timeout)
 
     # ----- the loop
     def _sequences(self) -> int:
