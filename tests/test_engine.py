@@ -156,6 +156,9 @@ def test_engine_refuses_bad_settings(lm):
         Engine(lm, max_num_seqs=0)
     with pytest.raises(InvalidOptionError, match="Request"):
         Engine(lm).submit("the cat")
+    windowed = make_tiny_lm("qwen2", seed=1, use_sliding_window=True, sliding_window=8, max_window_layers=0)
+    with pytest.raises(InvalidOptionError, match="sliding_attention.*multidraft.generate"):
+        Engine(windowed)
 
 
 def test_metrics_count_drafts_and_batches(lm):

@@ -141,3 +141,31 @@ def test_queue_timeout_and_disconnect_with_batching(slow_server):
             assert time.monotonic() < deadline, "the cancelled generation kept running"
             time.sleep(0.05)
         assert client.post("/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 2}).status_code == 200
+
+
+def test_batching_flags_reach_the_config():
+    from multidraft.cli import build_parser
+    from multidraft.errors import InvalidOptionError
+    from multidraft.server.cli import build_config
+
+    args = build_parser().parse_args(["serve", "--model", "m", "--max-num-seqs", "8", "--max-batched-tokens", "4096",
+                                      "--prefill-chunk", "64"])
+    config = build_config(args)
+    assert (config.max_num_seqs, config.max_batched_tokens, config.prefill_chunk) == (8, 4096, 64)
+    assert ServerConfig().max_num_seqs == 1                    # one request at a time unless asked
+    with pytest.raises(InvalidOptionError, match="max_num_seqs"):
+        ServerConfig(max_num_seqs=0).validate()
+
+
+def test_a_model_the_engine_cannot_batch_is_served_one_at_a_time(lm, monkeypatch, caplog):
+    from multidraft.server import service
+    from multidraft.server.worker import ModelWorker
+
+    monkeypatch.setattr(service.EngineWorker, "__init__", lambda *a, **k: (_ for _ in ()).throw(
+        multidraft.InvalidOptionError("the engine cannot batch it: sliding windows")))
+    app = create_app(lm, ServerConfig(max_num_seqs=4))
+    try:
+        assert isinstance(app.state.service.worker, ModelWorker)
+        assert "one request at a time" in caplog.text
+    finally:
+        app.state.service.close()
