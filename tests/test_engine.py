@@ -346,3 +346,19 @@ def test_smollm_tokens_alone_equal_tokens_in_a_batch(smollm):
     alone = [multidraft.generate_request(smollm, r).token_ids for r in requests]
     batch = generate_batch(smollm, requests, max_num_seqs=6, prefill_chunk=8)
     assert [g.token_ids for g in batch] == alone
+
+
+def test_q8_runner_tokens_alone_equal_tokens_in_batches(quantized_lm):
+    """8-bit activations: each row quantized on its own, prefills without the dense GEMM: batch-invariant too."""
+    from tests.test_quantized_runner import _tiny
+
+    lm = _tiny("qwen2", "Q4_K")[0]
+    assert lm.use_runner("quantized-q8") == "quantized-q8"
+    long_prompt = " ".join(["the cat sat on the mat and then the dog ran"] * 10)
+    requests = [Request.build(long_prompt, "pld", max_new_tokens=16)] + [
+        Request.build(p, m, max_new_tokens=20, **kw) for p in PROMPTS[:3]
+        for m, kw in (("greedy", {}), ("suffix", {}), ("sample", dict(temperature=0.9, seed=3)))]
+    alone = [multidraft.generate_request(lm, r).token_ids for r in requests]
+    for prefill_alone in (True, False):
+        batch = generate_batch(lm, requests, max_num_seqs=6, prefill_chunk=16, prefill_alone=prefill_alone)
+        assert [g.token_ids for g in batch] == alone
