@@ -39,7 +39,7 @@ def generate(model, prompt_or_messages, method: str = "greedy", max_new_tokens: 
     pass one to reuse them across calls, else they live for this call). This builds one `multidraft.Request` and
     runs it with `generate_request`.
     """
-    _check_model(model)
+    check_model(model)
     request = Request.build(prompt_or_messages, method, max_new_tokens=max_new_tokens, temperature=temperature,
                             top_p=top_p, top_k=top_k, seed=seed, stop=stop, chat=chat, draft_length=draft_length,
                             options=method_options)
@@ -51,7 +51,7 @@ def generate_request(model, request: Request, on_token: Optional[Callable[[int],
     """Run a validated `Request` on `model`. `prompt_ids`: the prompt already encoded by the caller (the server
     encodes it once to check its own limits); else the request encodes it. `artifacts`: where the draft models,
     n-gram files and heads the options name are loaded (the caller's, e.g. a server's; by default this call's)."""
-    _check_model(model)
+    check_model(model)
     if not isinstance(request, Request):
         raise InvalidOptionError(f"generate_request() takes a multidraft.Request, got {type(request).__name__}")
     if on_token is not None and not callable(on_token):
@@ -116,7 +116,7 @@ def prepare_request(model, request: Request, on_token: Optional[Callable[[int], 
                     DecodeStats(method=request.method, lossless=spec.lossless, prompt_tokens=len(prompt_ids)))
 
 
-def _check_model(model) -> None:
+def check_model(model) -> None:
     if isinstance(model, (str, os.PathLike)):
         raise InvalidOptionError(f"generate() takes a loaded model, not the name {os.fspath(model)!r}: call "
                                  f"lm = multidraft.load_model({os.fspath(model)!r}) first, then generate(lm, ...)")

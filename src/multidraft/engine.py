@@ -47,7 +47,7 @@ from typing import Callable, Iterable, Optional
 
 import torch
 
-from multidraft.api import Prepared, _check_model, prepare_request
+from multidraft.api import Prepared, check_model, prepare_request
 from multidraft.artifacts import Artifacts
 from multidraft.decoders.draft_length import batch_depths, forward_costs, nodes_by_depth
 from multidraft.decoders.loop import Decoding
@@ -115,7 +115,7 @@ class Engine:
 
     def __init__(self, lm, *, max_num_seqs: int = 8, kv_slots: int = 8192, prefill_chunk: int = 256,
                  draft_room: int = 128, artifacts: Optional[Artifacts] = None, prefill_alone: Optional[bool] = None):
-        _check_model(lm)
+        check_model(lm)
         for name, value, low in (("max_num_seqs", max_num_seqs, 1), ("kv_slots", kv_slots, 1),
                                  ("prefill_chunk", prefill_chunk, 1), ("draft_room", draft_room, 2)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
