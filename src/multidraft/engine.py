@@ -281,6 +281,7 @@ class Engine:
                 entry.prepared.output.finalize(entry.prepared.stats, entry.submitted)
                 entry.result = entry.prepared.result()
                 finished.append(entry.id)
+            self.metrics.num_requests_waiting = len(self._waiting)
         for entry in [e for e in self._running if e.cancelled]:
             entry.prepared.output.stop_reason = "cancelled"
             entry.prepared.output.finalize(entry.prepared.stats, entry.decoding.started)
