@@ -158,7 +158,7 @@ def test_a_bad_artifact_stops_the_start(tmp_path, capsys):
 
 
 def test_redaction_keeps_ordinary_text():
-    from multidraft.server.app import _without_paths
+    from multidraft.server.service import _without_paths
     assert _without_paths("n-gram file /srv/x/y.ngram is bad; see ~/z") == "n-gram file <server path> is bad; see <server path>"
     for text in ("3 tokens/s, 1/2 of a/b", "GET /v1/models", "top_p must be in [1e-05, 1]"):
         assert _without_paths(text) == text
