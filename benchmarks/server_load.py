@@ -2,6 +2,9 @@
 
     python benchmarks/server_load.py --model smollm2-135m --requests 200 --concurrency 8 --max-tokens 4
     python benchmarks/server_load.py --url http://127.0.0.1:8000 --requests 200 --concurrency 8
+    # load curve: 1/2/4/8/16 clients, greedy and pld on code edits, batched serving vs one at a time
+    python benchmarks/server_load.py --model qwen2.5-coder-1.5b --curve 1,2,4,8,16 --methods greedy,pld \
+        --max-tokens 128 --json benchmarks/results/server_load_curve.json
 
 With --model the benchmark starts `multidraft serve` as a separate process on a free loopback port (with
 --max-queue, so that a queue smaller than the number of clients shows the deliberate 429s) and stops it
@@ -9,6 +12,12 @@ at the end. A client that gets a 429 waits the server's Retry-After (or --retry-
 sends the same request again, as a well-behaved client does. Prints latency
 percentiles of the successful attempts (server time) and of whole requests (retries included), counts
 of every status and throughput; --json writes the same as one JSON object.
+
+--curve C1,C2,... runs the load curve of issue 31 instead: two servers in turn on the same model, one serving one
+request at a time (--max-num-seqs 1) and one batching (--max-num-seqs = the largest C); for each method and each
+client count C, C clients stream chat completions of code-edit prompts (the `code_edit` task: `multidraft data pull
+cpython-stdlib`), --requests-per-client each. Reported per row: total generated tokens/s, p50/p99 latency, p50/p99
+time to first token, mean acceptance length; and the batched/one-at-a-time throughput ratio per row.
 """
 
 from __future__ import annotations
@@ -116,7 +125,98 @@ def format_report(result: dict) -> str:
             f"whole request incl. 429 retries {ms(result['request_latency_seconds'])}")
 
 
-def start_server(model: str, max_queue: int, timeout: float = 600.0):
+def run_stream_load(base_url: str, prompts: list, clients: int, per_client: int, max_tokens: int, method: str,
+                    timeout: float = 600.0) -> dict:
+    """`clients` threads each stream `per_client` chat completions (prompts taken in turn); tokens from usage."""
+    import httpx
+
+    lock = threading.Lock()
+    latencies, first_tokens, tokens, acceptance, errors = [], [], [0], [], []
+
+    def client_loop(client_index):
+        with httpx.Client(base_url=base_url, timeout=timeout) as client:
+            for k in range(per_client):
+                messages = prompts[(client_index * per_client + k) % len(prompts)]
+                body = {"messages": messages, "max_tokens": max_tokens, "method": method, "stream": True}
+                sent, first = time.perf_counter(), None
+                try:
+                    with client.stream("POST", "/v1/chat/completions", json=body) as response:
+                        if response.status_code != 200:
+                            errors.append(f"{response.status_code}")
+                            continue
+                        for line in response.iter_lines():
+                            if not line.startswith("data: ") or line == "data: [DONE]":
+                                continue
+                            event = json.loads(line[6:])
+                            if first is None and event.get("choices"):
+                                first = time.perf_counter()
+                            if event.get("usage"):
+                                with lock:
+                                    tokens[0] += event["usage"]["completion_tokens"]
+                                    stats = event.get("stats") or {}
+                                    if "mean_acceptance_length" in stats:
+                                        acceptance.append(stats["mean_acceptance_length"])
+                except httpx.HTTPError as exc:
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                    continue
+                done = time.perf_counter()
+                with lock:
+                    latencies.append(done - sent)
+                    first_tokens.append((first or done) - sent)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client_loop, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    return {"clients": clients, "requests": clients * per_client, "method": method, "wall_seconds": wall,
+            "tokens": tokens[0], "tokens_per_second": tokens[0] / wall if wall else 0.0,
+            "latency_seconds": _summary(latencies), "first_token_seconds": _summary(first_tokens),
+            "mean_acceptance_length": sum(acceptance) / len(acceptance) if acceptance else float("nan"),
+            "errors": errors}
+
+
+def run_curve(model: str, levels: list[int], methods: list[str], max_tokens: int, per_client: int,
+              prompts: list, extra: list[str]) -> dict:
+    """The load curve: the same levels and methods against a one-at-a-time and a batching server."""
+    rows = []
+    for mode, seqs in (("one_at_a_time", 1), ("batched", max(levels))):
+        server, url = start_server(model, max_queue=2 * max(levels),
+                                   extra=["--max-num-seqs", str(seqs), *extra])
+        try:
+            for method in methods:
+                run_stream_load(url, prompts, 1, 1, 8, method)         # warm-up: kernels, caches, forward costs
+                for clients in levels:
+                    row = run_stream_load(url, prompts, clients, per_client, max_tokens, method)
+                    row["mode"] = mode
+                    rows.append(row)
+                    print(format_curve_row(row), flush=True)
+        finally:
+            server.terminate()
+            server.wait(30)
+    alone = {(r["method"], r["clients"]): r for r in rows if r["mode"] == "one_at_a_time"}
+    for row in rows:
+        base = alone.get((row["method"], row["clients"]))
+        row["throughput_vs_one_at_a_time"] = (row["tokens_per_second"] / base["tokens_per_second"]
+                                              if base and base["tokens_per_second"] else float("nan"))
+    return {"model": model, "levels": levels, "methods": methods, "max_tokens": max_tokens, "rows": rows}
+
+
+def format_curve_row(row: dict) -> str:
+    ms = lambda lat: f"{lat['p50'] * 1000:.0f}/{lat['p99'] * 1000:.0f}"
+    return (f"{row['mode']:>13} {row['method']:>7} {row['clients']:>3} clients: {row['tokens_per_second']:7.1f} tok/s, "
+            f"latency p50/p99 {ms(row['latency_seconds'])} ms, first token p50/p99 {ms(row['first_token_seconds'])} ms, "
+            f"acceptance {row['mean_acceptance_length']:.2f}, {len(row['errors'])} errors")
+
+
+def code_edit_prompts(limit: int = 32) -> list:
+    from multidraft.eval.tasks import load_task
+    return [item.messages for item in load_task("code_edit", limit=limit)]
+
+
+def start_server(model: str, max_queue: int, timeout: float = 600.0, extra: tuple = ()):
     """`multidraft serve` in a child process on a free loopback port; returns (process, url) once healthy."""
     import socket
     import subprocess
@@ -127,7 +227,8 @@ def start_server(model: str, max_queue: int, timeout: float = 600.0):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     process = subprocess.Popen([sys.executable, "-m", "multidraft.cli", "serve", "--model", model, "--port", str(port),
-                                "--dtype", "float32", "--max-queue", str(max_queue), "--log-level", "warning"])
+                                "--max-queue", str(max_queue), "--log-level", "warning", *(extra or
+                                                                                            ["--dtype", "float32"])])
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while True:
@@ -157,7 +258,25 @@ def main(argv=None) -> int:
     parser.add_argument("--retry-delay", type=float, default=None,
                         help="seconds a client waits after a 429 (default: the server's Retry-After)")
     parser.add_argument("--json", help="write the result to this file as JSON")
+    parser.add_argument("--curve", default=None, metavar="C1,C2,...",
+                        help="the load curve (with --model): these client counts, batched vs one at a time")
+    parser.add_argument("--methods", default="greedy,pld", help="methods of the curve")
+    parser.add_argument("--requests-per-client", type=int, default=2, help="streamed requests per client (curve)")
+    parser.add_argument("--server-arg", action="append", default=[],
+                        help="extra `multidraft serve` argument for the curve's servers (e.g. --server-arg=--runner "
+                             "--server-arg=quantized)")
     args = parser.parse_args(argv)
+    if args.curve:
+        if not args.model:
+            parser.error("--curve starts its own servers: give --model")
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        levels = [int(c) for c in args.curve.split(",")]
+        result = run_curve(args.model, levels, args.methods.split(","), args.max_tokens, args.requests_per_client,
+                           code_edit_prompts(), args.server_arg)
+        if args.json:
+            with open(args.json, "w") as handle:
+                json.dump(result, handle, indent=2)
+        return 0
 
     # SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so the child server is stopped below.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

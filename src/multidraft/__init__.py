@@ -8,6 +8,7 @@
 
 from multidraft.api import generate, generate_request
 from multidraft.artifacts import Artifacts
+from multidraft.engine import Engine, generate_batch
 from multidraft.errors import (
     CorruptCacheError,
     DataNotFoundError,
@@ -33,6 +34,6 @@ def load_model(name_or_path, dtype=None, device=None, **kwargs) -> LM:
 
 
 __version__ = "0.1.0"
-__all__ = ["load_model", "generate", "generate_request", "Request", "Artifacts", "SuffixStore", "Generation", "DecodeStats", "Draft", "LM", "available_methods",
+__all__ = ["load_model", "generate", "generate_request", "Engine", "generate_batch", "Request", "Artifacts", "SuffixStore", "Generation", "DecodeStats", "Draft", "LM", "available_methods",
            "MultidraftError", "ModelNotFoundError", "CorruptCacheError", "InvalidOptionError", "UnknownMethodError",
            "PromptError", "NumericalError", "TokenizerMismatchError", "DataNotFoundError"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, Union
 
 from multidraft.artifacts import Artifacts, artifacts_or_new
@@ -38,7 +39,7 @@ def generate(model, prompt_or_messages, method: str = "greedy", max_new_tokens: 
     pass one to reuse them across calls, else they live for this call). This builds one `multidraft.Request` and
     runs it with `generate_request`.
     """
-    _check_model(model)
+    check_model(model)
     request = Request.build(prompt_or_messages, method, max_new_tokens=max_new_tokens, temperature=temperature,
                             top_p=top_p, top_k=top_k, seed=seed, stop=stop, chat=chat, draft_length=draft_length,
                             options=method_options)
@@ -50,36 +51,72 @@ def generate_request(model, request: Request, on_token: Optional[Callable[[int],
     """Run a validated `Request` on `model`. `prompt_ids`: the prompt already encoded by the caller (the server
     encodes it once to check its own limits); else the request encodes it. `artifacts`: where the draft models,
     n-gram files and heads the options name are loaded (the caller's, e.g. a server's; by default this call's)."""
-    _check_model(model)
+    check_model(model)
     if not isinstance(request, Request):
         raise InvalidOptionError(f"generate_request() takes a multidraft.Request, got {type(request).__name__}")
     if on_token is not None and not callable(on_token):
         raise InvalidOptionError(f"on_token must be a function of one token id, got {type(on_token).__name__}")
+    prepared = prepare_request(model, request, on_token, prompt_ids, artifacts)
+    drafts = None
+    if prepared.spec.run is not None:
+        drafts = prepared.spec.run(model, prepared.prompt_ids, prepared.sampler, prepared.output, prepared.stats,
+                                   prepared.options)
+    else:
+        drafter, verifier = prepared.loop_pair(model, request)
+        draft_and_verify(model, prepared.prompt_ids, drafter, verifier, prepared.sampler, prepared.output,
+                         prepared.stats, request.draft_length)
+    # Every decoder finalized the stats once (OutputCollector.finalize): generated tokens, stop reason, total time.
+    return prepared.result(drafts)
+
+
+@dataclass
+class Prepared:
+    """A request bound to a model: its prompt ids, resolved options (artifacts loaded), sampler, output and stats.
+    `generate_request` runs it alone; the engine (multidraft.engine) runs many in one loop."""
+
+    spec: Method
+    options: dict
+    prompt_ids: list[int]
+    sampler: PositionSampler
+    output: OutputCollector
+    stats: DecodeStats
+
+    def loop_pair(self, model, request: Request, batched: bool = False):
+        """(drafter, verifier) of the one loop; `batched`: also for own-decoder rows that have a loop form
+        (greedy, sample). None when the method only runs with its own decoder."""
+        spec = self.spec
+        if spec.make_drafter is not None:
+            drafter = spec.make_drafter(model, self.sampler, self.options)
+        elif batched and spec.loop_drafter is not None:
+            drafter = spec.loop_drafter(model, self.sampler, self.options)
+        else:
+            return None
+        if spec.make_verifier is not None:
+            verifier = spec.make_verifier(model, self.sampler, self.options)
+        else:
+            verifier = GreedyVerifier() if request.greedy else SampleMatchVerifier()
+        return drafter, verifier
+
+    def result(self, drafts=None) -> Generation:
+        return Generation(text=self.output.text, token_ids=list(self.output.token_ids), stats=self.stats,
+                          drafts=drafts)
+
+
+def prepare_request(model, request: Request, on_token: Optional[Callable[[int], None]] = None,
+                    prompt_ids: Optional[list[int]] = None, artifacts: Optional[Artifacts] = None) -> Prepared:
+    """Bind a validated request to `model` (see generate_request for the arguments)."""
     if prompt_ids is None:
         prompt_ids = request.prompt_ids(model)
     spec: Method = request.row                 # the method row: drafter x verifier, or its own decoder
     options = request.options
-    sampler = PositionSampler(request.params)
-    stats = DecodeStats(method=request.method, lossless=spec.lossless, prompt_tokens=len(prompt_ids))
-    output = OutputCollector(model, request.max_new_tokens, request.stop, on_token)
-
-    drafts = None
     if spec.load_artifacts is not None:        # draft model, calibration...: ready objects before any factory runs
         options = spec.load_artifacts(model, options, artifacts_or_new(artifacts))
-    if spec.run is not None:
-        drafts = spec.run(model, prompt_ids, sampler, output, stats, options)
-    else:
-        drafter = spec.make_drafter(model, sampler, options)
-        if spec.make_verifier is not None:
-            verifier = spec.make_verifier(model, sampler, options)
-        else:
-            verifier = GreedyVerifier() if request.greedy else SampleMatchVerifier()
-        draft_and_verify(model, prompt_ids, drafter, verifier, sampler, output, stats, request.draft_length)
-    # Every decoder finalized the stats once (OutputCollector.finalize): generated tokens, stop reason, total time.
-    return Generation(text=output.text, token_ids=list(output.token_ids), stats=stats, drafts=drafts)
+    return Prepared(spec, options, list(prompt_ids), PositionSampler(request.params),
+                    OutputCollector(model, request.max_new_tokens, request.stop, on_token),
+                    DecodeStats(method=request.method, lossless=spec.lossless, prompt_tokens=len(prompt_ids)))
 
 
-def _check_model(model) -> None:
+def check_model(model) -> None:
     if isinstance(model, (str, os.PathLike)):
         raise InvalidOptionError(f"generate() takes a loaded model, not the name {os.fspath(model)!r}: call "
                                  f"lm = multidraft.load_model({os.fspath(model)!r}) first, then generate(lm, ...)")

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from multidraft.decoders.autoregressive import autoregressive, beam_search
+from multidraft.drafters.base import Drafter
 from multidraft.drafters.prompt_lookup import PromptLookupDrafter
 from multidraft.errors import InvalidOptionError
-from multidraft.types import Generation
+from multidraft.types import Draft, Generation
 
 
 def run_autoregressive(lm, prompt_ids, sampler, output, stats, options):
@@ -22,3 +23,18 @@ def run_beam(lm, prompt_ids, sampler, output, stats, options):
 
 def make_pld_drafter(lm, sampler, options):
     return PromptLookupDrafter(**options)
+
+
+class NoDrafter(Drafter):
+    """Proposes nothing: the loop then verifies one row per step, which is plain greedy / sampling (the engine
+    batches greedy and sample requests this way)."""
+
+    name = "none"
+    cuttable = True
+
+    def propose(self, state, max_tokens):
+        return Draft()
+
+
+def make_no_drafter(lm, sampler, options):
+    return NoDrafter()

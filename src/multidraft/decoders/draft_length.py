@@ -57,6 +57,16 @@ class ForwardCosts:
             return worst / one
 
 
+    def cost(self, num_new: int) -> float:
+        """Seconds of a forward of num_new tokens: the dearest measured size up to it (optimistic for unseen sizes:
+        explored once, then learnt); the cheapest measured one when none is that small; 1.0 while nothing is."""
+        with self._lock:
+            if not self.seconds:
+                return 1.0
+            below = [seconds for n, seconds in self.seconds.items() if n <= num_new]
+            return max(below) if below else min(self.seconds.values())
+
+
 _costs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _costs_lock = threading.Lock()
 
@@ -122,18 +132,16 @@ class DraftLength:
         """How deep to verify the proposed draft, given its nodes' depths (1 = children of the root)."""
         if not depths:
             return 0
-        max_depth = max(depths)
-        nodes_at_depth = [0] * (max_depth + 1)
-        for depth in depths:
-            nodes_at_depth[depth] += 1
-        for depth in range(1, max_depth + 1):
-            nodes_at_depth[depth] += nodes_at_depth[depth - 1]
-        best = self.best_depth(max_depth, nodes_at_depth)
-        if best > 0:
+        return self.probe(self.best_depth(max(depths), nodes_by_depth(depths)))
+
+    def probe(self, chosen: int) -> int:
+        """The depth to verify given the chosen one: after PROBE_EVERY steps that verified nothing, one token (or
+        the rate is never re-learnt)."""
+        if chosen > 0:
             self._idle_steps = 0
-            return best
+            return chosen
         self._idle_steps += 1
-        if self._idle_steps >= self.PROBE_EVERY:      # verify one token now and then, or the rate is never re-learnt
+        if self._idle_steps >= self.PROBE_EVERY:
             self._idle_steps = 0
             return 1
         return 0
@@ -154,6 +162,48 @@ class DraftLength:
             self.reached[depth] += 1.0
         if accepted < drafted_depth:
             self.rejected[accepted + 1] += 1.0
+
+
+def nodes_by_depth(depths: list[int]) -> list[int]:
+    """[k] = nodes at depth <= k of a draft whose nodes have these depths (1 = children of the root)."""
+    counts = [0] * (max(depths, default=0) + 1)
+    for depth in depths:
+        counts[depth] += 1
+    for depth in range(1, len(counts)):
+        counts[depth] += counts[depth - 1]
+    return counts
+
+
+def batch_depths(costs: ForwardCosts, base_rows: int, base_tokens: float,
+                 requests: list[tuple["DraftLength", list[int]]]) -> list[int]:
+    """The global draft budget of one packed forward: a depth per adaptive request.
+
+    The forward already has `base_rows` rows (every request's last token, prefill chunks, drafts verified whole)
+    expected to give `base_tokens` tokens. Each adaptive request offers its draft as (policy, nodes_at_depth), with
+    nodes_at_depth[k] the rows its draft up to depth k adds (a chain: k). The choice maximises expected tokens
+    of the whole step per unit of the step's measured cost (`costs`, by total rows): greedily, each round giving
+    one request the deeper cut that raises the step's tokens per cost most. At batch size 1 this is DraftLength's
+    own choice; as the batch grows and rows stop being free, drafts shrink (to none where speculation would cost
+    more than it saves), which a per-request choice cannot see.
+    """
+    depths = [0] * len(requests)
+    expected = [policy.expected_tokens(len(nodes) - 1) for policy, nodes in requests]
+    rows, tokens = base_rows, base_tokens
+    value = tokens / costs.cost(max(1, rows))
+    while True:
+        best = None
+        for i, (_, nodes) in enumerate(requests):
+            for depth in range(depths[i] + 1, len(nodes)):
+                extra_rows = rows + nodes[depth] - nodes[depths[i]]
+                candidate = (tokens + expected[i][depth] - expected[i][depths[i]]) / costs.cost(max(1, extra_rows))
+                if candidate > value * (1 + 1e-9) and (best is None or candidate > best[0]):
+                    best = (candidate, i, depth)
+        if best is None:
+            return depths
+        value, i, depth = best
+        rows += requests[i][1][depth] - requests[i][1][depths[i]]
+        tokens += expected[i][depth] - expected[i][depths[i]]
+        depths[i] = depth
 
 
 def add_draft_length_argument(parser) -> None:

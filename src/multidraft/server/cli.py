@@ -26,7 +26,9 @@ LIMIT_FLAGS = {"max_queue": "max_queue", "max_prompt_tokens": "max_prompt_tokens
                "max_draft_tokens": "max_draft_tokens", "max_drafts": "max_drafts",
                "max_tree_tokens": "max_tree_tokens", "max_lattice_k": "max_lattice_k",
                "suffix_store_tokens": "suffix_store_tokens", "suffix_isolation": "suffix_isolation",
-               "suffix_store_path": "suffix_store_path"}
+               "suffix_store_path": "suffix_store_path",
+               "max_num_seqs": "max_num_seqs", "max_batched_tokens": "max_batched_tokens",
+               "prefill_chunk": "prefill_chunk"}
 
 
 class ServeError(MultidraftError):
@@ -68,6 +70,16 @@ def register(subparsers) -> None:
                         help=f"seconds a connection has to send a request's headers, then its body; idle or "
                              f"trickling connections are closed (default {defaults.read_timeout:g})")
     parser.add_argument("--suggestions", type=int, default=None, help=f"k on the page (default {defaults.suggestions})")
+    batching = parser.add_argument_group("continuous batching (many requests, one forward per step)")
+    batching.add_argument("--max-num-seqs", type=int, default=None,
+                          help=f"generations decoded together (default {defaults.max_num_seqs}: one at a time; e.g. "
+                               "8 for several users)")
+    batching.add_argument("--max-batched-tokens", type=int, default=None,
+                          help=f"KV positions held for all running generations together; a generation is admitted "
+                               f"when its prompt + max_tokens fit (default {defaults.max_batched_tokens})")
+    batching.add_argument("--prefill-chunk", type=int, default=None,
+                          help=f"prompt tokens read per step beside running generations (default "
+                               f"{defaults.prefill_chunk})")
     limits = parser.add_argument_group("per-request work limits")
     limits.add_argument("--max-body-bytes", type=int, default=None, help=f"default {defaults.max_body_bytes}")
     limits.add_argument("--max-beams", type=int, default=None, help=f"num_beams (default {defaults.max_beams})")

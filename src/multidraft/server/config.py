@@ -45,6 +45,12 @@ class ServerConfig:
     suffix_isolation: bool = False    # one suffix store per API key instead of one for all requests (needs 2+ keys)
     suffix_store_path: Optional[str] = None   # folder the suffix stores persist in across restarts (None: memory only)
     draft_length: str = "fixed"       # every request's draft-length mode (serve --draft-length)
+    # Continuous batching (multidraft.engine): up to max_num_seqs generations share each target forward; 1 runs
+    # one request at a time. max_batched_tokens: KV positions held for all of them together (the arena; bounds
+    # memory); prefill_chunk: prompt rows read per step beside the generations already running.
+    max_num_seqs: int = 1
+    max_batched_tokens: int = 16384
+    prefill_chunk: int = 256
 
     @property
     def api_keys(self) -> tuple:
@@ -57,7 +63,8 @@ class ServerConfig:
         from multidraft.errors import InvalidOptionError
         for name in ("max_queue", "max_prompt_tokens", "max_tokens", "max_n", "max_prompts", "suggestions",
                      "suggestion_tokens", "default_max_tokens", "max_body_bytes", "max_beams", "max_draft_tokens",
-                     "max_drafts", "max_tree_tokens", "max_lattice_k", "suffix_store_tokens"):
+                     "max_drafts", "max_tree_tokens", "max_lattice_k", "suffix_store_tokens", "max_num_seqs",
+                     "max_batched_tokens", "prefill_chunk"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidOptionError(f"server option {name} must be a positive integer, got {value!r}")

@@ -27,8 +27,12 @@ FAMILIES = {
     "vllm:spec_decode_num_accepted_tokens_total": ("counter", "Draft tokens accepted.", ()),
     "vllm:spec_decode_num_accepted_tokens_per_pos_total": (
         "counter", "Draft tokens accepted, by 0-based position in the draft.", ("position",)),
-    "vllm:num_requests_running": ("gauge", "Requests the model is working on (0 or 1: one at a time).", ()),
+    "vllm:num_requests_running": ("gauge", "Requests the model is working on (at most 1 unless serve "
+                                  "--max-num-seqs batches them).", ()),
     "vllm:num_requests_waiting": ("gauge", "Requests waiting in the queue.", ()),
+    "multidraft:batch_size": ("gauge", "Generations in the last batched step's forward (serve --max-num-seqs).", ()),
+    "multidraft:kv_slots_used": ("gauge", "KV positions reserved by running generations (of --max-batched-tokens).",
+                                 ()),
     "vllm:e2e_request_latency_seconds": ("histogram", "Seconds from arrival to the last token, for successful "
                                          "requests.", ()),
     "multidraft:http_requests_total": ("counter", "HTTP requests answered, by path and status code.",

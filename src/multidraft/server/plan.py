@@ -211,63 +211,106 @@ def _encode(lm, request: Request, config: ServerConfig) -> list[int]:
     return ids
 
 
+@dataclass
+class Call:
+    """One generation of a plan: a request (with its choice's seed), its prompt ids and the choices it fills."""
+
+    base: int                      # index of the prompt's first choice
+    indices: list[int]             # the choices this call's result becomes
+    request: Request
+    ids: list[int]
+    streamer: Optional[TextStreamer]
+    produced: int = 0
+    started: bool = False
+    finished: bool = False
+
+
+class PlanRun:
+    """A plan's calls and what their results become (choices, metrics, stream events). `run_plan` runs the calls one
+    after the other; the engine worker (server/engine_worker.py) runs many plans' calls in one batch. Built on the
+    worker thread (it encodes the prompts)."""
+
+    def __init__(self, lm, plan: Plan, job, config: ServerConfig, metrics):
+        self.plan, self.job, self.metrics = plan, job, metrics
+        self.one_pass = plan.spec.outputs_option is not None     # the n choices come from one run's ranked drafts
+        self.choices: list[Choice] = []
+        self.all_stats: list[DecodeStats] = []
+        self.prompt_tokens = 0
+        self.calls: list[Call] = []
+        for prompt_index, request in enumerate(plan.requests):
+            ids = _encode(lm, request, config)
+            self.prompt_tokens += len(ids)
+            base = prompt_index * plan.n
+            if self.one_pass:
+                seeds = [(plan.seed if plan.seed is not None else _random_seed(), list(range(plan.n)))]
+            elif plan.greedy:
+                seeds = [(plan.seed, list(range(plan.n)))]
+            else:
+                first = plan.seed if plan.seed is not None else _random_seed()
+                seeds = [(validation.nth_seed(first, i), [i]) for i in range(plan.n)]
+            for seed, indices in seeds:
+                streamer = TextStreamer(lm.decode, request.stop) if plan.stream and not self.one_pass else None
+                self.calls.append(Call(base, indices, request.with_seed(seed), ids, streamer))
+
+    def on_token(self, call: Call, check: bool = True):
+        """The token callback of one call: counts, streams deltas; `check` stops it when the job must stop (the
+        engine worker checks between steps instead)."""
+        def on_token(token_id):
+            call.produced += 1
+            if check:
+                self.job.check()
+            if call.streamer is not None:
+                delta = call.streamer.feed(token_id)
+                if delta:
+                    for index in call.indices:
+                        self.job.emit("delta", call.base + index, delta)
+        return on_token
+
+    def aborted(self) -> None:
+        """Like vLLM: the work done still counts (prompt and generated tokens), and every choice that did not
+        finish is a request_success_total{finished_reason="abort"}."""
+        cut = [call for call in self.calls if call.started and not call.finished]
+        self.metrics.inc("vllm:prompt_tokens_total", sum(len(call.ids) for call in cut))
+        self.metrics.inc("vllm:generation_tokens_total", sum(call.produced for call in cut))
+        unfinished = len(self.plan.requests) * self.plan.n - len(self.choices)
+        self.metrics.inc("vllm:request_success_total", unfinished, finished_reason="abort")
+
+    def finish(self, call: Call, result) -> None:
+        """A call's result becomes its choices (and their stream events)."""
+        call.finished = True
+        self.all_stats.append(result.stats)
+        finish = _finish_reason(result.stats)
+        self.metrics.record_generation(result.stats, finish)
+        outputs = list(result.drafts or [])[:self.plan.n] if self.one_pass else [result] * len(call.indices)
+        for index, output in zip(call.indices, outputs):
+            reason = _finish_reason(output.stats) if output is not result else finish
+            choice = Choice(call.base + index, output.text, list(output.token_ids), reason)
+            self.choices.append(choice)
+            self.metrics.inc("vllm:request_success_total", finished_reason=reason)
+            if self.plan.stream:
+                rest = call.streamer.finish(choice.text) if call.streamer is not None else choice.text
+                if rest:
+                    self.job.emit("delta", choice.index, rest)
+                self.job.emit("finish", choice.index, reason)
+
+    def outcome(self) -> "Outcome":
+        choices = sorted(self.choices, key=lambda choice: choice.index)
+        return Outcome(choices, self.prompt_tokens, DecodeStats.merge(self.all_stats), len(self.all_stats))
+
+
 def run_plan(lm, plan: Plan, job, config: ServerConfig, metrics, artifacts=None) -> Outcome:
     """Runs on the worker thread. With plan.stream, emits ("delta", choice_index, text) events as it goes."""
-    choices: list[Choice] = []
-    all_stats: list[DecodeStats] = []
-    prompt_tokens = 0
-    one_pass = plan.spec.outputs_option is not None        # the n choices come from one run's ranked drafts
-    for prompt_index, request in enumerate(plan.requests):
-        ids = _encode(lm, request, config)
-        prompt_tokens += len(ids)
-        base = prompt_index * plan.n
-        if one_pass:
-            calls = [(plan.seed if plan.seed is not None else _random_seed(), list(range(plan.n)))]
-        elif plan.greedy:
-            calls = [(plan.seed, list(range(plan.n)))]
-        else:
-            first = plan.seed if plan.seed is not None else _random_seed()
-            calls = [(validation.nth_seed(first, i), [i]) for i in range(plan.n)]
-        for call_number, (seed, indices) in enumerate(calls):
-            streamer = TextStreamer(lm.decode, request.stop) if plan.stream and not one_pass else None
-
-            produced = [0]
-
-            def on_token(token_id, streamer=streamer, indices=indices, produced=produced):
-                produced[0] += 1
-                job.check()
-                if streamer is not None:
-                    delta = streamer.feed(token_id)
-                    if delta:
-                        for index in indices:
-                            job.emit("delta", base + index, delta)
-
-            try:
-                result = generate_request(lm, request.with_seed(seed), on_token=on_token, prompt_ids=ids,
-                                          artifacts=artifacts)
-            except (JobCancelled, JobTimedOut):
-                # Like vLLM: the work done still counts (prompt and generated tokens), and every choice that
-                # did not finish is a request_success_total{finished_reason="abort"}.
-                metrics.inc("vllm:prompt_tokens_total", len(ids))
-                metrics.inc("vllm:generation_tokens_total", produced[0])
-                unfinished = len(plan.requests) * plan.n - len(choices)
-                metrics.inc("vllm:request_success_total", unfinished, finished_reason="abort")
-                raise
-            all_stats.append(result.stats)
-            finish = _finish_reason(result.stats)
-            metrics.record_generation(result.stats, finish)
-            outputs = list(result.drafts or [])[:plan.n] if one_pass else [result] * len(indices)
-            for index, output in zip(indices, outputs):
-                reason = _finish_reason(output.stats) if output is not result else finish
-                choice = Choice(base + index, output.text, list(output.token_ids), reason)
-                choices.append(choice)
-                metrics.inc("vllm:request_success_total", finished_reason=reason)
-                if plan.stream:
-                    rest = streamer.finish(choice.text) if streamer is not None else choice.text
-                    if rest:
-                        job.emit("delta", choice.index, rest)
-                    job.emit("finish", choice.index, reason)
-    return Outcome(choices, prompt_tokens, DecodeStats.merge(all_stats), len(all_stats))
+    run = PlanRun(lm, plan, job, config, metrics)
+    for call in run.calls:
+        call.started = True
+        try:
+            result = generate_request(lm, call.request, on_token=run.on_token(call), prompt_ids=call.ids,
+                                      artifacts=artifacts)
+        except (JobCancelled, JobTimedOut):
+            run.aborted()
+            raise
+        run.finish(call, result)
+    return run.outcome()
 
 
 def _random_seed() -> int:

@@ -15,9 +15,10 @@ import time
 from typing import Any, Optional
 
 from multidraft.artifacts import Artifacts
-from multidraft.errors import CorruptCacheError, MultidraftError, NumericalError
+from multidraft.errors import CorruptCacheError, InvalidOptionError, MultidraftError, NumericalError
 from multidraft.methods import available_methods
 from multidraft.server.config import ServerConfig
+from multidraft.server.engine_worker import EngineWorker
 from multidraft.server.metrics import Metrics
 from multidraft.server.options import http_options
 from multidraft.server.plan import Plan, build_plan, run_plan, suffix_store_for, suggestion_defaults
@@ -39,7 +40,8 @@ class GenerationService:
             self.named["draft_model"] = {draft_lm.name: draft_lm, **self.named.get("draft_model", {})}
         self.model_name = config.model_name or lm.name
         self.metrics = Metrics(self.model_name)
-        self.worker = ModelWorker(config.max_queue)
+        self.artifacts = Artifacts()       # the n-gram files, heads, models requests name: loaded once, here
+        self.worker = self._worker()
         # Every model the worker may run is checked for the job's deadline/cancellation inside each forward.
         loaded = [lm, *[v for named in self.named.values() for v in named.values() if hasattr(v, "model")]]
         self.hooks = self.worker.watch_models(*{id(m): m for m in loaded}.values())
@@ -54,7 +56,21 @@ class GenerationService:
             self.saved_version = self.suffix_stores.version()
         self.metrics.set_gauge_source("multidraft:suffix_store_bytes", self.suffix_stores.memory_bytes)
         self.metrics.set_gauge_source("multidraft:suffix_store_tokens", self.suffix_stores.num_tokens)
-        self.artifacts = Artifacts()       # the n-gram files, heads, models requests name: loaded once, here
+        if isinstance(self.worker, EngineWorker):
+            self.metrics.set_gauge_source("multidraft:batch_size", lambda: self.worker.batch_size)
+            self.metrics.set_gauge_source("multidraft:kv_slots_used", lambda: self.worker.kv_slots_used)
+
+    def _worker(self):
+        """The model thread: one request at a time, or (max_num_seqs > 1) the engine's continuous batching; a model
+        the engine cannot batch (sliding-window attention...) is served one at a time, with one warning."""
+        if self.config.max_num_seqs > 1:
+            try:
+                # between steps, in the engine's thread: no request is changing a suffix store meanwhile
+                return EngineWorker(self.lm, self.config, self.metrics, self.artifacts,
+                                    between_steps=self.save_suffix_stores)
+            except InvalidOptionError as exc:
+                log.warning("serving one request at a time: %s", exc)
+        return ModelWorker(self.config.max_queue)
 
     def close(self) -> None:
         self.worker.stop()
@@ -118,6 +134,7 @@ class GenerationService:
     def submit(self, plan: Plan, arrived: float) -> Job:
         job = Job(lambda job: self._run(plan, job),
                   arrived + self.config.request_timeout, asyncio.get_running_loop())
+        job.plan = plan                  # what the engine worker runs (ModelWorker runs job.fn)
         try:
             self.worker.submit(job)
         except QueueFullError:

@@ -56,11 +56,11 @@ class Job:
             raise JobTimedOut()
 
 
-class ModelWorker:
-    """A daemon thread running jobs in arrival order from a queue of at most `max_queue` waiting jobs.
-
-    A waiting job whose client hung up (`withdraw`) or whose deadline passed leaves the queue at once, so its slot
-    is free for the next request instead of being held until the model reaches it."""
+class JobQueue:
+    """The bounded queue of waiting jobs a model thread takes its work from (ModelWorker here, EngineWorker in
+    engine_worker.py). A waiting job whose client hung up (`withdraw`) or whose deadline passed leaves the queue at
+    once, so its slot is free for the next request instead of being held until the model reaches it. Subclasses
+    start `self._thread`."""
 
     def __init__(self, max_queue: int):
         if max_queue < 1:
@@ -68,11 +68,8 @@ class ModelWorker:
         self.max_queue = max_queue
         self._waiting: collections.deque = collections.deque()
         self._cond = threading.Condition()
-        self.running = 0
-        self.current: Optional[Job] = None      # the job on the model now (read by the forward hooks)
-        self._thread = threading.Thread(target=self._loop, name="multidraft-model-worker", daemon=True)
         self._stopping = False
-        self._thread.start()
+        self._thread: Optional[threading.Thread] = None
 
     @property
     def waiting(self) -> int:
@@ -112,7 +109,20 @@ class ModelWorker:
         with self._cond:
             self._stopping = True
             self._cond.notify()
-        self._thread.join(timeout)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+class ModelWorker(JobQueue):
+    """A daemon thread running jobs in arrival order, one at a time, from a queue of at most `max_queue` waiting
+    jobs."""
+
+    def __init__(self, max_queue: int):
+        super().__init__(max_queue)
+        self.running = 0
+        self.current: Optional[Job] = None      # the job on the model now (read by the forward hooks)
+        self._thread = threading.Thread(target=self._loop, name="multidraft-model-worker", daemon=True)
+        self._thread.start()
 
     def _loop(self) -> None:
         while True:
