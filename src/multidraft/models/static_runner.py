@@ -117,8 +117,11 @@ class StaticRunner:
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
 
     # ----- CUDA graphs -----
+    @torch.inference_mode()
     def capture(self, progress: bool = False) -> float:
-        """Capture one CUDA graph per bucket (largest first, sharing one memory pool). Returns seconds taken."""
+        """Capture one CUDA graph per bucket (largest first, sharing one memory pool). Returns seconds taken.
+        In inference mode, as every forward is: the arena's buffers are made by the first forward (inference
+        tensors), which may not be updated outside it."""
         started = time.perf_counter()
         arena, pool = self.arena, torch.cuda.graph_pool_handle()
         for done, bucket in enumerate(sorted(BUCKETS, reverse=True)):
