@@ -153,7 +153,9 @@ def test_validation_prompts_never_appear_in_the_test_split(task):
         pytest.skip(f"data for {task} not pulled")
     test = load_task(task)
     validation = load_task(task, split="validation")
-    assert len(validation) == len(test) == 40
+    from multidraft.eval import agentic
+    size = agentic.EPISODES if task.startswith("agent_") else 40       # agent tasks: episodes of several steps
+    assert len(validation) == len(test) == size
     assert not {repr(t.input) for t in test} & {repr(v.input) for v in validation}
     assert not {t.id for t in test} & {v.id for v in validation}
     assert [t.id for t in load_task(task, limit=3)] == [t.id for t in test[:3]]     # default split unchanged
