@@ -182,19 +182,25 @@ class StaticKVCache:
 def tree_attention_mask(parents: Sequence[int], past_length: int, dtype: torch.dtype, device) -> torch.Tensor:
     """(1, 1, T, past_length + T) additive mask: each node sees the cache, its ancestors and itself."""
     num_nodes = len(parents)
+    full = torch.ones(num_nodes, past_length + num_nodes, dtype=torch.bool)
+    full[:, past_length:] = tree_ancestors(parents)
+    return additive_mask(full, dtype, device)
+
+
+def tree_ancestors(parents: Sequence[int]) -> torch.Tensor:
+    """(N, N) bool on the host: [i, j] = node j is node i or one of its ancestors (parents[i] < i, -1 = root)."""
+    num_nodes = len(parents)
     allowed = torch.zeros(num_nodes, num_nodes, dtype=torch.bool)
     for node, parent in enumerate(parents):
         if parent >= 0:
             allowed[node] = allowed[parent]
         allowed[node, node] = True
-    full = torch.ones(num_nodes, past_length + num_nodes, dtype=torch.bool)
-    full[:, past_length:] = allowed
-    return additive_mask(full, dtype, device)
+    return allowed
 
 
 def additive_mask(allowed: torch.Tensor, dtype: torch.dtype, device) -> torch.Tensor:
-    """(1, 1, T, K) additive attention mask from a (T, K) bool matrix of what each row may see."""
-    mask = torch.zeros(allowed.shape, dtype=dtype)
+    """(1, 1, T, K) additive attention mask on `device` from a (T, K) bool matrix of what each row may see."""
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask.to(device)[None, None]
 
@@ -238,6 +244,4 @@ def static_mask(past: int, first_row: int, bucket: int, num_rows: int, kv_limit:
         real = min(bucket, num_rows - first_row)
         allowed[:real, past: past + ancestors.shape[1]] = ancestors[first_row: first_row + real]
         allowed[real:] |= columns[None, :] == row_slots[real:, None]
-    mask = torch.zeros(bucket, kv_limit, dtype=dtype, device=device)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[None, None]
+    return additive_mask(allowed, dtype, device)

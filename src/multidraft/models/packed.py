@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 import torch
 
 from multidraft.errors import InvalidOptionError
-from multidraft.models.kv_cache import StaticArena
+from multidraft.models.kv_cache import StaticArena, additive_mask, tree_ancestors, tree_depths
 
 KV_ALIGN = 64          # the key range a forward reads is rounded up to this many slots (fewer distinct shapes)
 
@@ -128,21 +128,11 @@ def _ancestors(parents: Optional[Sequence[int]], num_rows: int) -> torch.Tensor:
     """(n, n) bool: [i, j] = row j is row i or one of its ancestors (a chain: j <= i)."""
     if parents is None:
         return torch.ones(num_rows, num_rows, dtype=torch.bool).tril()
-    allowed = torch.zeros(num_rows, num_rows, dtype=torch.bool)
-    for node, parent in enumerate(parents):
-        if parent >= 0:
-            allowed[node] = allowed[parent]
-        allowed[node, node] = True
-    return allowed
+    return tree_ancestors(parents)
 
 
 def _depths(parents: Optional[Sequence[int]], num_rows: int) -> list[int]:
-    if parents is None:
-        return list(range(num_rows))
-    depths: list[int] = []
-    for parent in parents:
-        depths.append(0 if parent < 0 else depths[parent] + 1)
-    return depths
+    return list(range(num_rows)) if parents is None else tree_depths(parents)
 
 
 @torch.inference_mode()
@@ -179,8 +169,7 @@ def packed_forward(lm, arena: KVArena, segments: Sequence[Segment], dense: bool 
         visible[first:last, base + past: base + past + n] = _ancestors(segment.parents, n)
         wanted += list(range(first, last)) if segment.all_logits else [last - 1]
     device, dtype = lm.device, lm.dtype
-    mask = torch.zeros(total, kv_limit, dtype=dtype)
-    mask.masked_fill_(~visible, torch.finfo(dtype).min)
+    mask = additive_mask(visible, dtype, device)
 
     layers = sorted({s.hidden_layer for s in segments if s.hidden_layer is not None})
     captured = {layer: {"hidden": [], "attn": []} for layer in layers}
@@ -194,7 +183,7 @@ def packed_forward(lm, arena: KVArena, segments: Sequence[Segment], dense: bool 
         with lm.kernels(prefill=dense):
             output = lm.model(input_ids=torch.tensor([ids], device=device),
                               position_ids=torch.tensor([positions], device=device),
-                              attention_mask=mask.to(device)[None, None], past_key_values=arena, use_cache=True,
+                              attention_mask=mask, past_key_values=arena, use_cache=True,
                               logits_to_keep=torch.tensor(wanted))
     finally:
         for hook in hooks:

@@ -23,6 +23,7 @@ import time
 from typing import Optional, Union
 
 from multidraft.errors import InvalidOptionError
+from multidraft.models.runner_choice import QUANTIZED_RUNNERS
 
 
 def _cpu_times() -> Optional[tuple[float, float]]:
@@ -77,7 +78,7 @@ def parse_threads(text: str) -> Union[int, str]:
     return value
 
 
-THREAD_INVARIANT_RUNNERS = ("quantized", "quantized-q8")    # bits independent of the thread count
+THREAD_INVARIANT_RUNNERS = QUANTIZED_RUNNERS      # bits independent of the thread count (see above)
 
 
 def measure_default_threads(threads: Union[int, str, None]) -> Union[int, str, None]:
