@@ -10,7 +10,7 @@ from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.decoders.draft_length import add_draft_length_argument
 from multidraft.models.runner_choice import add_dtype_argument, add_runner_argument, dtype_choice
 from multidraft.models.device import add_device_argument
-from multidraft.models.threads import apply_for_model, measure_default_threads, parse_threads
+from multidraft.models.threads import add_threads_argument, apply_for_model, measure_default_threads
 from multidraft.text_stream import TextStreamer
 
 
@@ -30,9 +30,7 @@ def register(subparsers) -> None:
     parser.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     add_dtype_argument(parser)
     add_device_argument(parser)
-    parser.add_argument("--threads", type=parse_threads, default=None, metavar="N|auto",
-                        help="CPU threads (auto: the cores other processes leave idle; default: auto on the "
-                             "quantized runners, whose results do not depend on it, else torch's, all cores)")
+    add_threads_argument(parser)
     add_runner_argument(parser)
     add_draft_length_argument(parser)
     parser.add_argument("--option", "-o", action="append", default=[], metavar="NAME=VALUE",

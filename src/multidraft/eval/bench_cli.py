@@ -10,7 +10,7 @@ from multidraft.errors import InvalidOptionError
 from multidraft.decoders.draft_length import add_draft_length_argument
 from multidraft.models.runner_choice import add_dtype_argument, add_runner_argument, dtype_choice
 from multidraft.models.device import add_device_argument
-from multidraft.models.threads import apply_threads, parse_threads
+from multidraft.models.threads import add_threads_argument, apply_threads
 
 DEFAULT_OUT = "bench-results"
 
@@ -45,8 +45,7 @@ def register(subparsers) -> None:
     parser.add_argument("--ray", metavar="ADDRESS|local", help="spread prompts over Ray workers (needs `pip install ray`)")
     parser.add_argument("--workers", type=validation.cli_int(minimum=1), default=None,
                         help="Ray workers, one model copy each (only with --ray; default 2)")
-    parser.add_argument("--threads", type=parse_threads, default=None, metavar="N|auto",
-                        help="torch threads (default: all cores; auto: the cores other processes leave idle)")
+    add_threads_argument(parser, "torch threads (default: all cores; auto: the cores other processes leave idle)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run_bench_command)
 

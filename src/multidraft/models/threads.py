@@ -65,6 +65,13 @@ def auto_threads(window: float = 0.25) -> int:
     return max(1, min(most, int(idle + 0.5)))
 
 
+def add_threads_argument(parser, help_text: str = "CPU threads (auto: the cores other processes leave idle; "
+                         "default: auto on the quantized runners, whose results do not depend on it, else torch's, "
+                         "all cores)") -> None:
+    """The --threads option of generate, serve (this help) and bench (its own help: bench keeps torch's count)."""
+    parser.add_argument("--threads", type=parse_threads, default=None, metavar="N|auto", help=help_text)
+
+
 def parse_threads(text: str) -> Union[int, str]:
     """The --threads value: a positive integer or 'auto'."""
     if text == "auto":

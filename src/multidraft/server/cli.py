@@ -13,7 +13,7 @@ from multidraft.errors import MultidraftError
 from multidraft.decoders.draft_length import add_draft_length_argument
 from multidraft.models.runner_choice import add_dtype_argument, add_runner_argument, dtype_choice
 from multidraft.models.device import add_device_argument
-from multidraft.models.threads import apply_for_model, measure_default_threads, parse_threads
+from multidraft.models.threads import add_threads_argument, apply_for_model, measure_default_threads
 from multidraft.server.config import ARTIFACT_KINDS, LOCAL_HOSTS, ServerConfig
 
 API_KEY_ENV = "MULTIDRAFT_API_KEY"
@@ -53,9 +53,7 @@ def register(subparsers) -> None:
     parser.add_argument("--method", default=None, help=f"method for requests that name none (default {defaults.default_method})")
     add_dtype_argument(parser)
     add_device_argument(parser)
-    parser.add_argument("--threads", type=parse_threads, default=None, metavar="N|auto",
-                        help="CPU threads (auto: the cores other processes leave idle; default: auto on the "
-                             "quantized runners, whose results do not depend on it, else torch's, all cores)")
+    add_threads_argument(parser)
     add_runner_argument(parser)
     add_draft_length_argument(parser)
     parser.add_argument("--max-queue", type=int, default=None,
