@@ -126,8 +126,9 @@ def format_report(result: dict) -> str:
 
 
 def run_stream_load(base_url: str, prompts: list, clients: int, per_client: int, max_tokens: int, method: str,
-                    timeout: float = 600.0) -> dict:
-    """`clients` threads each stream `per_client` chat completions (prompts taken in turn); tokens from usage."""
+                    timeout: float = 600.0, sessions: bool = False) -> dict:
+    """`clients` threads each stream `per_client` chat completions (prompts taken in turn); tokens from usage.
+    `sessions`: each client sends its own `user`, which keeps it on one replica of `serve --ray`."""
     import httpx
 
     lock = threading.Lock()
@@ -138,6 +139,8 @@ def run_stream_load(base_url: str, prompts: list, clients: int, per_client: int,
             for k in range(per_client):
                 messages = prompts[(client_index * per_client + k) % len(prompts)]
                 body = {"messages": messages, "max_tokens": max_tokens, "method": method, "stream": True}
+                if sessions:
+                    body["user"] = f"client-{client_index}"
                 sent, first = time.perf_counter(), None
                 try:
                     with client.stream("POST", "/v1/chat/completions", json=body) as response:
