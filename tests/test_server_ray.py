@@ -7,6 +7,7 @@ metrics that add up, and a replica killed under load. Ray is shut down at the en
 
 import asyncio
 import json
+import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -29,7 +30,7 @@ from tests.tiny_models import make_tiny_lm  # noqa: E402
 
 PROMPT = "def fibonacci(n):\n    "
 MODEL = "smollm2-135m"
-KEYS = ("key-a", "key-b")
+KEYS = tuple(f"key-{i:02d}" for i in range(16))     # one per client: sessions by API key
 
 
 # ----- routing
@@ -138,6 +139,8 @@ def test_in_process_call_cancels_the_job_when_the_caller_stops(tiny_app):
     while metrics.value("multidraft:requests_cancelled_total") == before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert metrics.value("multidraft:requests_cancelled_total") == before + 1
+    while tiny_app.state.worker.running and time.monotonic() < deadline:     # it stops at its next token
+        time.sleep(0.05)
     assert tiny_app.state.worker.running == 0
 
 
@@ -153,13 +156,13 @@ def test_shipped_file_is_fetched_where_its_path_is_missing(tmp_path):
         local_copy(elsewhere, None, tmp_path / "cache")
     calls = []
 
-    def read(sha256, offset, size):
-        calls.append(offset)
-        assert sha256 == shipped.sha256
+    def read(sha256, offset, size):             # the holder's answer: chunks of the file it has by this digest
+        calls.append((sha256, offset))
         return source.read_bytes()[offset:offset + min(size, 100_000)]
 
     copy = local_copy(elsewhere, read, tmp_path / "cache")
-    assert open(copy, "rb").read() == source.read_bytes() and len(calls) == 3
+    assert open(copy, "rb").read() == source.read_bytes()
+    assert calls == [(shipped.sha256, 0), (shipped.sha256, 100_000), (shipped.sha256, 200_000)]
     assert local_copy(elsewhere, None, tmp_path / "cache") == copy            # fetched once, then reused
     damaged = type(shipped)(elsewhere.path, shipped.size, "0" * 64)
     with pytest.raises(ShippingError, match="another SHA-256"):
@@ -301,9 +304,11 @@ def test_a_session_stays_on_one_replica_and_sessions_spread(deployment):
     client = _openai(deployment)
     by_key = {_replica_of(client) for _ in range(20)}
     assert len(by_key) == 1                                      # 20 requests of one API key: one replica
-    users = {_replica_of(client, user=f"user-{i}") for i in range(16)}
-    assert len(users) == 2                                       # 16 users: both replicas (chance 2^-15 not to)
-    header = {_replica_of(client, extra_headers={"X-Session-Id": "tab-7"}) for _ in range(5)}
+    keys = {_replica_of(_openai(deployment, key)) for key in KEYS}
+    assert len(keys) == 2                                        # 16 keys: both replicas (chance 2^-15 not to)
+    users = [_replica_of(_openai(deployment, key), user="alice") for key in KEYS[:5]]
+    assert len(set(users)) == 1                                  # a `user` is one session, whatever its key
+    header = {_replica_of(_openai(deployment, key), extra_headers={"X-Session-Id": "tab-7"}) for key in KEYS[:5]}
     assert len(header) == 1
     # The session's suffix store is on its replica only: the other one learnt nothing.
     session = {"X-Session-Id": "suffix-session"}
@@ -338,6 +343,26 @@ def test_metrics_add_up_to_what_was_sent(deployment):
     assert delta("multidraft:http_requests_total", path="/v1/completions", status="200") == 6
     assert delta("multidraft:http_requests_total", path="/v1/completions", status="401") == 1
     assert after[("multidraft:replicas", ())] == 2
+
+
+@pytest.mark.real_model
+def test_files_are_fetched_from_the_operators_node(deployment, tmp_path):
+    from multidraft.server.ray_deployment import ServeSpec, _file_reader, start_file_holder
+    from multidraft.server.shipping import ShippedFile
+
+    source = tmp_path / "code.ngram"
+    source.write_bytes(bytes(random.Random(0).getrandbits(8) for _ in range(70_000)))
+    shipped = describe(str(source))
+    spec = ServeSpec(config=ServerConfig(), model=MODEL, shipped={"ngram": {"code": shipped}}, app_name="files-test")
+    holder = start_file_holder(spec)
+    try:
+        on_another_node = ShippedFile(str(tmp_path / "node-b" / "code.ngram"), shipped.size, shipped.sha256)
+        copy = local_copy(on_another_node, _file_reader(spec.file_holder), tmp_path / "cache")
+        assert open(copy, "rb").read() == source.read_bytes()
+        with pytest.raises(Exception, match="no such file is shipped"):     # the holder serves its files only
+            ray.get(holder.read.remote("f" * 64, 0, 10))
+    finally:
+        ray.kill(holder)
 
 
 def _replica_actor(replica: str):
