@@ -194,6 +194,8 @@ def test_ray_flags_are_checked_before_anything_starts():
     args = parser.parse_args(["serve", "--model", "x", "--ray", "--autoscale", "1..3", "--threads", "2"])
     spec = spec_from_args(args, cli.serve_config(args))
     assert spec.autoscale == (1, 3) and spec.threads == 2 and spec.max_replicas == 3
+    from multidraft.server.ray_deployment import application
+    application(spec)                       # Serve accepts the options (autoscaling, router, drain) as built
 
 
 # ----- a local deployment: smollm2-135m, 2 replicas x 1 thread

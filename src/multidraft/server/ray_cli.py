@@ -72,7 +72,7 @@ def spec_from_args(args, config):
     return ServeSpec(config=config, model=args.model, draft=args.draft, dtype=dtype_choice(args.dtype),
                      device=args.device, runner=args.runner, threads=args.threads or 1,
                      replicas=args.replicas or 1, autoscale=autoscale_range(args.autoscale),
-                     shipped=describe_artifacts(config.artifacts))
+                     shipped=describe_artifacts(config.artifacts), log_level=args.log_level)
 
 
 def run_on_ray(args, config) -> int:

@@ -82,6 +82,7 @@ class ServeSpec:
     shipped: dict = dataclasses.field(default_factory=dict)   # kind -> {name: ShippedFile}: the operator's files
     file_holder: Optional[str] = None        # name of the FileHolder actor that can send them (None: none)
     app_name: str = APP_NAME
+    log_level: str = "info"                  # Serve's logs of the replicas, the proxy and the controller
 
     @property
     def max_replicas(self) -> int:
@@ -388,9 +389,10 @@ def deploy(spec: ServeSpec, host: str, port: int):
     """Start Serve's proxy on host:port (this cluster's head) and the application; returns once every replica has
     loaded its model. Ray must be initialised. Returns the file holder (keep it while serving) or None."""
     holder = start_file_holder(spec)
-    serve.start(http_options={"host": host, "port": port}, proxy_location="HeadOnly")
+    logging_config = {"log_level": spec.log_level.upper()}
+    serve.start(http_options={"host": host, "port": port}, proxy_location="HeadOnly", logging_config=logging_config)
     try:
-        serve.run(application(spec), name=spec.app_name, route_prefix="/")
+        serve.run(application(spec), name=spec.app_name, route_prefix="/", logging_config=logging_config)
     except RuntimeError as exc:          # Serve's "Deploying application ... failed: <the replica's error>"
         raise DeployError(str(exc)) from None
     return holder
@@ -400,11 +402,12 @@ def _interrupt(*_):
     raise KeyboardInterrupt
 
 
-def run(spec: ServeSpec, address: Optional[str], host: str, port: int, announce=print) -> None:
+def run(spec: ServeSpec, address: Optional[str], host: str, port: int, announce=None) -> None:
     """`multidraft serve --ray`: deploy on a local Ray (address None) or a cluster, serve until Ctrl-C or SIGTERM, then
     drain (each replica finishes what it holds) and stop what was started here."""
     import signal
 
+    announce = announce or (lambda line: print(line, flush=True))
     started_here = not ray.is_initialized()
     if started_here:
         if address is None:
