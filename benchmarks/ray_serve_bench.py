@@ -22,14 +22,12 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from server_load import code_edit_prompts, run_stream_load  # noqa: E402
+from server_load import code_edit_prompts, run_stream_load, start_server  # noqa: E402
 
 CONFIGS = {
     "plain-1t": ["--threads", "1"],
@@ -38,33 +36,6 @@ CONFIGS = {
     "ray-1x2t-batch": ["--ray", "--replicas", "1", "--threads", "2", "--max-num-seqs", "{clients}"],
     "plain-2t-batch": ["--threads", "2", "--max-num-seqs", "{clients}"],
 }
-
-
-def start(model: str, flags: list[str], replicas: int, extra: list[str], timeout: float = 900.0):
-    """`multidraft serve` in a child process; returns (process, url) once /health shows every replica ready."""
-    import httpx
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [sys.executable, "-m", "multidraft.cli", "serve", "--model", model, "--port", str(port),
-               "--max-queue", "64", "--log-level", "warning", *flags, *extra]
-    process = subprocess.Popen(command)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout
-    while True:
-        if process.poll() is not None:
-            raise SystemExit(f"{' '.join(command)} exited with status {process.returncode}")
-        try:
-            health = httpx.get(url + "/health", timeout=5)
-            if health.status_code == 200 and health.json().get("replicas", 1) >= replicas:
-                return process, url
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            stop(process)
-            raise SystemExit(f"{' '.join(command)} did not become healthy in time")
-        time.sleep(1)
 
 
 def stop(process) -> None:
@@ -94,7 +65,7 @@ def main(argv=None) -> int:
     for name in args.configs.split(","):
         flags = [flag.format(clients=args.clients) for flag in CONFIGS[name]]
         replicas = int(flags[flags.index("--replicas") + 1]) if "--replicas" in flags else 1
-        process, url = start(args.model, flags, replicas, args.server_arg)
+        process, url = start_server(args.model, 64, timeout=900, extra=[*flags, *args.server_arg], replicas=replicas)
         try:
             run_stream_load(url, prompts, replicas, 1, 8, args.method)           # warm-up: each replica once
             row = run_stream_load(url, prompts, args.clients, args.requests_per_client, args.max_tokens,

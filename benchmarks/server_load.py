@@ -219,8 +219,9 @@ def code_edit_prompts(limit: int = 32) -> list:
     return [item.messages for item in load_task("code_edit", limit=limit)]
 
 
-def start_server(model: str, max_queue: int, timeout: float = 600.0, extra: tuple = ()):
-    """`multidraft serve` in a child process on a free loopback port; returns (process, url) once healthy."""
+def start_server(model: str, max_queue: int, timeout: float = 600.0, extra: tuple = (), replicas: int = 1):
+    """`multidraft serve` in a child process on a free loopback port; returns (process, url) once healthy (with
+    `serve --ray`: once /health counts `replicas` ready replicas)."""
     import socket
     import subprocess
 
@@ -238,7 +239,8 @@ def start_server(model: str, max_queue: int, timeout: float = 600.0, extra: tupl
         if process.poll() is not None:
             raise SystemExit(f"the server exited with status {process.returncode}")
         try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
+            health = httpx.get(url + "/health", timeout=5)
+            if health.status_code == 200 and health.json().get("replicas", 1) >= replicas:
                 return process, url
         except httpx.HTTPError:
             pass
