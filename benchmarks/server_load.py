@@ -126,8 +126,9 @@ def format_report(result: dict) -> str:
 
 
 def run_stream_load(base_url: str, prompts: list, clients: int, per_client: int, max_tokens: int, method: str,
-                    timeout: float = 600.0) -> dict:
-    """`clients` threads each stream `per_client` chat completions (prompts taken in turn); tokens from usage."""
+                    timeout: float = 600.0, sessions: bool = False) -> dict:
+    """`clients` threads each stream `per_client` chat completions (prompts taken in turn); tokens from usage.
+    `sessions`: each client sends its own `user`, which keeps it on one replica of `serve --ray`."""
     import httpx
 
     lock = threading.Lock()
@@ -138,6 +139,8 @@ def run_stream_load(base_url: str, prompts: list, clients: int, per_client: int,
             for k in range(per_client):
                 messages = prompts[(client_index * per_client + k) % len(prompts)]
                 body = {"messages": messages, "max_tokens": max_tokens, "method": method, "stream": True}
+                if sessions:
+                    body["user"] = f"client-{client_index}"
                 sent, first = time.perf_counter(), None
                 try:
                     with client.stream("POST", "/v1/chat/completions", json=body) as response:
@@ -216,8 +219,9 @@ def code_edit_prompts(limit: int = 32) -> list:
     return [item.messages for item in load_task("code_edit", limit=limit)]
 
 
-def start_server(model: str, max_queue: int, timeout: float = 600.0, extra: tuple = ()):
-    """`multidraft serve` in a child process on a free loopback port; returns (process, url) once healthy."""
+def start_server(model: str, max_queue: int, timeout: float = 600.0, extra: tuple = (), replicas: int = 1):
+    """`multidraft serve` in a child process on a free loopback port; returns (process, url) once healthy (with
+    `serve --ray`: once /health counts `replicas` ready replicas)."""
     import socket
     import subprocess
 
@@ -235,7 +239,8 @@ def start_server(model: str, max_queue: int, timeout: float = 600.0, extra: tupl
         if process.poll() is not None:
             raise SystemExit(f"the server exited with status {process.returncode}")
         try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
+            health = httpx.get(url + "/health", timeout=5)
+            if health.status_code == 200 and health.json().get("replicas", 1) >= replicas:
                 return process, url
         except httpx.HTTPError:
             pass

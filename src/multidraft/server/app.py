@@ -31,7 +31,7 @@ from multidraft.server.worker import Job, JobCancelled
 log = logging.getLogger("multidraft.server")
 
 
-class _CountRequests:
+class CountRequests:
     """Pure ASGI middleware (BaseHTTPMiddleware would interfere with streaming and disconnects)."""
 
     def __init__(self, app, metrics: Metrics):
@@ -58,7 +58,7 @@ class _CountRequests:
         try:
             await self.app(scope, receive, send_and_count)
         finally:
-            if not counted:                                     # the app failed before answering
+            if not counted and not scope.get(CLIENT_GONE):      # the app failed before answering
                 self.metrics.inc("multidraft:http_requests_total", path=path, status="500")
 
 
@@ -82,7 +82,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
     app.state.worker, app.state.metrics, app.state.config, app.state.lm = worker, metrics, config, lm
     app.state.suffix_stores, app.state.service = service.suffix_stores, service
     app.add_middleware(SecurityMiddleware, config=config)
-    app.add_middleware(_CountRequests, metrics=metrics)     # outermost: refusals are counted too
+    app.add_middleware(CountRequests, metrics=metrics)     # outermost: refusals are counted too
     static = resources.files("multidraft.server") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
 
@@ -149,7 +149,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
                 if kind == "error":
                     if isinstance(payload[0], JobCancelled):
                         request.scope[CLIENT_GONE] = True
-                        return JSONResponse({}, status_code=499)      # never sent: see _CountRequests
+                        return JSONResponse({}, status_code=499)      # never sent: see CountRequests
                     raise service.translate(payload[0])
                 if plan.stream:
                     handed_over = True

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import socket
@@ -13,8 +12,9 @@ from multidraft.errors import MultidraftError
 from multidraft.decoders.draft_length import add_draft_length_argument
 from multidraft.models.runner_choice import add_dtype_argument, add_runner_argument, dtype_choice
 from multidraft.models.device import add_device_argument
-from multidraft.models.threads import add_threads_argument, apply_for_model, measure_default_threads
+from multidraft.models.threads import add_threads_argument, measure_default_threads
 from multidraft.server.config import ARTIFACT_KINDS, LOCAL_HOSTS, ServerConfig
+from multidraft.server.ray_cli import add_ray_arguments, check_ray_flags, run_on_ray, spec_from_args
 
 API_KEY_ENV = "MULTIDRAFT_API_KEY"
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
@@ -112,6 +112,7 @@ def register(subparsers) -> None:
                         help="keep the suffix store(s) in this folder across restarts: read at start (a damaged file "
                              "stops the start with an error), written atomically every "
                              "minute while requests change them and at shutdown. The files hold served text")
+    add_ray_arguments(parser)
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.set_defaults(func=run_serve)
 
@@ -217,37 +218,66 @@ def _check_artifact_paths(config: ServerConfig) -> None:
             config.artifacts[kind][name] = str(resolved.resolve())
 
 
-def run_serve(args) -> int:
-    import uvicorn
-
-    import multidraft
+def serve_config(args) -> ServerConfig:
+    """The checked ServerConfig of `serve`'s flags: method, files and --ray settings fail here, before any model loads."""
     from multidraft.methods import get_method
-    from multidraft.server.app import create_app
-    from multidraft.server.connections import uvicorn_config
 
     config = build_config(args)
     config.draft_length = args.draft_length
-    get_method(config.default_method)             # fail fast, before loading a model
+    get_method(config.default_method)
     _check_artifact_paths(config)
+    check_ray_flags(args, config)
+    return config
+
+
+def _warn_if_open(host: str, config: ServerConfig) -> None:
+    if host not in ("127.0.0.1", "::1", "localhost") and not config.api_keys:
+        print("multidraft: warning: listening beyond loopback without --api-key; anyone who can reach this port "
+              "can use the model (README: Security)", flush=True)
+
+
+def run_serve(args) -> int:
+    import uvicorn
+
+    from multidraft.server.app import create_app
+    from multidraft.server.connections import uvicorn_config
+    from multidraft.server.loading import load_served
+
+    config = serve_config(args)
+    if args.ray:
+        if args.ray_address is None:
+            bind_socket(args.host, args.port).close()     # a port in use: one line now, not after the models load
+        _warn_if_open(args.host, config)
+        return run_on_ray(args, config)
     sock = bind_socket(args.host, args.port)
     try:
-        dtype = dtype_choice(args.dtype)
         threads = measure_default_threads(args.threads)   # before loading: this process idles
-        lm = multidraft.load_model(args.model, dtype=dtype, device=args.device, runner=args.runner)
-        apply_for_model(lm, threads)
-        draft_lm = multidraft.load_model(args.draft, dtype=dtype, device=args.device, runner=args.runner) if args.draft else None
-        rescorers = {name: multidraft.load_model(model, dtype=lm.dtype, device=str(lm.device))
-                     for name, model in (config.artifacts.get("rescorer") or {}).items()}
-        if rescorers:              # a new mapping: the configuration read from the flags keeps its model names
-            config = dataclasses.replace(config, artifacts={**config.artifacts, "rescorer": rescorers})
+        lm, draft_lm, config = load_served(config, args.model, draft=args.draft, dtype=dtype_choice(args.dtype),
+                                           device=args.device, runner=args.runner, threads=threads)
         app = create_app(lm, config, draft_lm=draft_lm)
         port = sock.getsockname()[1]
         print(f"multidraft: serving {lm.name} on http://{args.host}:{port}/ (page at /, API at /v1)", flush=True)
-        if args.host not in ("127.0.0.1", "::1", "localhost") and not config.api_keys:
-            print("multidraft: warning: listening beyond loopback without --api-key; anyone who can reach this port "
-                  "can use the model (README: Security)", flush=True)
+        _warn_if_open(args.host, config)
         server = uvicorn.Server(uvicorn_config(app, log_level=args.log_level))
         server.run(sockets=[sock])
     finally:
         sock.close()
     return 0
+
+
+def ray_app(args: dict):
+    """The Ray Serve application builder that deploy/serve.yaml names (`serve run` / `serve deploy`): `args` holds
+    `flags`, the `multidraft serve` flags as one string or a list (--ray is implied; the proxy's host and port are
+    the YAML's http_options). Files named there must be at the same path, same bytes, on every node
+    (server/shipping.py); `multidraft serve --ray` ships them itself."""
+    import argparse
+    import shlex
+
+    from multidraft.server.ray_deployment import application
+
+    flags = (args or {}).get("flags", "")
+    argv = shlex.split(flags) if isinstance(flags, str) else [str(flag) for flag in flags]
+    parser = argparse.ArgumentParser(prog="multidraft")
+    register(parser.add_subparsers())
+    parsed = parser.parse_args(["serve", *argv, "--ray"])
+    return application(spec_from_args(parsed, serve_config(parsed)))

@@ -8,6 +8,8 @@ verification step that had draft tokens; per-position counts are 0-based, by dep
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from multidraft.types import DecodeStats
 
@@ -100,3 +102,32 @@ class Metrics:
 
     def render(self) -> str:
         return generate_latest(self.registry).decode("utf-8")
+
+
+class _Families:
+    """A collector that yields fixed metric families (what merge_pages built)."""
+
+    def __init__(self, families):
+        self.families = list(families)
+
+    def collect(self):
+        return iter(self.families)
+
+
+def merge_pages(pages: dict[str, str], label: str = "replica", drop: tuple = (), extra: list = ()) -> str:
+    """One Prometheus page from several servers' pages: each series keeps its labels and gains `label`=its page's
+    key, so every replica's counter stays a counter (a replica that leaves takes its series with it; `sum by` adds
+    them up). Families named in `drop` (their names as on the page) are left out; `extra` families (prometheus_client
+    Metric objects) are added as they are."""
+    merged: dict[str, Metric] = {}
+    for key, text in pages.items():
+        for family in text_string_to_metric_families(text):
+            if family.name in drop or f"{family.name}_total" in drop:
+                continue
+            into = merged.get(family.name)
+            if into is None:
+                into = merged[family.name] = Metric(family.name, family.documentation, family.type)
+            into.samples += [s._replace(labels={**s.labels, label: key}) for s in family.samples]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families([*extra, *merged.values()]))
+    return generate_latest(registry).decode("utf-8")

@@ -72,6 +72,11 @@ class JobQueue:
         self._thread: Optional[threading.Thread] = None
 
     @property
+    def alive(self) -> bool:
+        """The model thread is running (a health check: a dead thread would leave every request waiting)."""
+        return self._thread is not None and self._thread.is_alive() and not self._stopping
+
+    @property
     def waiting(self) -> int:
         with self._cond:
             self._drop_expired()
