@@ -30,12 +30,16 @@ def main(argv=None) -> int:
     parser.add_argument("--kv-slots", type=int, default=None,
                         help="the engine's KV arena (default: room for the largest batch of the longest prompt; the "
                              "engine's own 8192 slots admit only ~12 code-edit requests of ~400 + 128 + 128 at once)")
+    parser.add_argument("--draft-model", default=None,
+                        help="draft model of the draft-model methods (speculative, multi_draft, mtad, bild); default: "
+                             "the target's default draft (qwen2.5-coder-0.5b for qwen2.5-coder-1.5b)")
     parser.add_argument("--no-hf", action="store_true", help="skip HF's generate_batch peer")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
     import multidraft
     from multidraft.eval.tasks import load_task
+    from multidraft.methods import get_method
 
     lm = multidraft.load_model(args.model, **({"runner": args.runner} if args.runner else {}))
     messages = [item.messages for item in load_task("code_edit", limit=args.prompts)]
@@ -55,15 +59,20 @@ def main(argv=None) -> int:
     sizes = [int(b) for b in args.batch.split(",")]
     kv_slots = args.kv_slots or max(8192, max(sizes) * (max(len(lm.encode(m)) for m in messages) + args.max_tokens
                                                        + DRAFT_ROOM))
-    multidraft.generate(lm, messages[0], max_new_tokens=8)            # warm-up (kernels, forward costs)
+    artifacts = multidraft.Artifacts()                # a draft model is loaded once, by the warm-up
     for method in args.methods.split(","):
-        requests = [multidraft.Request.build(m, method, max_new_tokens=args.max_tokens) for m in messages]
+        options = {"draft_model": args.draft_model} if args.draft_model and \
+            "draft_model" in get_method(method).artifacts else {}
+        build = lambda m, tokens: multidraft.Request.build(m, method, max_new_tokens=tokens, options=options)
+        multidraft.generate_request(lm, build(messages[0], 8), artifacts=artifacts)   # warm-up: kernels, costs
+        requests = [build(m, args.max_tokens) for m in messages]
         started = time.perf_counter()
-        alone = [multidraft.generate_request(lm, r) for r in requests]
+        alone = [multidraft.generate_request(lm, r, artifacts=artifacts) for r in requests]
         base = row("one_by_one", method, time.perf_counter() - started, alone)
         for size in sizes:
             started = time.perf_counter()
-            batched = multidraft.generate_batch(lm, requests, max_num_seqs=size, kv_slots=kv_slots)
+            batched = multidraft.generate_batch(lm, requests, max_num_seqs=size, kv_slots=kv_slots,
+                                                artifacts=artifacts)
             entry = row(f"generate_batch/{size}", method, time.perf_counter() - started, batched, alone)
             entry["vs_one_by_one"] = entry["tokens_per_second"] / base["tokens_per_second"]
     if not args.no_hf:
