@@ -29,7 +29,10 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", default="8,16,32", help="max_num_seqs values of the batched rows")
     parser.add_argument("--kv-slots", type=int, default=None,
                         help="the engine's KV arena (default: room for the largest batch of the longest prompt; the "
-                             "engine's own 8192 slots admit only ~12 code-edit requests of ~400 + 128 + 128 at once)")
+                             "engine's own 8192 slots admit ~20 code-edit requests of ~180-300 + 128 + 128 at once)")
+    parser.add_argument("--draft-length", choices=("fixed", "adaptive"), default="adaptive",
+                        help="every row's draft_length (default adaptive, as generate / serve: the batched rows then "
+                             "share the engine's global draft budget; fixed verifies every drafted token)")
     parser.add_argument("--draft-model", default=None,
                         help="draft model of the draft-model methods (speculative, multi_draft, mtad, bild); default: "
                              "the target's default draft (qwen2.5-coder-0.5b for qwen2.5-coder-1.5b)")
@@ -63,7 +66,8 @@ def main(argv=None) -> int:
     for method in args.methods.split(","):
         options = {"draft_model": args.draft_model} if args.draft_model and \
             "draft_model" in get_method(method).artifacts else {}
-        build = lambda m, tokens: multidraft.Request.build(m, method, max_new_tokens=tokens, options=options)
+        build = lambda m, tokens: multidraft.Request.build(m, method, max_new_tokens=tokens, options=options,
+                                                           draft_length=args.draft_length)
         multidraft.generate_request(lm, build(messages[0], 8), artifacts=artifacts)   # warm-up: kernels, costs
         requests = [build(m, args.max_tokens) for m in messages]
         started = time.perf_counter()
@@ -80,7 +84,8 @@ def main(argv=None) -> int:
         print(json.dumps(rows[-1]), flush=True)
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"model": args.model, "runner": lm.runner, "kv_slots": kv_slots, "rows": rows}, handle, indent=2)
+            json.dump({"model": args.model, "runner": lm.runner, "kv_slots": kv_slots,
+                       "draft_length": args.draft_length, "rows": rows}, handle, indent=2)
     return 0
 
 
