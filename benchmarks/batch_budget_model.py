@@ -153,7 +153,8 @@ def print_table(method: str, steps, rows: list[dict]) -> None:
     for r in rows:
         s = r["tokens_per_second_at_72ms"]
         print(f"| {r['batch']} | {s['none']:.2f} | {s['fixed']:.2f} | {s['budget']:.2f} | {r['budget_vs_none']:.2f}x "
-              f"| {r['fixed_vs_none']:.2f}x | {r['mean_budget_depth']:.2f} | {100 * r['share_of_drafts_cut_to_zero']:.0f}% "
+              f"| {r['fixed_vs_none']:.2f}x | {r['mean_budget_depth']:.2f} "
+              f"| {100 * r['share_of_drafts_cut_to_zero']:.0f}% "
               f"| {r['mean_drafted_depth']:.2f} |")
 
 

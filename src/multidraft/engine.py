@@ -37,9 +37,9 @@ request's tokens are identical alone and in any batch, greedy and seeded samplin
 the same dense prefill as `generate`, so even the bits of `generate` are reproduced. The draft models' packed
 forwards follow the same rules (a draft prefill alone with the dense GEMM), so a draft's logits are the same bits
 too. On the eager and fast runners a decode step's matrix shapes change with the batch, which may change the last
-bits of a logit and so a token where two logits tie to ~1e-5 (never seen in the tests). Draft-model methods at temperature > 0 with
-draft_length="adaptive" keep their output law but their tokens depend on the verified depths, which the global
-budget chooses per batch.
+bits of a logit and so a token where two logits tie to ~1e-5 (never seen in the tests). Draft-model methods at
+temperature > 0 with draft_length="adaptive" keep their output law but their tokens depend on the verified depths,
+which the global budget chooses per batch.
 """
 
 from __future__ import annotations
