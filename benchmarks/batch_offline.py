@@ -16,6 +16,8 @@ import json
 import sys
 import time
 
+DRAFT_ROOM = 128          # the engine's default draft_room: slots a request reserves for a step's draft rows
+
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -25,12 +27,22 @@ def main(argv=None) -> int:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--methods", default="greedy,pld")
     parser.add_argument("--batch", default="8,16,32", help="max_num_seqs values of the batched rows")
+    parser.add_argument("--kv-slots", type=int, default=None,
+                        help="the engine's KV arena (default: room for the largest batch of the longest prompt; the "
+                             "engine's own 8192 slots admit ~20 code-edit requests of ~180-300 + 128 + 128 at once)")
+    parser.add_argument("--draft-length", choices=("fixed", "adaptive"), default="adaptive",
+                        help="every row's draft_length (default adaptive, as generate / serve: the batched rows then "
+                             "share the engine's global draft budget; fixed verifies every drafted token)")
+    parser.add_argument("--draft-model", default=None,
+                        help="draft model of the draft-model methods (speculative, multi_draft, mtad, bild); default: "
+                             "the target's default draft (qwen2.5-coder-0.5b for qwen2.5-coder-1.5b)")
     parser.add_argument("--no-hf", action="store_true", help="skip HF's generate_batch peer")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
     import multidraft
     from multidraft.eval.tasks import load_task
+    from multidraft.methods import get_method
 
     lm = multidraft.load_model(args.model, **({"runner": args.runner} if args.runner else {}))
     messages = [item.messages for item in load_task("code_edit", limit=args.prompts)]
@@ -47,15 +59,24 @@ def main(argv=None) -> int:
         print(json.dumps(entry), flush=True)
         return entry
 
-    multidraft.generate(lm, messages[0], max_new_tokens=8)            # warm-up (kernels, forward costs)
+    sizes = [int(b) for b in args.batch.split(",")]
+    kv_slots = args.kv_slots or max(8192, max(sizes) * (max(len(lm.encode(m)) for m in messages) + args.max_tokens
+                                                       + DRAFT_ROOM))
+    artifacts = multidraft.Artifacts()                # a draft model is loaded once, by the warm-up
     for method in args.methods.split(","):
-        requests = [multidraft.Request.build(m, method, max_new_tokens=args.max_tokens) for m in messages]
+        options = {"draft_model": args.draft_model} if args.draft_model and \
+            "draft_model" in get_method(method).artifacts else {}
+        build = lambda m, tokens: multidraft.Request.build(m, method, max_new_tokens=tokens, options=options,
+                                                           draft_length=args.draft_length)
+        multidraft.generate_request(lm, build(messages[0], 8), artifacts=artifacts)   # warm-up: kernels, costs
+        requests = [build(m, args.max_tokens) for m in messages]
         started = time.perf_counter()
-        alone = [multidraft.generate_request(lm, r) for r in requests]
+        alone = [multidraft.generate_request(lm, r, artifacts=artifacts) for r in requests]
         base = row("one_by_one", method, time.perf_counter() - started, alone)
-        for size in (int(b) for b in args.batch.split(",")):
+        for size in sizes:
             started = time.perf_counter()
-            batched = multidraft.generate_batch(lm, requests, max_num_seqs=size)
+            batched = multidraft.generate_batch(lm, requests, max_num_seqs=size, kv_slots=kv_slots,
+                                                artifacts=artifacts)
             entry = row(f"generate_batch/{size}", method, time.perf_counter() - started, batched, alone)
             entry["vs_one_by_one"] = entry["tokens_per_second"] / base["tokens_per_second"]
     if not args.no_hf:
@@ -63,7 +84,8 @@ def main(argv=None) -> int:
         print(json.dumps(rows[-1]), flush=True)
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"model": args.model, "runner": lm.runner, "rows": rows}, handle, indent=2)
+            json.dump({"model": args.model, "runner": lm.runner, "kv_slots": kv_slots,
+                       "draft_length": args.draft_length, "rows": rows}, handle, indent=2)
     return 0
 
 

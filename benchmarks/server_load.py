@@ -182,17 +182,19 @@ def run_stream_load(base_url: str, prompts: list, clients: int, per_client: int,
 
 
 def run_curve(model: str, levels: list[int], methods: list[str], max_tokens: int, per_client: int,
-              prompts: list, extra: list[str]) -> dict:
-    """The load curve: the same levels and methods against a one-at-a-time and a batching server."""
+              prompts: list, extra: list[str], timeout: float = 3600.0) -> dict:
+    """The load curve: the same levels and methods against a one-at-a-time and a batching server. `timeout`: what a
+    request may take, queueing included, for the servers (--timeout; their default 120 s would turn the one-at-a-time
+    server's long queues into 504s) and the clients (a queued stream sends nothing until its job starts)."""
     rows = []
     for mode, seqs in (("one_at_a_time", 1), ("batched", max(levels))):
         server, url = start_server(model, max_queue=2 * max(levels),
-                                   extra=["--max-num-seqs", str(seqs), *extra])
+                                   extra=["--max-num-seqs", str(seqs), "--timeout", str(timeout), *extra])
         try:
             for method in methods:
                 run_stream_load(url, prompts, 1, 1, 8, method)         # warm-up: kernels, caches, forward costs
                 for clients in levels:
-                    row = run_stream_load(url, prompts, clients, per_client, max_tokens, method)
+                    row = run_stream_load(url, prompts, clients, per_client, max_tokens, method, timeout=timeout)
                     row["mode"] = mode
                     rows.append(row)
                     print(format_curve_row(row), flush=True)
@@ -267,6 +269,8 @@ def main(argv=None) -> int:
                         help="the load curve (with --model): these client counts, batched vs one at a time")
     parser.add_argument("--methods", default="greedy,pld", help="methods of the curve")
     parser.add_argument("--requests-per-client", type=int, default=2, help="streamed requests per client (curve)")
+    parser.add_argument("--curve-timeout", type=float, default=3600.0,
+                        help="seconds a curve request may take, queueing included (servers and clients)")
     parser.add_argument("--server-arg", action="append", default=[],
                         help="extra `multidraft serve` argument for the curve's servers (e.g. --server-arg=--runner "
                              "--server-arg=quantized)")
@@ -277,7 +281,7 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         levels = [int(c) for c in args.curve.split(",")]
         result = run_curve(args.model, levels, args.methods.split(","), args.max_tokens, args.requests_per_client,
-                           code_edit_prompts(), args.server_arg)
+                           code_edit_prompts(), args.server_arg, args.curve_timeout)
         if args.json:
             with open(args.json, "w") as handle:
                 json.dump(result, handle, indent=2)

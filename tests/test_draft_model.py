@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import multidraft
+from multidraft.drafters.base import run_alone
 from multidraft.drafters.draft_session import DraftSession
 from multidraft.errors import InvalidOptionError, TokenizerMismatchError
 from multidraft.models.runner import LM
@@ -184,12 +185,12 @@ def test_draft_session_tree_logits_match_running_each_branch(close_draft):
     lm = close_draft
     prompt = lm.encode(PROMPTS[1])
     session = DraftSession(lm, lm.vocab_size, lm.device, DecodeStats())
-    root = session.start(prompt)
+    root = run_alone(session.start(prompt))           # start / extend ask for their forward (a generator)
     torch.testing.assert_close(root[0], lm.forward(lm.new_cache(), prompt).logits[-1], atol=1e-4, rtol=1e-4)
     # level 1: two branches; level 2: three nodes under them; level 3: a chain under node 3
-    level1, nodes1 = session.extend([5, 6], [-1, -1])
-    level2, nodes2 = session.extend([7, 8, 9], [nodes1[0], nodes1[1], nodes1[1]])
-    level3, nodes3 = session.extend([10], [nodes2[1]])
+    level1, nodes1 = run_alone(session.extend([5, 6], [-1, -1]))
+    level2, nodes2 = run_alone(session.extend([7, 8, 9], [nodes1[0], nodes1[1], nodes1[1]]))
+    level3, nodes3 = run_alone(session.extend([10], [nodes2[1]]))
     branches = {nodes1[0]: [5], nodes1[1]: [6], nodes2[0]: [5, 7], nodes2[1]: [6, 8], nodes2[2]: [6, 9],
                 nodes3[0]: [6, 8, 10]}
     rows = dict(zip(nodes1, level1)) | dict(zip(nodes2, level2)) | dict(zip(nodes3, level3))
@@ -200,7 +201,7 @@ def test_draft_session_tree_logits_match_running_each_branch(close_draft):
     session.keep_path([nodes1[1], nodes2[1], nodes3[0]])
     assert session.cache.length == len(prompt) + 3
     new_seq = prompt + [6, 8, 10, 11]
-    logits = session.start(new_seq)
+    logits = run_alone(session.start(new_seq))
     torch.testing.assert_close(logits[0], lm.forward(lm.new_cache(), new_seq).logits[-1], atol=1e-4, rtol=1e-4)
     assert session.cache.length == len(new_seq)
 

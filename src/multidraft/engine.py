@@ -13,14 +13,18 @@ verifier on its own rows; rejected KV is dropped by bookkeeping. The step logic 
 (decoders/loop.py `Decoding`: propose, rows, accept), so every loop method batches the same way it runs alone.
 
 What batches: every method of the one loop (pld, pld_plus with rank_by hidden/first, suffix, speculative,
-multi_draft, mtad, bild, blockwise; each draft model drafts for its own request, not batched) and greedy / sample
-(a drafter that proposes nothing). What runs alone, between steps, through `generate_request`: methods with their
-own decoder (beam, superposed) and drafters that capture attention rows (pld_plus rank_by="attention").
+multi_draft, mtad, bild, blockwise) and greedy / sample (a drafter that proposes nothing). The draft models batch
+too (multidraft.batched_drafts): every request's proposal runs as a generator of the draft forwards it needs, and
+the forwards of one depth level of all requests using one draft model go through one packed forward over a KV
+arena of that draft model (each request's draft session in a region of it). What runs alone, between steps,
+through `generate_request`: methods with their own decoder (beam, superposed) and drafters that capture attention
+rows (pld_plus rank_by="attention").
 
 Scheduling: FIFO admission up to `max_num_seqs` running requests while the arena has a free region for the request
-(prompt + max_new_tokens + `draft_room` slots: the KV memory is bounded by `kv_slots`); at most `prefill_chunk`
-prompt rows join a step (shortest prompt first), so a long prompt is read over several steps while the others keep
-decoding.
+(prompt + max_new_tokens + `draft_room` slots: the KV memory is bounded by `kv_slots`; a draft-model request also
+takes a region of that size in its draft model's arena, of `kv_slots` too); at most `prefill_chunk` prompt rows
+join a step (shortest prompt first), so a long prompt is read over several steps while the others keep decoding (a
+draft model reads a prompt in one forward, at the request's first draft, as it does alone).
 Requests whose draft_length is "adaptive" share one global draft budget per step (decoders/draft_length.py
 `batch_depths`): how deep each draft is verified is chosen for the whole step from each request's acceptance
 estimate and the measured cost of a forward by its row count.
@@ -30,11 +34,12 @@ with draft_length="fixed" a request's drafts do not either. With prefill_alone (
 is read in forwards holding only its own rows, so its prompt KV never depends on the batch. On the quantized runner
 the packed forward is batch-invariant too (each row's logits are the same bits alone and in any batch), so a
 request's tokens are identical alone and in any batch, greedy and seeded sampling; a prompt read in one chunk gets
-the same dense prefill as `generate`, so even the bits of `generate` are reproduced. On the eager and fast runners a
-decode step's matrix shapes change with the batch, which may change the last bits of a logit and so a token where
-two logits tie to ~1e-5 (never seen in the tests). Draft-model methods at temperature > 0 with
-draft_length="adaptive" keep their output law but their tokens depend on the verified depths, which the global
-budget chooses per batch.
+the same dense prefill as `generate`, so even the bits of `generate` are reproduced. The draft models' packed
+forwards follow the same rules (a draft prefill alone with the dense GEMM), so a draft's logits are the same bits
+too. On the eager and fast runners a decode step's matrix shapes change with the batch, which may change the last
+bits of a logit and so a token where two logits tie to ~1e-5 (never seen in the tests). Draft-model methods at
+temperature > 0 with draft_length="adaptive" keep their output law but their tokens depend on the verified depths,
+which the global budget chooses per batch.
 """
 
 from __future__ import annotations
@@ -49,9 +54,10 @@ import torch
 
 from multidraft.api import Prepared, check_model, prepare_request
 from multidraft.artifacts import Artifacts
+from multidraft.batched_drafts import DraftBatch
 from multidraft.decoders.draft_length import batch_depths, forward_costs, nodes_by_depth
 from multidraft.decoders.loop import Decoding
-from multidraft.errors import InvalidOptionError, PromptError
+from multidraft.errors import InvalidOptionError, PromptError, reraise_fatal
 from multidraft.models.packed import KVArena, Segment, SegmentOutput, packed_forward, unsupported_reason
 from multidraft.request import Request
 from multidraft.sampling import check_finite
@@ -77,6 +83,7 @@ class EngineMetrics:
     spec_decode_num_accepted_tokens: int = 0
     spec_decode_num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
     num_requests_alone: int = 0                           # ran with their own decoder between steps
+    num_draft_forwards: int = 0                           # draft-model forwards: one per level and draft model
     num_preemptions: int = 0                              # always 0: regions are reserved at admission
 
 
@@ -94,6 +101,7 @@ class _Entry:
         self.error: Optional[BaseException] = None
         self.submitted = time.perf_counter()
         self.depth_cap: Optional[int] = None     # the global budget's limit on this request's next sampled draft
+        self.draft_region = None                 # its draft session's region of the draft model's arena
 
     @property
     def finished(self) -> bool:
@@ -130,6 +138,7 @@ class Engine:
         # CUDA one packed forward per step costs less than the extra launches.
         self.prefill_alone = lm.device.type != "cuda" if prefill_alone is None else bool(prefill_alone)
         self.arena = KVArena(kv_slots)
+        self.drafts = DraftBatch(kv_slots, self.prefill_alone)
         self.artifacts = artifacts if artifacts is not None else Artifacts()
         self.costs = forward_costs(lm)
         self.metrics = EngineMetrics()
@@ -211,14 +220,14 @@ class Engine:
         decoding = [e for e in running if e.decoding_started]
         prefilling = [e for e in running if not e.decoding_started]
         prefill_rows = self._prefill_rows(prefilling)
-        decoding = [e for e in decoding if self._propose(e, finished)]
+        decoding = self._propose(decoding, finished)
         self._budget(decoding, 0 if self.prefill_alone else sum(n for _, n in prefill_rows))
         steps, owners = [], []
         for entry in decoding:
             try:
                 token_ids, parents = entry.decoding.rows()
             except BaseException as error:              # a drafter's bad draft fails its request only
-                _reraise_fatal(error)
+                reraise_fatal(error)
                 self._fail(entry, error, finished)
                 continue
             steps.append(Segment(entry.decoding.cache, token_ids, parents, True,
@@ -249,7 +258,7 @@ class Engine:
         try:
             outputs = packed_forward(self.lm, self.arena, segments, dense=dense)
         except BaseException as error:                  # nothing of this forward can be trusted: fail its requests
-            _reraise_fatal(error)
+            reraise_fatal(error)
             for entry, _ in owners:
                 self._fail(entry, error, finished)
             return
@@ -263,7 +272,7 @@ class Engine:
                     if entry.decoding.done:
                         self._finish(entry, finished)
             except BaseException as error:
-                _reraise_fatal(error)
+                reraise_fatal(error)
                 self._fail(entry, error, finished)
 
     def run(self) -> None:
@@ -302,6 +311,11 @@ class Engine:
                     region = self.arena.allocate(entry.region_size + self.draft_room)
                     if region is None:
                         break                          # wait for a region: first come, first served
+                    if self.drafts.wants_region(entry.pair[0]):
+                        entry.draft_region = self.drafts.allocate(entry.pair[0], region.capacity)
+                        if entry.draft_region is None:
+                            self.arena.release(region)
+                            break
                 self._waiting.popleft()
                 self.metrics.num_requests_waiting = len(self._waiting)
             if region is None:
@@ -318,8 +332,9 @@ class Engine:
                     entry.decoding.begin(None)
                     entry.decoding_started = True
             except BaseException as error:
-                _reraise_fatal(error)
+                reraise_fatal(error)
                 self.arena.release(region)
+                self._release_draft_region(entry)
                 self._fail(entry, error, finished)
         self.metrics.num_requests_running = len(self._running)
         return finished
@@ -333,7 +348,7 @@ class Engine:
             entry.result = generate_request(self.lm, entry.request, p.output.on_token, p.prompt_ids, self.artifacts)
             self.metrics.generation_tokens_total += len(entry.result.token_ids)
         except BaseException as error:
-            _reraise_fatal(error)
+            reraise_fatal(error)
             entry.error = error
         finished.append(entry.id)
 
@@ -350,21 +365,32 @@ class Engine:
             left -= count
         return rows
 
-    def _propose(self, entry: _Entry, finished: list[int]) -> bool:
-        decoding = entry.decoding
-        try:
+    def _propose(self, entries: list[_Entry], finished: list[int]) -> list[_Entry]:
+        """Every request's draft; the draft models' forwards of all of them batched level by level
+        (batched_drafts.py). Returns the requests that drafted (the others failed)."""
+        steps = {}
+        for entry in entries:
+            decoding = entry.decoding
             cap = None
             if decoding.policy is not None or decoding.drafter.cuttable:
                 cap = decoding.output.remaining - 1            # cut afterwards by the global budget (cuttable)
             if decoding.policy is not None and not decoding.drafter.cuttable:
                 cap = entry.depth_cap                          # a sampled draft: limited before it is drawn
-            decoding.propose(cap)
-            self._fit_region(entry)
-            return True
-        except BaseException as error:
-            _reraise_fatal(error)
-            self._fail(entry, error, finished)
-            return False
+            steps[entry] = decoding.proposing(cap)
+        before = self.drafts.forwards
+        outcomes = self.drafts.propose(steps)
+        self.metrics.num_draft_forwards += self.drafts.forwards - before
+        drafted = []
+        for entry in entries:
+            try:
+                if isinstance(outcomes[entry], BaseException):
+                    raise outcomes[entry]
+                self._fit_region(entry)
+                drafted.append(entry)
+            except BaseException as error:
+                reraise_fatal(error)
+                self._fail(entry, error, finished)
+        return drafted
 
     def _fit_region(self, entry: _Entry) -> None:
         decoding = entry.decoding
@@ -427,9 +453,14 @@ class Engine:
     def _release(self, entry: _Entry) -> None:
         if entry.decoding is not None:
             self.arena.release(entry.decoding.cache)
+        self._release_draft_region(entry)
         if entry in self._running:
             self._running.remove(entry)
         self.metrics.num_requests_running = len(self._running)
+
+    def _release_draft_region(self, entry: _Entry) -> None:
+        if entry.draft_region is not None:
+            entry.draft_region.arena.release(entry.draft_region)
 
     # ----- metrics -----
     def _accept(self, entry: _Entry, output: SegmentOutput, past: int) -> None:
@@ -452,13 +483,6 @@ class Engine:
         m.num_steps += 1
         m.batch_size, m.num_batched_tokens = batch, rows
         m.batch_size_histogram[batch] = m.batch_size_histogram.get(batch, 0) + 1
-
-
-def _reraise_fatal(error: BaseException) -> None:
-    """A request's error fails that request only, stops included (a server's JobCancelled raised by on_token is a
-    BaseException); an interrupt of the whole process goes on up."""
-    if isinstance(error, (KeyboardInterrupt, SystemExit, GeneratorExit)):
-        raise error
 
 
 def generate_batch(lm, requests: Iterable, *, artifacts: Optional[Artifacts] = None, max_num_seqs: int = 8,

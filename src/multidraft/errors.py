@@ -42,3 +42,10 @@ class DataNotFoundError(MultidraftError):
 
 class OptionalDependencyError(MultidraftError):
     """A feature needs an optional package (an extra such as `multidraft[llama]`) that is not installed."""
+
+
+def reraise_fatal(error: BaseException) -> None:
+    """Where one request's error fails that request only (the engine), stops included (a server's JobCancelled
+    raised by on_token is a BaseException): an interrupt of the whole process goes on up."""
+    if isinstance(error, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+        raise error

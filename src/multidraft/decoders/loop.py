@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Optional
+from typing import Generator, Optional
+
+import torch
 
 from multidraft.decoders.draft_length import DraftLength, forward_costs
 from multidraft.decoders.output import OutputCollector
-from multidraft.drafters.base import Drafter, LoopState
+from multidraft.drafters.base import DraftForward, Drafter, LoopState, run_alone
 from multidraft.types import DecodeStats, Draft
 from multidraft.verify.base import Verifier
 
@@ -70,13 +72,18 @@ class Decoding:
     def propose(self, depth_cap: Optional[int] = None) -> Draft:
         """This step's draft within the token budget. `depth_cap`: the depth a caller's budget allows (the
         engine's global one); else the request's own adaptive policy, if any, asks for a depth."""
+        return run_alone(self.proposing(depth_cap))
+
+    def proposing(self, depth_cap: Optional[int] = None) -> Generator[DraftForward, torch.Tensor, Draft]:
+        """`propose` as a generator of the draft-model forwards it needs (Drafter.drafting): the engine answers
+        those of every request together."""
         self._step_started = time.perf_counter()
         budget = self.output.remaining - 1
         if depth_cap is not None:
             budget = min(budget, depth_cap)
         elif self.policy is not None and budget > 0:
             budget = self.policy.request_depth(budget)
-        draft = self.drafter.propose(self.state, budget) if budget > 0 else Draft()
+        draft = (yield from self.drafter.drafting(self.state, budget)) if budget > 0 else Draft()
         draft = _within_budget(draft, budget)
         if depth_cap is None and self.policy is not None and self.drafter.cuttable:
             draft = _within_budget(draft, self.policy.choose(draft.depths()))

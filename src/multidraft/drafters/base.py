@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Generator, Optional, Sequence
+
+import torch
 
 from multidraft.types import Draft
 
@@ -34,6 +36,10 @@ class Drafter:
     - `observe(state, draft, verdict, forward_output, kept_rows)`: after each verification; `kept_rows` are the
       rows of forward_output (root first) whose positions stayed in the cache, in sequence order.
     - `end(state)`: once after the last step, with every committed token in state.seq (e.g. to remember them).
+    - `drafting(state, max_tokens)`: `propose` as a generator of the model forwards it needs (`DraftForward`s, each
+      answered with its logits), for a caller that runs many requests' forwards together (the engine). A drafter
+      that runs a model writes its proposal there once and `propose` drives it alone (`run_alone`); the default
+      asks for no forward.
     """
 
     name = "drafter"
@@ -52,6 +58,11 @@ class Drafter:
     def propose(self, state: LoopState, max_tokens: int) -> Draft:
         raise NotImplementedError
 
+    def drafting(self, state: LoopState, max_tokens: int) -> Generator["DraftForward", torch.Tensor, Draft]:
+        draft = self.propose(state, max_tokens)
+        return draft
+        yield                       # a generator that asks for no forward
+
     def observe(self, state: LoopState, draft: Draft, verdict, forward_output, kept_rows: list[int]) -> None:
         pass
 
@@ -66,3 +77,31 @@ class Drafter:
             options["attention_heads"] = list(self.attention_heads)
         return options
 
+
+@dataclass
+class DraftForward:
+    """One forward of a draft model that a drafting generator asks for: `token_ids` on top of `cache`, a chain, a
+    tree (`parents`, -1 = on the cache) or the general `visible` = (allowed, positions) of `LM.forward`; only the
+    last row's logits when `last_only`. The answer sent back is the (rows, V) float32 logits."""
+
+    lm: Any
+    cache: Any
+    token_ids: list[int]
+    parents: Optional[list[int]] = None
+    visible: Optional[tuple[torch.Tensor, list[int]]] = None
+    last_only: bool = False
+
+    def run(self) -> torch.Tensor:
+        """This forward alone, on its own cache."""
+        return self.lm.forward(self.cache, self.token_ids, parents=self.parents, visible=self.visible,
+                               logits_rows=slice(-1, None) if self.last_only else None).logits
+
+
+def run_alone(steps: Generator[DraftForward, torch.Tensor, Draft]) -> Draft:
+    """Drive a drafting generator for one request: each forward it asks for runs at once (DraftForward.run)."""
+    try:
+        forward = next(steps)
+        while True:
+            forward = steps.send(forward.run())
+    except StopIteration as stop:
+        return stop.value

@@ -29,12 +29,12 @@ class BiLDDrafter(DraftLMDrafter):
         self.fallback_threshold = fallback_threshold
         self.params = SamplingParams(params.temperature, params.top_k, params.top_p)
 
-    def propose(self, state, max_tokens) -> Draft:
+    def drafting(self, state, max_tokens):
         length = min(self.max_draft_tokens, max_tokens)
         if length < 1:
             return Draft()
         first_position = len(state.seq)
-        logits = self.session.start(state.seq)
+        logits = yield from self.session.start(state.seq)
         tokens, nodes = [], []
         for depth in range(length):
             row = logits[-1]
@@ -49,7 +49,7 @@ class BiLDDrafter(DraftLMDrafter):
                 token = draw(law, state.sampler.generator(first_position + depth, BILD_STREAM))
             tokens.append(token)
             if depth + 1 < length:
-                logits, created = self.session.extend([token], [nodes[-1] if nodes else -1])
+                logits, created = yield from self.session.extend([token], [nodes[-1] if nodes else -1])
                 nodes.append(created[0])
         return Draft.chain(tokens, draft_nodes=nodes)
 

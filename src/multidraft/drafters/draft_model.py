@@ -56,12 +56,12 @@ class DraftModelDrafter(DraftLMDrafter):
         self.stop_below = stop_below
         self.draft_params = [SamplingParams(float(t), top_k, top_p) for t in draft_temperatures]
 
-    def propose(self, state: LoopState, max_tokens: int) -> Draft:
+    def drafting(self, state: LoopState, max_tokens: int):
         length = min(self.length, max_tokens)
         if length < 1:
             return Draft()
         first_position = len(state.seq)
-        level_logits = self.session.start(state.seq)
+        level_logits = yield from self.session.start(state.seq)
         row_of_node = {-1: 0}                       # node -> row of level_logits holding its next-token logits
         current = [-1] * self.num_drafts            # the node each draft sits on
         tokens, parents = [], []
@@ -100,8 +100,8 @@ class DraftModelDrafter(DraftLMDrafter):
                 break
             if depth + 1 < length:
                 level_nodes = list(created.values())
-                level_logits, session_nodes = self.session.extend([tokens[n] for n in level_nodes],
-                                                                  [parents[n] for n in level_nodes])
+                level_logits, session_nodes = yield from self.session.extend([tokens[n] for n in level_nodes],
+                                                                             [parents[n] for n in level_nodes])
                 assert session_nodes == level_nodes, "draft tree and draft cache out of step"
                 row_of_node = {node: row for row, node in enumerate(level_nodes)}
         draft_probs = torch.stack([torch.stack(rows) for rows in chain_probs])      # (K, L, V)
@@ -147,13 +147,13 @@ class BeamDrafter(DraftLMDrafter):
         self.params = joint_law_params(params)
         self.deterministic = deterministic or params.greedy
 
-    def propose(self, state, max_tokens) -> Draft:
+    def drafting(self, state, max_tokens):
         gamma = min(self.num_draft_tokens, max_tokens)
         if gamma < 1:
             return Draft()
         first_position = len(state.seq)
         generator = None if self.deterministic else state.sampler.generator(first_position, BEAM_STREAM)
-        logits = self.session.start(state.seq)
+        logits = yield from self.session.start(state.seq)
         scores = torch.zeros(1, dtype=torch.float64, device=logits.device)   # joint draft log-likelihood per beam
         beam_tokens, beam_logprobs, beam_nodes = [[]], [[]], [[]]
         for depth in range(gamma):
@@ -167,7 +167,8 @@ class BeamDrafter(DraftLMDrafter):
             beam_tokens = [beam_tokens[r] + [t] for r, t in zip(rows, tokens)]
             beam_logprobs = [beam_logprobs[r] + [lp] for r, lp in zip(rows, picked)]
             if depth + 1 < gamma:
-                logits, nodes = self.session.extend(tokens, [beam_nodes[r][-1] if beam_nodes[r] else -1 for r in rows])
+                logits, nodes = yield from self.session.extend(tokens, [beam_nodes[r][-1] if beam_nodes[r] else -1
+                                                                        for r in rows])
                 beam_nodes = [beam_nodes[r] + [node] for r, node in zip(rows, nodes)]
             else:
                 beam_nodes = [beam_nodes[r] for r in rows]     # the last tokens are never fed to the draft

@@ -4,24 +4,34 @@
 only the tokens the cache lacks, then grows a token tree level by level (one draft forward per depth, whatever the
 number of branches, with a 4D mask so each node sees only its ancestors), and after verification keeps just the
 accepted path.
+
+Its `start` and `extend` are generators: each yields the one `DraftForward` it needs and receives its logits, so a
+drafter's proposal (`drafting`) is written once and runs either alone (`run_alone`: the forward on the session's
+own cache, what `generate` does) or in the engine, which answers the forwards of every request at the same level
+with one packed forward over a KV arena of the draft model (multidraft.batched_drafts; the session's cache is then
+the request's region of that arena).
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Generator, Optional, Sequence
 
 import torch
 
-from multidraft.drafters.base import Drafter, LoopState
+from multidraft.drafters.base import DraftForward, Drafter, LoopState, run_alone
 from multidraft.models.runner import LM
+from multidraft.types import Draft
+
+Steps = Generator[DraftForward, torch.Tensor, torch.Tensor]
 
 
 class DraftSession:
     """The draft model's cache: the committed chain `chain_ids`, then this step's tree nodes (in creation order)."""
 
-    def __init__(self, lm: LM, target_vocab_size: int, target_device, stats):
+    def __init__(self, lm: LM, target_vocab_size: int, target_device, stats, cache=None):
         self.lm = lm
-        self.cache = lm.new_cache(dynamic=True)     # _masked_forward drives HF's cache with its own tree masks
+        # HF's cache (the tree masks need an eager one), or the request's region of the engine's draft arena
+        self.cache = cache if cache is not None else lm.new_cache(dynamic=True)
         self.chain_ids: list[int] = []
         self.target_vocab_size = target_vocab_size
         self.target_device = target_device
@@ -38,33 +48,36 @@ class DraftSession:
     def num_nodes(self) -> int:
         return len(self.node_parents)
 
-    def start(self, seq: Sequence[int]) -> torch.Tensor:
-        """Drop last step's tree, feed the tokens of `seq` the cache lacks; return the (1, V) logits after seq."""
+    def start(self, seq: Sequence[int]) -> Steps:
+        """Drop last step's tree, feed the tokens of `seq` the cache lacks; return the (1, V) logits after seq
+        (a generator: `logits = yield from session.start(seq)`)."""
         limit = min(len(self.chain_ids), len(seq) - 1)     # the last token is always fed: we need its logits
         common = 0
         while common < limit and self.chain_ids[common] == seq[common]:
             common += 1
         self.cache.crop(common)
-        output = self.lm.forward(self.cache, list(seq[common:]), logits_rows=slice(-1, None))
+        logits = yield DraftForward(self.lm, self.cache, [int(t) for t in seq[common:]], last_only=True)
         self.stats.draft_calls += 1
         self.chain_ids = list(seq)
         self._reset_tree()
-        return self._to_target(output.logits)
+        return self._to_target(logits)
 
-    def extend(self, tokens: Sequence[int], parents: Sequence[int]) -> tuple[torch.Tensor, list[int]]:
+    def extend(self, tokens: Sequence[int], parents: Sequence[int]) -> Generator[DraftForward, torch.Tensor,
+                                                                                 tuple[torch.Tensor, list[int]]]:
         """Feed one level of tree nodes; parents are earlier node indices (-1: the end of the chain).
 
-        Returns the (m, V) logits after each new node and the new nodes' indices.
+        Returns the (m, V) logits after each new node and the new nodes' indices (a generator, as `start`).
         """
         tokens, parents = [int(t) for t in tokens], [int(p) for p in parents]
         num_old = self.num_nodes
         depths = [1 if parent < 0 else self.node_depths[parent] + 1 for parent in parents]
         if len(tokens) == 1 and parents[0] == num_old - 1 and self._nodes_form_chain:
-            logits = self.lm.forward(self.cache, tokens).logits          # plain causal step
+            forward = DraftForward(self.lm, self.cache, tokens)                       # plain causal step
         elif num_old == 0:
-            logits = self.lm.forward(self.cache, tokens, parents=[-1] * len(tokens)).logits
+            forward = DraftForward(self.lm, self.cache, tokens, parents=[-1] * len(tokens))
         else:
-            logits = self._masked_forward(tokens, parents, depths)
+            forward = DraftForward(self.lm, self.cache, tokens, visible=self._visible(parents, depths))
+        logits = yield forward
         self.stats.draft_calls += 1
         self._nodes_form_chain = self._nodes_form_chain and len(tokens) == 1 and parents[0] == num_old - 1
         self.node_parents.extend(parents)
@@ -80,10 +93,11 @@ class DraftSession:
         self.chain_ids.extend(self.node_tokens[node] for node in fed)
         self._reset_tree()
 
-    def _masked_forward(self, tokens: list[int], parents: list[int], depths: list[int]) -> torch.Tensor:
-        """One forward where new node i sees the chain, its ancestors in the cached tree and itself."""
+    def _visible(self, parents: list[int], depths: list[int]) -> tuple[torch.Tensor, list[int]]:
+        """(allowed, positions) of a forward where new node i sees the chain, its ancestors in the cached tree and
+        itself."""
         base, past = len(self.chain_ids), self.cache.length
-        allowed = torch.zeros(len(tokens), past + len(tokens), dtype=torch.bool)
+        allowed = torch.zeros(len(parents), past + len(parents), dtype=torch.bool)
         allowed[:, :base] = True
         for row, parent in enumerate(parents):
             node = parent
@@ -91,8 +105,7 @@ class DraftSession:
                 allowed[row, base + node] = True
                 node = self.node_parents[node]
             allowed[row, past + row] = True
-        positions = [base + depth - 1 for depth in depths]
-        return self.lm.forward(self.cache, tokens, visible=(allowed, positions)).logits
+        return allowed, [base + depth - 1 for depth in depths]
 
     def _to_target(self, logits: torch.Tensor) -> torch.Tensor:
         """Draft logits on the target's device with the target's width (padded embeddings differ by model)."""
@@ -106,11 +119,27 @@ class DraftSession:
 
 
 class DraftLMDrafter(Drafter):
-    """A drafter that runs a ready draft `LM`: one `DraftSession` (its own cache) per generation, opened in begin()."""
+    """A drafter that runs a ready draft `LM`: one `DraftSession` per generation, opened in begin(). Subclasses write
+    their proposal once, as `drafting` (a generator of the session's forwards); `propose` runs it alone."""
 
     def __init__(self, draft_lm: LM):
         self.draft_lm = draft_lm
         self.session: Optional[DraftSession] = None
+        self.draft_cache = None
+
+    def use_cache(self, cache) -> None:
+        """Draft in `cache` (the engine's KV region of the draft model) instead of a cache of the session's own;
+        before begin()."""
+        if self.session is not None:
+            raise RuntimeError("use_cache must come before begin(): the session's cache is already in use")
+        self.draft_cache = cache
 
     def begin(self, state: LoopState, prefill_output) -> None:
-        self.session = DraftSession(self.draft_lm, state.lm.vocab_size, state.lm.device, state.stats)
+        self.session = DraftSession(self.draft_lm, state.lm.vocab_size, state.lm.device, state.stats,
+                                    cache=self.draft_cache)
+
+    def propose(self, state: LoopState, max_tokens: int) -> Draft:
+        return run_alone(self.drafting(state, max_tokens))
+
+    def drafting(self, state: LoopState, max_tokens: int) -> Generator[DraftForward, torch.Tensor, Draft]:
+        raise NotImplementedError

@@ -105,6 +105,9 @@ class Segment:
     parents: Optional[list[int]] = None    # a tree over the rows (-1: on the cache); None: a chain
     all_logits: bool = True                # False: only the last row's logits (a prefill chunk)
     hidden_layer: Optional[int] = None
+    # LM.forward's general form instead of parents: (allowed (n, past + n) bool over the region's positions, the
+    # rows' positions); a draft session's tree grown on cached tree nodes
+    visible: Optional[tuple[torch.Tensor, list[int]]] = None
 
 
 @dataclass
@@ -131,8 +134,26 @@ def _ancestors(parents: Optional[Sequence[int]], num_rows: int) -> torch.Tensor:
     return tree_ancestors(parents)
 
 
-def _depths(parents: Optional[Sequence[int]], num_rows: int) -> list[int]:
-    return list(range(num_rows)) if parents is None else tree_depths(parents)
+def segment_positions(lm, segment: Segment) -> list[int]:
+    """The position ids of a segment's rows (past + depth, or those `visible` gives); raises if the segment cannot
+    run (no rows, no room left in its region, past the context): a caller packing many requests checks each first,
+    so one request's bad forward fails that request only."""
+    n, past = len(segment.token_ids), segment.cache.length
+    if n == 0:
+        raise ValueError("a segment needs at least one row")
+    if n > segment.cache.room:
+        raise InvalidOptionError(f"a forward of {n} rows does not fit its request's KV region "
+                                 f"({segment.cache.room} slots left)")
+    if segment.visible is None:
+        positions = [past + d for d in (range(n) if segment.parents is None else tree_depths(segment.parents))]
+    else:
+        allowed, positions = segment.visible
+        if segment.parents is not None or tuple(allowed.shape) != (n, past + n) or len(positions) != n:
+            raise ValueError(f"visible needs a ({n}, {past + n}) mask and {n} positions, without parents")
+        positions = [int(p) for p in positions]
+    if max(positions) + 1 > lm.context_length:
+        raise InvalidOptionError(f"the sequence would pass the context of {lm.name} ({lm.context_length})")
+    return positions
 
 
 @torch.inference_mode()
@@ -145,19 +166,11 @@ def packed_forward(lm, arena: KVArena, segments: Sequence[Segment], dense: bool 
         return []
     ids, positions, slots, row_ranges = [], [], [], []
     for segment in segments:
-        n = len(segment.token_ids)
-        if n == 0:
-            raise ValueError("a segment needs at least one row")
-        if n > segment.cache.room:
-            raise InvalidOptionError(f"a forward of {n} rows does not fit its request's KV region "
-                                     f"({segment.cache.room} slots left)")
-        past = segment.cache.length
-        if past + max(_depths(segment.parents, n)) + 1 > lm.context_length:
-            raise InvalidOptionError(f"the sequence would pass the context of {lm.name} ({lm.context_length})")
+        n, past = len(segment.token_ids), segment.cache.length
+        positions += segment_positions(lm, segment)
         start = len(ids)
         row_ranges.append((start, start + n))
         ids += [int(t) for t in segment.token_ids]
-        positions += [past + d for d in _depths(segment.parents, n)]
         slots += range(segment.cache.base + past, segment.cache.base + past + n)
     total = len(ids)
     kv_limit = min(arena.slots, -(-(max(slots) + 1) // KV_ALIGN) * KV_ALIGN)
@@ -165,8 +178,11 @@ def packed_forward(lm, arena: KVArena, segments: Sequence[Segment], dense: bool 
     wanted: list[int] = []
     for segment, (first, last) in zip(segments, row_ranges):
         base, past, n = segment.cache.base, segment.cache.length, last - first
-        visible[first:last, base: base + past] = True
-        visible[first:last, base + past: base + past + n] = _ancestors(segment.parents, n)
+        if segment.visible is not None:
+            visible[first:last, base: base + past + n] = segment.visible[0]
+        else:
+            visible[first:last, base: base + past] = True
+            visible[first:last, base + past: base + past + n] = _ancestors(segment.parents, n)
         wanted += list(range(first, last)) if segment.all_logits else [last - 1]
     device, dtype = lm.device, lm.dtype
     mask = additive_mask(visible, dtype, device)
