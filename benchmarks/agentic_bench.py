@@ -168,13 +168,14 @@ def evaluate(config, rows, tokenizer, cost, args) -> dict:
 
 
 # ---------------------------------------------------------------- the timed run
-def run_row(lm, row: str, ids: list[int], args, store, peers) -> dict:
+def run_row(lm, row: str, ids: list[int], args, store, peers, prefix_caches=None) -> dict:
     if row in PEERS:
         method = peers[row]
         if llama_cpp_peer.is_llama_cpp(row):      # one Llama per row and run, built outside the timed span
             llama = llama_cpp_peer.runner_for(lm, row, method.options, len(ids) + args.max_new_tokens, args.model)
             start = time.perf_counter()
-            tokens = llama.generate(ids, args.max_new_tokens, lm.eos_token_ids)
+            tokens = llama.generate(ids, args.max_new_tokens, lm.eos_token_ids,
+                                    reuse_prefix=prefix_caches is not None)
         else:
             start = time.perf_counter()
             tokens = _hf_generate(lm, None, method, ids, args.max_new_tokens)
@@ -184,11 +185,13 @@ def run_row(lm, row: str, ids: list[int], args, store, peers) -> dict:
     method, options = {"greedy": ("greedy", {}), "pld": ("pld", {}), "pld_plus": ("pld_plus", {}),
                        "suffix_req": ("suffix", {}), "suffix": ("suffix", {"store": store})}[row]
     start = time.perf_counter()
+    prefix_cache = None if prefix_caches is None else prefix_caches.setdefault(row, multidraft.PrefixCache(512))
     gen = multidraft.generate(lm, ids, method=method, max_new_tokens=args.max_new_tokens,
-                              draft_length=args.draft_length, **options)
+                              draft_length=args.draft_length, prefix_cache=prefix_cache, **options)
     seconds = time.perf_counter() - start
     calls = gen.stats.verification_calls if row != "greedy" else None     # the bench's acceptance-length steps
-    return {"tokens": list(gen.token_ids), "seconds": seconds, "calls": calls, "text": gen.text}
+    return {"tokens": list(gen.token_ids), "seconds": seconds, "calls": calls, "text": gen.text,
+            "reused": gen.stats.prefix_reused_tokens}
 
 
 def run(args) -> None:
@@ -205,6 +208,9 @@ def run(args) -> None:
     warm = lm.encode(items[0][1].input)[:64]
     for row in rows:
         run_row(lm, row, warm, argparse.Namespace(**{**vars(args), "max_new_tokens": 4}), SuffixStore(1000, lm=lm), peers)
+    # --prefix-cache: each of our rows reuses its own earlier steps' keys/values (a PrefixCache per row, as if each
+    # ran its own server), the llama.cpp rows their Llama's previous sequence; HF's generate() keeps nothing.
+    prefix_caches = {} if args.prefix_cache else None
     load_start = os.getloadavg()[0]
     records = []
     with open(out / "rows.jsonl", "w") as sink:
@@ -212,11 +218,12 @@ def run(args) -> None:
             def answer(step, ids):
                 greedy = None
                 for row in rows:
-                    result = run_row(lm, row, ids, args, store, peers)
+                    result = run_row(lm, row, ids, args, store, peers, prefix_caches)
                     if row == "greedy":
                         greedy = result
                     record = {"task": task, "episode": item.id, "step": step, "row": row, "prompt_tokens": len(ids),
                               "n": len(result["tokens"]), "seconds": result["seconds"], "calls": result["calls"],
+                              "reused": result.get("reused"),
                               "equal": result["tokens"] == greedy["tokens"], "load": os.getloadavg()[0]}
                     records.append(record)
                     sink.write(json.dumps(record) + "\n")
@@ -297,6 +304,9 @@ def main(argv=None) -> None:
     sub.choices["run"].add_argument("--rows", default=",".join(ROWS))
     sub.choices["run"].add_argument("--draft-length", default="adaptive", choices=("fixed", "adaptive"))
     sub.choices["run"].add_argument("--store-tokens", type=int, default=200_000)
+    sub.choices["run"].add_argument("--prefix-cache", action="store_true",
+                                    help="reuse each row's earlier keys/values across steps (our rows: a "
+                                         "PrefixCache each, quantized-q8 only; llama.cpp: its previous sequence)")
     t = sub.add_parser("tune")
     t.add_argument("--data", required=True)
     t.add_argument("--cost", help='JSON {"n new tokens": cost relative to 1}, default: the quantized-q8 curve')

@@ -23,6 +23,7 @@ from multidraft.errors import (
 from multidraft.methods import available_methods
 from multidraft.models.runner import LM
 from multidraft.request import Request
+from multidraft.prefix_cache import PrefixCache
 from multidraft.suffix import SuffixStore
 from multidraft.types import DecodeStats, Draft, Generation
 
@@ -34,6 +35,6 @@ def load_model(name_or_path, dtype=None, device=None, **kwargs) -> LM:
 
 
 __version__ = "0.1.0"
-__all__ = ["load_model", "generate", "generate_request", "Engine", "generate_batch", "Request", "Artifacts", "SuffixStore", "Generation", "DecodeStats", "Draft", "LM", "available_methods",
+__all__ = ["load_model", "generate", "generate_request", "Engine", "generate_batch", "Request", "Artifacts", "PrefixCache", "SuffixStore", "Generation", "DecodeStats", "Draft", "LM", "available_methods",
            "MultidraftError", "ModelNotFoundError", "CorruptCacheError", "InvalidOptionError", "UnknownMethodError",
            "PromptError", "NumericalError", "TokenizerMismatchError", "DataNotFoundError"]

@@ -11,6 +11,7 @@ from multidraft.decoders.output import OutputCollector
 from multidraft.decoders.loop import draft_and_verify
 from multidraft.errors import InvalidOptionError
 from multidraft.methods import Method
+from multidraft.prefix_cache import PrefixCache
 from multidraft.request import Request
 from multidraft.sampling import PositionSampler
 from multidraft.types import DecodeStats, Generation
@@ -21,7 +22,7 @@ def generate(model, prompt_or_messages, method: str = "greedy", max_new_tokens: 
              temperature: Optional[float] = None, top_p: float = 1.0, top_k: int = 0, seed: Optional[int] = None,
              stop: Union[str, Sequence[str], None] = None, on_token: Optional[Callable[[int], None]] = None,
              chat: Optional[bool] = None, draft_length: Optional[str] = None, artifacts: Optional[Artifacts] = None,
-             **method_options) -> Generation:
+             prefix_cache: Optional[PrefixCache] = None, **method_options) -> Generation:
     """Generate a continuation of a prompt (text, chat messages, or token ids) with `method`.
 
     temperature defaults to 0 (greedy) for every method except "sample" (1.0). Lossless methods give exactly
@@ -38,33 +39,46 @@ def generate(model, prompt_or_messages, method: str = "greedy", max_new_tokens: 
     Draft models, n-gram files and heads named by path or alias load into `artifacts` (a `multidraft.Artifacts`;
     pass one to reuse them across calls, else they live for this call). This builds one `multidraft.Request` and
     runs it with `generate_request`.
+
+    prefix_cache (a `multidraft.PrefixCache`, quantized-q8 runner only): reuse the keys/values of earlier
+    generations for the start of the prompt they share (an agent loop's file, tests, conversation so far), and keep
+    this one's; the tokens are the same bits as without it (multidraft.prefix_cache).
     """
     check_model(model)
     request = Request.build(prompt_or_messages, method, max_new_tokens=max_new_tokens, temperature=temperature,
                             top_p=top_p, top_k=top_k, seed=seed, stop=stop, chat=chat, draft_length=draft_length,
                             options=method_options)
-    return generate_request(model, request, on_token=on_token, artifacts=artifacts)
+    return generate_request(model, request, on_token=on_token, artifacts=artifacts, prefix_cache=prefix_cache)
 
 
 def generate_request(model, request: Request, on_token: Optional[Callable[[int], None]] = None,
-                     prompt_ids: Optional[list[int]] = None, artifacts: Optional[Artifacts] = None) -> Generation:
+                     prompt_ids: Optional[list[int]] = None, artifacts: Optional[Artifacts] = None,
+                     prefix_cache: Optional[PrefixCache] = None) -> Generation:
     """Run a validated `Request` on `model`. `prompt_ids`: the prompt already encoded by the caller (the server
     encodes it once to check its own limits); else the request encodes it. `artifacts`: where the draft models,
-    n-gram files and heads the options name are loaded (the caller's, e.g. a server's; by default this call's)."""
+    n-gram files and heads the options name are loaded (the caller's, e.g. a server's; by default this call's).
+    `prefix_cache`: see `generate`."""
     check_model(model)
     if not isinstance(request, Request):
         raise InvalidOptionError(f"generate_request() takes a multidraft.Request, got {type(request).__name__}")
     if on_token is not None and not callable(on_token):
         raise InvalidOptionError(f"on_token must be a function of one token id, got {type(on_token).__name__}")
+    if prefix_cache is not None:
+        if not isinstance(prefix_cache, PrefixCache):
+            raise InvalidOptionError(f"prefix_cache must be a multidraft.PrefixCache, got {type(prefix_cache).__name__}")
+        prefix_cache.check(model)
+        if request.row.run is not None and request.row.loop_drafter is None:
+            raise InvalidOptionError(f"method {request.method!r} runs its own decoder, which does not read a "
+                                     "prefix_cache: drop prefix_cache for it")
     prepared = prepare_request(model, request, on_token, prompt_ids, artifacts)
     drafts = None
-    if prepared.spec.run is not None:
+    if prepared.spec.run is not None and prefix_cache is None:
         drafts = prepared.spec.run(model, prepared.prompt_ids, prepared.sampler, prepared.output, prepared.stats,
                                    prepared.options)
-    else:
-        drafter, verifier = prepared.loop_pair(model, request)
+    else:      # the one loop (greedy / sample with a prefix cache too: their loop form drafts nothing)
+        drafter, verifier = prepared.loop_pair(model, request, batched=True)
         draft_and_verify(model, prepared.prompt_ids, drafter, verifier, prepared.sampler, prepared.output,
-                         prepared.stats, request.draft_length)
+                         prepared.stats, request.draft_length, prefix_cache=prefix_cache)
     # Every decoder finalized the stats once (OutputCollector.finalize): generated tokens, stop reason, total time.
     return prepared.result(drafts)
 

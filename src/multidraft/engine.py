@@ -56,9 +56,10 @@ from multidraft.api import Prepared, check_model, prepare_request
 from multidraft.artifacts import Artifacts
 from multidraft.batched_drafts import DraftBatch
 from multidraft.decoders.draft_length import batch_depths, forward_costs, nodes_by_depth
-from multidraft.decoders.loop import Decoding
+from multidraft.decoders.loop import Decoding, HiddenRecorder
 from multidraft.errors import InvalidOptionError, PromptError, reraise_fatal
 from multidraft.models.packed import KVArena, Segment, SegmentOutput, packed_forward, unsupported_reason
+from multidraft.prefix_cache import PrefixCache
 from multidraft.request import Request
 from multidraft.sampling import check_finite
 from multidraft.types import Generation
@@ -96,6 +97,7 @@ class _Entry:
         self.prefill_ids: list[int] = []            # the rows the prefill reads (fixed at admission)
         self.decoding_started = False               # prefill read and the drafter begun
         self.hidden_parts: list[torch.Tensor] = []
+        self.recorder: Optional[HiddenRecorder] = None     # hidden states for its PrefixCache entry
         self.cancelled = False
         self.result: Optional[Generation] = None
         self.error: Optional[BaseException] = None
@@ -119,10 +121,13 @@ class Engine:
     prompt rows read per step; draft_room: slots reserved per request for a step's draft rows; prefill_alone: each
     prompt chunk in a forward of its own rather than packed with the decoding rows (default: on a CPU).
     `cancel` may be called from any thread; `submit` encodes the prompt and loads artifacts (the tokenizer is not
-    safe to share across threads), so call it from the thread that steps, or pass prompt_ids."""
+    safe to share across threads), so call it from the thread that steps, or pass prompt_ids.
+    prefix_cache (a multidraft.PrefixCache; quantized-q8 runner): each prompt's start is read from the keys/values of
+    earlier requests that share it, and each finished request's are kept for later ones."""
 
     def __init__(self, lm, *, max_num_seqs: int = 8, kv_slots: int = 8192, prefill_chunk: int = 256,
-                 draft_room: int = 128, artifacts: Optional[Artifacts] = None, prefill_alone: Optional[bool] = None):
+                 draft_room: int = 128, artifacts: Optional[Artifacts] = None, prefill_alone: Optional[bool] = None,
+                 prefix_cache: Optional[PrefixCache] = None):
         check_model(lm)
         for name, value, low in (("max_num_seqs", max_num_seqs, 1), ("kv_slots", kv_slots, 1),
                                  ("prefill_chunk", prefill_chunk, 1), ("draft_room", draft_room, 2)):
@@ -131,6 +136,12 @@ class Engine:
         why_not = unsupported_reason(lm)
         if why_not is not None:
             raise InvalidOptionError(f"the engine cannot batch {lm.name}: {why_not}; use multidraft.generate")
+        if prefix_cache is not None:
+            if not isinstance(prefix_cache, PrefixCache):
+                raise InvalidOptionError(f"prefix_cache must be a multidraft.PrefixCache, got "
+                                         f"{type(prefix_cache).__name__}")
+            prefix_cache.check(lm)
+        self.prefix_cache = prefix_cache
         self.lm = lm
         self.max_num_seqs, self.prefill_chunk, self.draft_room = max_num_seqs, prefill_chunk, draft_room
         # Prompt chunks in forwards of their own (CPU default): a request's prompt KV then never depends on its
@@ -328,9 +339,12 @@ class Engine:
                                           entry.request.draft_length, cache=region)
                 entry.prefill_ids = entry.decoding.prefill_ids()
                 self._running.append(entry)
+                self._reuse_prefix(entry)
                 if not entry.prefill_ids:
                     entry.decoding.begin(None)
                     entry.decoding_started = True
+                elif entry.prefill_done >= len(entry.prefill_ids):      # the whole prefill came from the cache
+                    self._begin(entry, SegmentOutput(torch.empty(0)))
             except BaseException as error:
                 reraise_fatal(error)
                 self.arena.release(region)
@@ -422,6 +436,20 @@ class Engine:
             for entry, depth in zip(sampled, batch_depths(self.costs, rows, base_tokens, offers)):
                 entry.depth_cap = max(1, depth)
 
+    def _reuse_prefix(self, entry: _Entry) -> None:
+        """Read the prompt's start from the prefix cache into the request's fresh region (attention-row captures
+        are not cached: such requests prefill everything)."""
+        capture = entry.decoding.capture
+        if self.prefix_cache is None or capture.get("attention_heads"):
+            return
+        entry.recorder = HiddenRecorder(capture.get("hidden_layer"))
+        reused = self.prefix_cache.restore(entry.decoding.cache, entry.prefill_ids, len(entry.prefill_ids),
+                                           capture.get("hidden_layer"))
+        entry.prepared.stats.prefix_reused_tokens += reused.length
+        entry.prefill_done = reused.length
+        if reused.hidden is not None:
+            entry.hidden_parts.append(reused.hidden)
+
     def _prefilled(self, entry: _Entry, output: SegmentOutput) -> None:
         decoding, stats = entry.decoding, entry.prepared.stats
         stats.target_calls += 1
@@ -430,14 +458,22 @@ class Engine:
             entry.hidden_parts.append(output.hidden)
         entry.prefill_done = decoding.cache.length
         if entry.prefill_done >= len(entry.prefill_ids):
-            hidden = torch.cat(entry.hidden_parts) if entry.hidden_parts else None
-            entry.hidden_parts = []
-            self.metrics.prompt_tokens_total += len(decoding.seq)
-            decoding.begin(SegmentOutput(output.logits, hidden, None, output.seconds))
-            entry.decoding_started = True
+            self._begin(entry, output)
+
+    def _begin(self, entry: _Entry, last: SegmentOutput) -> None:
+        """The prefill is read: the drafter starts on the hidden states of every prompt row."""
+        hidden = torch.cat(entry.hidden_parts) if entry.hidden_parts else None
+        entry.hidden_parts = []
+        if entry.recorder is not None:
+            entry.recorder.add(hidden)
+        self.metrics.prompt_tokens_total += len(entry.decoding.seq)
+        entry.decoding.begin(SegmentOutput(last.logits, hidden, None, last.seconds))
+        entry.decoding_started = True
 
     def _finish(self, entry: _Entry, finished: list[int]) -> None:
         entry.decoding.end()
+        if entry.recorder is not None:          # before the region is released: its keys/values for later prompts
+            self.prefix_cache.remember(entry.decoding.seq, entry.decoding.cache, entry.recorder.states())
         entry.result = entry.prepared.result()
         self.metrics.generation_tokens_total += len(entry.result.token_ids)
         self._release(entry)
@@ -468,6 +504,8 @@ class Engine:
         m, draft = self.metrics, entry.decoding.draft
         before = entry.prepared.stats.draft_tokens_accepted
         entry.decoding.accept(output, past, record_cost=False)
+        if entry.recorder is not None:
+            entry.recorder.add(output.hidden, entry.decoding.kept_rows)
         if draft.token_ids:
             accepted = entry.prepared.stats.draft_tokens_accepted - before
             m.spec_decode_num_drafts += 1
@@ -487,12 +525,12 @@ class Engine:
 
 def generate_batch(lm, requests: Iterable, *, artifacts: Optional[Artifacts] = None, max_num_seqs: int = 8,
                    kv_slots: int = 8192, prefill_chunk: int = 256, prefill_alone: Optional[bool] = None,
-                   **build) -> list[Generation]:
+                   prefix_cache: Optional[PrefixCache] = None, **build) -> list[Generation]:
     """Decode many requests together (offline): each item a `multidraft.Request`, or a prompt built with
     `Request.build(prompt, **build)` (e.g. method="pld", max_new_tokens=64). Results in the given order; the first
     failed request's error is raised after all have run."""
     engine = Engine(lm, max_num_seqs=max_num_seqs, kv_slots=kv_slots, prefill_chunk=prefill_chunk,
-                    artifacts=artifacts, prefill_alone=prefill_alone)
+                    artifacts=artifacts, prefill_alone=prefill_alone, prefix_cache=prefix_cache)
     ids = []
     for item in requests:
         request = item if isinstance(item, Request) else Request.build(item, **build)

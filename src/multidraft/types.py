@@ -105,6 +105,7 @@ class DecodeStats:
     proposed_per_position: list[int] = field(default_factory=list)
     accepted_per_position: list[int] = field(default_factory=list)
     acceptance_histogram: dict[int, int] = field(default_factory=dict)  # tokens emitted per call -> count
+    prefix_reused_tokens: int = 0     # prompt positions whose keys/values came from a PrefixCache
     prefill_time: float = 0.0
     draft_time: float = 0.0
     verify_time: float = 0.0

@@ -21,6 +21,8 @@ import torch
 from multidraft.decoders.draft_length import DraftLength, forward_costs
 from multidraft.decoders.output import OutputCollector
 from multidraft.drafters.base import DraftForward, Drafter, LoopState, run_alone
+from multidraft.models.runner import ForwardOutput
+from multidraft.prefix_cache import Reused
 from multidraft.types import DecodeStats, Draft
 from multidraft.verify.base import Verifier
 
@@ -45,6 +47,7 @@ class Decoding:
         self.capture = drafter.capture_options()
         self.cache = cache if cache is not None else lm.new_cache()
         self.draft = Draft()
+        self.kept_rows: list[int] = []
         self._step_started = 0.0
 
     @property
@@ -118,6 +121,7 @@ class Decoding:
         if self.policy is not None and depths:
             self.policy.observe(max(depths), len(accepted))
         self.cache.keep(past + 1, [past + 1 + node for node in accepted])
+        self.kept_rows = [0] + [node + 1 for node in accepted]     # the forward's rows whose keys/values stay
         new_tokens = [draft.token_ids[node] for node in accepted] + [verdict.next_token]
         kept = self.output.add(new_tokens)
         self.seq.extend(kept)
@@ -136,24 +140,70 @@ class Decoding:
 
 def draft_and_verify(lm, prompt_ids: list[int], drafter: Drafter, verifier: Verifier, sampler,
                      output: OutputCollector, stats: DecodeStats, draft_length: str = "fixed",
-                     policy: Optional[DraftLength] = None) -> None:
+                     policy: Optional[DraftLength] = None, prefix_cache=None) -> None:
     """Decode until `output` is done. draft_length="adaptive" verifies only as much of each draft as pays for its
     forward on this machine (decoders/draft_length.py; `policy` replaces the default one); "fixed" verifies every
-    drafted token."""
+    drafted token. `prefix_cache` (multidraft.PrefixCache): reuse earlier generations' keys/values of the prompt's
+    start, and keep this one's for later prompts."""
     decoding = Decoding(lm, prompt_ids, drafter, verifier, sampler, output, stats, draft_length, policy)
-    prefill = decoding.prefill_ids()
-    prefill_output = None
-    if prefill:
-        prefill_output = lm.forward(decoding.cache, prefill, logits_rows=slice(-1, None), **decoding.capture)
-        stats.target_calls += 1
-        stats.prefill_time += prefill_output.seconds
+    capture = decoding.capture
+    if prefix_cache is not None and capture.get("attention_heads"):
+        prefix_cache = None                   # attention rows of cached positions are not kept: prefill as usual
+    recorder = HiddenRecorder(capture.get("hidden_layer")) if prefix_cache is not None else None
+    prefill_output = reused_prefill(lm, decoding.cache, decoding.prefill_ids(), capture, stats, prefix_cache)
+    if recorder is not None:
+        recorder.add(getattr(prefill_output, "hidden", None))
     decoding.begin(prefill_output)
     while not decoding.done:
         decoding.propose()
         token_ids, parents = decoding.rows()
         past = decoding.cache.length
-        decoding.accept(lm.forward(decoding.cache, token_ids, parents=parents, **decoding.capture), past)
+        forward_output = lm.forward(decoding.cache, token_ids, parents=parents, **capture)
+        decoding.accept(forward_output, past)
+        if recorder is not None:
+            recorder.add(forward_output.hidden, decoding.kept_rows)
     decoding.end()
+    if prefix_cache is not None:
+        prefix_cache.remember(decoding.seq, decoding.cache, recorder.states())
+
+
+def reused_prefill(lm, cache, prefill_ids: list[int], capture: dict, stats: DecodeStats, prefix_cache=None):
+    """The prefill of `prefill_ids` into the empty `cache`, skipping the longest prefix `prefix_cache` holds. Returns
+    what the drafters' begin() reads (a ForwardOutput whose hidden states cover every prefill position), or None
+    for an empty prefill."""
+    reused = Reused()
+    if prefix_cache is not None:
+        reused = prefix_cache.restore(cache, prefill_ids, len(prefill_ids), capture.get("hidden_layer"))
+        stats.prefix_reused_tokens += reused.length
+    rest = prefill_ids[reused.length:]
+    if not rest:
+        return None if reused.length == 0 else ForwardOutput(logits=torch.empty(0), hidden=reused.hidden)
+    output = lm.forward(cache, rest, logits_rows=slice(-1, None), **capture)
+    stats.target_calls += 1
+    stats.prefill_time += output.seconds
+    if reused.hidden is not None and output.hidden is not None:
+        output.hidden = torch.cat([reused.hidden, output.hidden])
+    return output
+
+
+class HiddenRecorder:
+    """The captured layer's hidden states of every cached position of one generation, for its prefix-cache entry
+    (PLD+ ranks by them, so a later prompt reusing these positions needs them too)."""
+
+    def __init__(self, layer: Optional[int]):
+        self.layer = layer
+        self.parts: list[torch.Tensor] = []
+
+    def add(self, hidden: Optional[torch.Tensor], rows: Optional[list[int]] = None) -> None:
+        if self.layer is None:
+            return
+        if hidden is None:
+            self.layer = None                 # a gap: this generation's entry keeps keys/values only
+            return
+        self.parts.append(hidden if rows is None else hidden[rows])
+
+    def states(self) -> Optional[dict[int, torch.Tensor]]:
+        return {self.layer: torch.cat(self.parts)} if self.layer is not None and self.parts else None
 
 
 def _within_budget(draft: Draft, max_depth: int) -> Draft:

@@ -108,10 +108,14 @@ class LlamaCppRunner:
                                    logits_all=draft is not None, draft_model=draft, n_gpu_layers=0, seed=0,
                                    verbose=False)
 
-    def generate(self, prompt_ids: list[int], max_new_tokens: int, eos_token_ids: Iterable[int]) -> list[int]:
-        """Greedy tokens after `prompt_ids`: at most max_new_tokens, ending with (and keeping) an EOS id."""
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, eos_token_ids: Iterable[int],
+                 reuse_prefix: bool = False) -> list[int]:
+        """Greedy tokens after `prompt_ids`: at most max_new_tokens, ending with (and keeping) an EOS id.
+        reuse_prefix: keep the KV of the prefix shared with the previous call's sequence (llama-cpp-python's own
+        prefix match), as multidraft.PrefixCache does for ours; else start from an empty KV cache."""
         eos = set(int(t) for t in eos_token_ids)
-        self.llm.reset()            # n_tokens = 0: no prefix of the previous prompt is reused; its KV is dropped
+        if not reuse_prefix:
+            self.llm.reset()        # n_tokens = 0: no prefix of the previous prompt is reused; its KV is dropped
         tokens: list[int] = []
         generator = self.llm.generate([int(t) for t in prompt_ids], top_k=1, top_p=1.0, min_p=0.0, typical_p=1.0,
                                       temp=0.0, repeat_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0,

@@ -37,6 +37,19 @@ class KVCache:
         if excess:
             self.hf_cache.crop(-excess)
 
+    def prefix_tensors(self, length: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Copies of the keys and values of positions [0, length), per layer (a PrefixCache entry)."""
+        layers = [layer for layer in self.hf_cache.layers if getattr(layer, "is_initialized", False)]
+        return ([layer.keys[:, :, :length].clone() for layer in layers],
+                [layer.values[:, :, :length].clone() for layer in layers])
+
+    def load_prefix(self, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], length: int) -> None:
+        """Fill this empty cache with the first `length` positions of per-layer keys and values."""
+        if self.length:
+            raise ValueError("load_prefix needs an empty cache")
+        for layer, (k, v) in enumerate(zip(keys, values)):
+            self.hf_cache.update(k[:, :, :length].clone(), v[:, :, :length].clone(), layer)
+
     def keep(self, prefix_length: int, extra_positions: Sequence[int]) -> None:
         """Keep positions [0, prefix_length) plus the given later positions, in that order."""
         extra = list(extra_positions)

@@ -79,6 +79,25 @@ class RegionCache:
             raise ValueError(f"cannot crop a cache of {self.length} positions to {length}")
         self.length = int(length)
 
+    def prefix_tensors(self, length: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Copies of the keys and values of positions [0, length), per layer (a PrefixCache entry)."""
+        span = slice(self.base, self.base + min(length, self.length))
+        return ([k[:, :, span].clone() for k in self.arena.keys], [v[:, :, span].clone() for v in self.arena.values])
+
+    @torch.inference_mode()
+    def load_prefix(self, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], length: int) -> None:
+        """Fill this empty region with the first `length` positions of per-layer keys and values."""
+        if self.length or length > self.capacity:
+            raise ValueError(f"load_prefix needs an empty region of at least {length} slots")
+        arena = self.arena
+        if not arena.keys:                    # the arena's buffers are made lazily, as its first forward would
+            for k, v in zip(keys, values):
+                arena.keys.append(k.new_zeros((*k.shape[:2], arena.slots, k.shape[-1])))
+                arena.values.append(v.new_zeros((*v.shape[:2], arena.slots, v.shape[-1])))
+        for buffer, source in zip(arena.keys + arena.values, list(keys) + list(values)):
+            buffer[:, :, self.base:self.base + length] = source[:, :, :length]
+        self.length = int(length)
+
     @torch.inference_mode()
     def keep(self, prefix_length: int, extra_positions: Sequence[int]) -> None:
         """Keep positions [0, prefix_length) and the given later ones, in that order (copies inside the region)."""

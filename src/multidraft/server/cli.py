@@ -26,7 +26,7 @@ LIMIT_FLAGS = {"max_queue": "max_queue", "max_prompt_tokens": "max_prompt_tokens
                "max_draft_tokens": "max_draft_tokens", "max_drafts": "max_drafts",
                "max_tree_tokens": "max_tree_tokens", "max_lattice_k": "max_lattice_k",
                "suffix_store_tokens": "suffix_store_tokens", "suffix_isolation": "suffix_isolation",
-               "suffix_store_path": "suffix_store_path",
+               "suffix_store_path": "suffix_store_path", "prefix_cache_mb": "prefix_cache_mb",
                "max_num_seqs": "max_num_seqs", "max_batched_tokens": "max_batched_tokens",
                "prefill_chunk": "prefill_chunk"}
 
@@ -112,6 +112,10 @@ def register(subparsers) -> None:
                         help="keep the suffix store(s) in this folder across restarts: read at start (a damaged file "
                              "stops the start with an error), written atomically every "
                              "minute while requests change them and at shutdown. The files hold served text")
+    parser.add_argument("--prefix-cache-mb", type=int, default=None, metavar="MB",
+                        help="keep up to MB megabytes of earlier requests' keys/values, so a prompt that starts "
+                             "the same way (an agent's next step, a chat's next turn) skips that part of its "
+                             "prefill; same tokens, bit for bit. Needs --runner quantized-q8 (default 0: off)")
     add_ray_arguments(parser)
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     parser.set_defaults(func=run_serve)

@@ -44,6 +44,7 @@ class ServerConfig:
     suffix_store_tokens: int = 200_000  # tokens the cross-request store of method "suffix" keeps (per API key)
     suffix_isolation: bool = False    # one suffix store per API key instead of one for all requests (needs 2+ keys)
     suffix_store_path: Optional[str] = None   # folder the suffix stores persist in across restarts (None: memory only)
+    prefix_cache_mb: int = 0          # keys/values of earlier requests reused by prompts sharing their start (0: off)
     draft_length: str = "fixed"       # every request's draft-length mode (serve --draft-length)
     # Continuous batching (multidraft.engine): up to max_num_seqs generations share each target forward; 1 runs
     # one request at a time. max_batched_tokens: KV positions held for all of them together (the arena; bounds
@@ -68,6 +69,11 @@ class ServerConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidOptionError(f"server option {name} must be a positive integer, got {value!r}")
+        if isinstance(self.prefix_cache_mb, bool) or not isinstance(self.prefix_cache_mb, int) or self.prefix_cache_mb < 0:
+            raise InvalidOptionError(f"server option prefix_cache_mb must be an integer >= 0, got {self.prefix_cache_mb!r}")
+        if self.prefix_cache_mb and self.suffix_isolation:
+            raise InvalidOptionError("--prefix-cache-mb shares one cache between clients (a client could time "
+                                     "whether another sent a prompt), which --suffix-isolation rules out: drop one")
         if not isinstance(self.request_timeout, (int, float)) or not 0 < self.request_timeout < float("inf"):
             raise InvalidOptionError(f"request timeout must be > 0 seconds, got {self.request_timeout!r}")
         if not isinstance(self.read_timeout, (int, float)) or not 0 < self.read_timeout < float("inf"):

@@ -30,12 +30,12 @@ class _Active:
 
 
 class EngineWorker(JobQueue):
-    def __init__(self, lm, config, metrics, artifacts, between_steps=None):
+    def __init__(self, lm, config, metrics, artifacts, between_steps=None, prefix_cache=None):
         super().__init__(config.max_queue)
         self.lm, self.config, self.metrics = lm, config, metrics
         self.between_steps = between_steps          # called in this thread after each step (e.g. saving stores)
         self.engine = Engine(lm, max_num_seqs=config.max_num_seqs, kv_slots=config.max_batched_tokens,
-                             prefill_chunk=config.prefill_chunk, artifacts=artifacts)
+                             prefill_chunk=config.prefill_chunk, artifacts=artifacts, prefix_cache=prefix_cache)
         self._active: dict[Job, _Active] = {}
         self._owner: dict[int, Job] = {}            # engine request id -> its job (aborted jobs' ids too)
         self._thread = threading.Thread(target=self._loop, name="multidraft-engine-worker", daemon=True)

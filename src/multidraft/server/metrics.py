@@ -45,6 +45,11 @@ FAMILIES = {
     "multidraft:suffix_store_bytes": ("gauge", "Bytes held by the suffix stores of method 'suffix' (automata and "
                                       "token arrays).", ()),
     "multidraft:suffix_store_tokens": ("gauge", "Tokens kept in the suffix stores of method 'suffix'.", ()),
+    "multidraft:prefix_cache_bytes": ("gauge", "Bytes of keys/values held by the prefix cache (serve "
+                                      "--prefix-cache-mb).", ()),
+    "multidraft:prefix_cache_tokens": ("gauge", "Positions held by the prefix cache.", ()),
+    "multidraft:prefix_cache_hit_tokens": ("gauge", "Prompt positions read from the prefix cache since the start "
+                                           "(not prefilled).", ()),
     "multidraft:method_requests_total": ("counter", "Generation requests, by decoding method.", ("method",)),
 }
 

@@ -298,14 +298,17 @@ class PlanRun:
         return Outcome(choices, self.prompt_tokens, DecodeStats.merge(self.all_stats), len(self.all_stats))
 
 
-def run_plan(lm, plan: Plan, job, config: ServerConfig, metrics, artifacts=None) -> Outcome:
-    """Runs on the worker thread. With plan.stream, emits ("delta", choice_index, text) events as it goes."""
+def run_plan(lm, plan: Plan, job, config: ServerConfig, metrics, artifacts=None, prefix_cache=None) -> Outcome:
+    """Runs on the worker thread. With plan.stream, emits ("delta", choice_index, text) events as it goes.
+    prefix_cache: the server's, for the methods of the one loop (the others run their own decoders)."""
     run = PlanRun(lm, plan, job, config, metrics)
     for call in run.calls:
         call.started = True
+        row = call.request.row
+        reuse = prefix_cache if row.run is None or row.loop_drafter is not None else None
         try:
             result = generate_request(lm, call.request, on_token=run.on_token(call), prompt_ids=call.ids,
-                                      artifacts=artifacts)
+                                      artifacts=artifacts, prefix_cache=reuse)
         except (JobCancelled, JobTimedOut):
             run.aborted()
             raise

@@ -17,6 +17,7 @@ from typing import Any, Optional
 from multidraft.artifacts import Artifacts
 from multidraft.errors import CorruptCacheError, InvalidOptionError, MultidraftError, NumericalError
 from multidraft.methods import available_methods
+from multidraft.prefix_cache import PrefixCache
 from multidraft.server.config import ServerConfig
 from multidraft.server.engine_worker import EngineWorker
 from multidraft.server.metrics import Metrics
@@ -41,6 +42,13 @@ class GenerationService:
         self.model_name = config.model_name or lm.name
         self.metrics = Metrics(self.model_name)
         self.artifacts = Artifacts()       # the n-gram files, heads, models requests name: loaded once, here
+        self.prefix_cache = None
+        if config.prefix_cache_mb:         # a runner that cannot reuse keys/values exactly stops the start here
+            self.prefix_cache = PrefixCache(config.prefix_cache_mb)
+            self.prefix_cache.check(lm)
+            self.metrics.set_gauge_source("multidraft:prefix_cache_bytes", lambda: self.prefix_cache.nbytes)
+            self.metrics.set_gauge_source("multidraft:prefix_cache_tokens", lambda: self.prefix_cache.num_tokens)
+            self.metrics.set_gauge_source("multidraft:prefix_cache_hit_tokens", lambda: self.prefix_cache.reused_tokens)
         self.worker = self._worker()
         # Every model the worker may run is checked for the job's deadline/cancellation inside each forward.
         loaded = [lm, *[v for named in self.named.values() for v in named.values() if hasattr(v, "model")]]
@@ -67,7 +75,7 @@ class GenerationService:
             try:
                 # between steps, in the engine's thread: no request is changing a suffix store meanwhile
                 return EngineWorker(self.lm, self.config, self.metrics, self.artifacts,
-                                    between_steps=self.save_suffix_stores)
+                                    between_steps=self.save_suffix_stores, prefix_cache=self.prefix_cache)
             except InvalidOptionError as exc:
                 log.warning("serving one request at a time: %s", exc)
         return ModelWorker(self.config.max_queue)
@@ -96,7 +104,7 @@ class GenerationService:
 
     def _run(self, plan: Plan, job: Job):
         try:
-            return run_plan(self.lm, plan, job, self.config, self.metrics, self.artifacts)
+            return run_plan(self.lm, plan, job, self.config, self.metrics, self.artifacts, self.prefix_cache)
         finally:                # in the worker thread, between jobs: no request is changing a store meanwhile
             if plan.method == "suffix":
                 self.save_suffix_stores()
