@@ -118,7 +118,7 @@ def test_q8_linear_is_llama_cpp_arithmetic_and_batch_invariant(type_name):
 
 @pytest.mark.parametrize("type_name", ["Q4_K", "Q6_K"])
 def test_q8_linear_gives_a_row_the_same_bits_in_any_group_slice_and_thread(type_name):
-    """The kernel takes input rows in balanced groups of up to 8 over slices of 64 weight rows split across threads:
+    """The kernel takes input rows in balanced groups (of up to 4) over slices of 64 weight rows split across threads:
     a row's outputs must not depend on the group size, its position in the group, the slice or the thread count.
     N = 131 is not a multiple of the slice or of the thread split; every M from 1 to 40 at two offsets."""
     rng = np.random.default_rng(11)

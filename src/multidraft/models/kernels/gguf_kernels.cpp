@@ -513,24 +513,18 @@ struct Q8Rows {                     // M rows of K values as int8, a scale per 2
   std::vector<int8_t> q;
   std::vector<float> d;
   std::vector<int16_t> sums16, sums32;
-  std::vector<float> dT;            // the scales by super-block: (K / 256, stride), rows in order, then 8 zeros
-  int64_t K, stride;
+  int64_t K;
   Q8Rows(const float* x, int64_t M, int64_t K_)
-      : q(M * K_), d(M * (K_ / 256)), sums16(M * (K_ / 16)), sums32(M * (K_ / 32)), dT(K_ / 256 * (M + 8), 0.f),
-        K(K_), stride(M + 8) {
+      : q(M * K_), d(M * (K_ / 256)), sums16(M * (K_ / 16)), sums32(M * (K_ / 32)), K(K_) {
     const int64_t blocks = K / 256;
     at::parallel_for(0, M * blocks, 16, [&](int64_t begin, int64_t end) {     // blocks are independent
       for (int64_t i = begin; i < end; ++i)
         quantize_q8_block(x + i * 256, q.data() + i * 256, d[i], sums16.data() + i * 16, sums32.data() + i * 8);
     });
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t sb = 0; sb < blocks; ++sb) dT[sb * stride + m] = d[m * blocks + sb];
   }
-  // A row; `dx + sb * stride` holds its scale of super-block sb, then the next rows' (8 lanes readable).
-  struct Row { const int8_t* q; const float* d; const int16_t* sums16; const int16_t* sums32; const float* dx; };
+  struct Row { const int8_t* q; const float* d; const int16_t* sums16; const int16_t* sums32; };
   Row row(int64_t m) const {
-    return {q.data() + m * K, d.data() + m * (K / 256), sums16.data() + m * (K / 16), sums32.data() + m * (K / 32),
-            dT.data() + m};
+    return {q.data() + m * K, d.data() + m * (K / 256), sums16.data() + m * (K / 16), sums32.data() + m * (K / 32)};
   }
 };
 
@@ -544,26 +538,9 @@ inline __m256i word_pick(int lo, int hi) {
   return _mm256_set_m128i(b, a);
 }
 
-// Input rows in groups of up to 8 share each decoded weight super-block (its nibbles and scales are unpacked once
-// per group, the integer products are the bulk of the work). Per output element the fp32 operations are the same,
-// in the same order, as for one row alone: per super-block t = fmadd(dx * d, float(isum), t) in 8 lanes and, for
-// Q4_K, m = fmadd(dx * dmin, float(mins . xsums), m) in 4 lanes; then hsum(t) - (4-lane sum of m). A group's
-// products dx * d are formed in one 8-lane multiply and two rows' 4-lane mins share a vector: lane-wise these are
-// the same IEEE operations. (Spans of super-blocks that keep 8 rows of ffn_down's 8960 int8 values in L1 were
-// tried: slower than streaming them from L2.)
-constexpr int Q8_MAX_GROUP = 8;
-
-// Sum of the 4 lanes of `v` (the low or high half of a 256-bit vector): the one-row kernel's order.
-inline float hsum4(__m128 v) {
-  __m128 m = _mm_add_ps(v, _mm_movehl_ps(v, v));
-  m = _mm_add_ss(m, _mm_shuffle_ps(m, m, 0x1));
-  return _mm_cvtss_f32(m);
-}
-
 template <int MG>
 void q4_k_q8_rows(const Q8Rows& xq, int64_t m0, const uint8_t* w, int64_t row_bytes, float* out, int64_t N,
                   int64_t n_begin, int64_t n_end) {
-  constexpr int MP = (MG + 1) / 2;                  // two rows' 4-lane mins per vector
   const int64_t K = xq.K, superblocks = K / 256;
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i pick[8] = {word_pick(0, 0), word_pick(1, 1), word_pick(2, 2), word_pick(3, 3),
@@ -572,49 +549,43 @@ void q4_k_q8_rows(const Q8Rows& xq, int64_t m0, const uint8_t* w, int64_t row_by
   for (int i = 0; i < MG; ++i) x[i] = xq.row(m0 + i);
   for (int64_t n = n_begin; n < n_end; ++n) {
     const uint8_t* row = w + n * row_bytes;
-    __m256 acc[MG + MP];                            // MG totals, then MP mins
-    for (int i = 0; i < MG + MP; ++i) acc[i] = _mm256_setzero_ps();
+    __m256 total[MG];
+    __m128 mins[MG];
+    for (int i = 0; i < MG; ++i) { total[i] = _mm256_setzero_ps(); mins[i] = _mm_setzero_ps(); }
     for (int64_t sb = 0; sb < superblocks; ++sb) {
       const uint8_t* b = row + sb * 144;
       prefetch_lines((const char*)(b + 1024), 144);
       uint32_t packed[4];
       unpack_k4_scales(b + 4, packed);
-      const __m256i scales_mins = _mm256_cvtepu8_epi16(load16(packed));       // 8 scales, then 8 mins
-      const __m256i mins16 = _mm256_permute2x128_si256(scales_mins, scales_mins, 0x11);
+      const __m256i scales_mins = _mm256_cvtepu8_epi16(load16(packed));         // 8 scales, then 8 mins
+      const __m128i mins16 = _mm256_extracti128_si256(scales_mins, 1);
       const __m256i scales = _mm256_permute2x128_si256(scales_mins, scales_mins, 0x00);
+      const __m256 d = _mm256_set1_ps(fp16_to_fp32(rd16(b)));
+      const __m128 dmin = _mm_set1_ps(fp16_to_fp32(rd16(b + 2)));
       __m256i sums[MG];
       for (int i = 0; i < MG; ++i) sums[i] = _mm256_setzero_si256();
-      const int8_t* x0 = x[0].q + sb * 256;
-#pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
         const __m256i v = load32(b + 16 + 32 * j);
         const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
         const __m256i s_lo = _mm256_shuffle_epi8(scales, pick[2 * j]), s_hi = _mm256_shuffle_epi8(scales, pick[2 * j + 1]);
-#pragma GCC unroll 8
         for (int i = 0; i < MG; ++i) {
-          const int8_t* x8 = x0 + i * K + 64 * j;          // the group's rows are consecutive in xq
+          const int8_t* x8 = x[i].q + sb * 256 + 64 * j;
           const __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load32(x8)), s_lo);
           const __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load32(x8 + 32)), s_hi);
           sums[i] = _mm256_add_epi32(sums[i], _mm256_add_epi32(p_lo, p_hi));
         }
       }
-      const __m256 dx = _mm256_loadu_ps(x[0].dx + sb * xq.stride);
-      alignas(32) float scale_d[8];
-      _mm256_store_ps(scale_d, _mm256_mul_ps(dx, _mm256_set1_ps(fp16_to_fp32(rd16(b)))));
-      const __m256 scale_m = _mm256_mul_ps(dx, _mm256_set1_ps(fp16_to_fp32(rd16(b + 2))));
-      for (int i = 0; i < MG; ++i)
-        acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(scale_d + i), _mm256_cvtepi32_ps(sums[i]), acc[i]);
-      for (int p = 0; p < MP; ++p) {
-        const int r0 = 2 * p, r1 = std::min(2 * p + 1, MG - 1);
-        const __m256i xs = _mm256_inserti128_si256(_mm256_castsi128_si256(load16(x[r0].sums32 + sb * 8)),
-                                                   load16(x[r1].sums32 + sb * 8), 1);
-        const __m256 sm = _mm256_permutevar8x32_ps(scale_m, _mm256_setr_epi32(r0, r0, r0, r0, r1, r1, r1, r1));
-        acc[MG + p] = _mm256_fmadd_ps(sm, _mm256_cvtepi32_ps(_mm256_madd_epi16(mins16, xs)), acc[MG + p]);
+      for (int i = 0; i < MG; ++i) {
+        const float scale_x = x[i].d[sb];
+        const __m128i msum = _mm_madd_epi16(mins16, load16(x[i].sums32 + sb * 8));
+        total[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(scale_x), d), _mm256_cvtepi32_ps(sums[i]), total[i]);
+        mins[i] = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(scale_x), dmin), _mm_cvtepi32_ps(msum), mins[i]);
       }
     }
     for (int i = 0; i < MG; ++i) {
-      const __m256 m = acc[MG + i / 2];
-      out[i * N + n] = hsum(acc[i]) - hsum4(i % 2 ? _mm256_extractf128_ps(m, 1) : _mm256_castps256_ps128(m));
+      __m128 m = _mm_add_ps(mins[i], _mm_movehl_ps(mins[i], mins[i]));
+      m = _mm_add_ss(m, _mm_shuffle_ps(m, m, 0x1));
+      out[i * N + n] = hsum(total[i]) - _mm_cvtss_f32(m);
     }
   }
 }
@@ -635,48 +606,43 @@ void q6_k_q8_rows(const Q8Rows& xq, int64_t m0, const uint8_t* w, int64_t row_by
       prefetch_lines((const char*)(b + 1024), 210);
       const __m256i sc16 = _mm256_cvtepi8_epi16(load16(b + 192));          // the 16 scales as int16
       const __m256i halves[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11)};
+      const __m256 d = _mm256_set1_ps(fp16_to_fp32(rd16(b + 208)));
       __m256i sums[MG];
       for (int i = 0; i < MG; ++i)      // the values are q - 32: start from -32 * sum_g sc_g * sum16_g (exact)
         sums[i] = _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_sub_epi16(_mm256_setzero_si256(), load32(x[i].sums16 + sb * 16))), 5);
-      const int8_t* x0 = x[0].q + sb * 256;
-#pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         const __m256i a = load32(b + 64 * h), c = load32(b + 64 * h + 32), hb = load32(b + 128 + 32 * h);
-#pragma GCC unroll 4
         for (int part = 0; part < 4; ++part) {
           const __m256i q = q6_values(a, c, hb, part);
           const __m256i scale = _mm256_shuffle_epi8(halves[h], pick[part]);   // bytes 0-15: sc[g], 16-31: sc[g+1]
-#pragma GCC unroll 8
           for (int i = 0; i < MG; ++i) {
-            const int8_t* x8 = x0 + i * K + 128 * h + 32 * part;     // the group's rows are consecutive in xq
+            const int8_t* x8 = x[i].q + sb * 256 + 128 * h + 32 * part;
             sums[i] = _mm256_add_epi32(sums[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, load32(x8)), scale));
           }
         }
       }
-      alignas(32) float scale_d[8];
-      const __m256 dx = _mm256_loadu_ps(x[0].dx + sb * xq.stride);
-      _mm256_store_ps(scale_d, _mm256_mul_ps(dx, _mm256_set1_ps(fp16_to_fp32(rd16(b + 208)))));
       for (int i = 0; i < MG; ++i)
-        total[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(scale_d + i), _mm256_cvtepi32_ps(sums[i]), total[i]);
+        total[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(x[i].d[sb]), d), _mm256_cvtepi32_ps(sums[i]), total[i]);
     }
     for (int i = 0; i < MG; ++i) out[i * N + n] = hsum(total[i]);
   }
 }
 
-// Calls f(std::integral_constant<int, mg>()) for 1 <= mg <= MAXG.
-template <int MAXG, int G = 1, typename F>
+template <typename F>
 void by_group_size(int mg, F&& f) {
-  if constexpr (G == MAXG) f(std::integral_constant<int, G>());
-  else if (mg == G) f(std::integral_constant<int, G>());
-  else by_group_size<MAXG, G + 1>(mg, f);
+  switch (mg) {
+    case 1: f(std::integral_constant<int, 1>()); break;
+    case 2: f(std::integral_constant<int, 2>()); break;
+    case 3: f(std::integral_constant<int, 3>()); break;
+    default: f(std::integral_constant<int, 4>()); break;
+  }
 }
 
 // The fused kernels' schedule: weight rows split over threads, in slices of 64 that stay in L1/L2 while every
-// balanced group of at most MAXG input rows runs over them; rows(m0, MG, c, ce) runs one group on one slice.
-// (Software prefetch of the next slice into L2 during the groups' passes was tried for the 8-bit kernels: no gain.)
-template <int MAXG, typename F>
+// balanced group of at most 4 input rows runs over them; rows(m0, MG, c, ce) runs one group on one slice.
+template <typename F>
 void for_row_groups(int64_t M, int64_t N, F&& rows) {
-  const int64_t groups = (M + MAXG - 1) / MAXG;
+  const int64_t groups = (M + 3) / 4;
   const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
   const int64_t grain = std::max<int64_t>(16, (N + threads - 1) / threads);
   at::parallel_for(0, N, grain, [&](int64_t b, int64_t e) {
@@ -684,7 +650,7 @@ void for_row_groups(int64_t M, int64_t N, F&& rows) {
       const int64_t ce = std::min(e, c + 64);
       for (int64_t g = 0; g < groups; ++g) {
         const int64_t m0 = g * M / groups, m1 = (g + 1) * M / groups;
-        by_group_size<MAXG>(int(m1 - m0), [&](auto size) { rows(m0, size, c, ce); });
+        by_group_size(int(m1 - m0), [&](auto size) { rows(m0, size, c, ce); });
       }
     }
   });
@@ -718,7 +684,7 @@ at::Tensor gguf_linear(const at::Tensor& x_in, const at::Tensor& blocks, int64_t
   float* op = out.data_ptr<float>();
   if (type == 12 || type == 14) {                 // fused Q4_K / Q6_K: input rows in balanced groups of at most 4
     const std::vector<float> xsums = type == 12 ? block_sums(xp, M, K) : std::vector<float>();
-    for_row_groups<4>(M, N, [&](int64_t m0, auto size, int64_t c, int64_t ce) {
+    for_row_groups(M, N, [&](int64_t m0, auto size, int64_t c, int64_t ce) {
       constexpr int MG = decltype(size)::value;
       if (type == 12)
         q4_k_rows<MG>(xp + m0 * K, xsums.data() + m0 * (K / 32), bp, row_bytes, op + m0 * N, K, N, c, ce);
@@ -749,7 +715,7 @@ at::Tensor gguf_linear(const at::Tensor& x_in, const at::Tensor& blocks, int64_t
   return out;
 }
 
-// 8-bit-activation linear for Q4_K / Q6_K (K a multiple of 256): the fp32 path's threading, groups of up to 8 rows.
+// 8-bit-activation linear for Q4_K / Q6_K (K a multiple of 256): same threading and row grouping as the fp32 path.
 at::Tensor gguf_linear_q8(const at::Tensor& x_in, const at::Tensor& blocks, int64_t type, int64_t K) {
   check_blocks(blocks, type, K);
   TORCH_CHECK(type == 12 || type == 14, "gguf_linear_q8: Q4_K (12) or Q6_K (14) only, got type ", type);
@@ -761,7 +727,7 @@ at::Tensor gguf_linear_q8(const at::Tensor& x_in, const at::Tensor& blocks, int6
   const Q8Rows xq(x.data_ptr<float>(), M, K);
   const uint8_t* bp = blocks.data_ptr<uint8_t>();
   float* op = out.data_ptr<float>();
-  for_row_groups<Q8_MAX_GROUP>(M, N, [&](int64_t m0, auto size, int64_t c, int64_t ce) {
+  for_row_groups(M, N, [&](int64_t m0, auto size, int64_t c, int64_t ce) {
     constexpr int MG = decltype(size)::value;
     if (type == 12) q4_k_q8_rows<MG>(xq, m0, bp, row_bytes, op + m0 * N, N, c, ce);
     else q6_k_q8_rows<MG>(xq, m0, bp, row_bytes, op + m0 * N, N, c, ce);
