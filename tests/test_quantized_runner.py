@@ -116,6 +116,33 @@ def test_q8_linear_is_llama_cpp_arithmetic_and_batch_invariant(type_name):
     assert torch.isnan(out[1]).all() and torch.equal(out[0], full[0]) and torch.equal(out[2], full[2])
 
 
+@pytest.mark.parametrize("type_name", ["Q4_K", "Q6_K"])
+def test_q8_linear_gives_a_row_the_same_bits_in_any_group_slice_and_thread(type_name):
+    """The kernel takes input rows in balanced groups (of up to 4) over slices of 64 weight rows split across threads:
+    a row's outputs must not depend on the group size, its position in the group, the slice or the thread count.
+    N = 131 is not a multiple of the slice or of the thread split; every M from 1 to 40 at two offsets."""
+    rng = np.random.default_rng(11)
+    width, outputs = 768, 131
+    blocks = torch.from_numpy(random_blocks(type_name, outputs, width, rng, scale=0.05))
+    type_id = int(gguf.GGMLQuantizationType[type_name])
+    x = torch.randn(50, width) * torch.logspace(-2, 1, 50).unsqueeze(1)     # each row its own scales
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = torch.cat([gguf_kernels.linear_q8(x[r:r + 1], blocks, type_id, width) for r in range(50)])
+        reference = _q8_reference(x, gguf_kernels.dequantize(blocks, type_id, width))
+        tolerance = 1e-5 * reference.abs().amax(1, keepdim=True)
+        assert bool(((alone - reference).abs() <= tolerance).all())
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            for rows in range(1, 41):
+                for start in (0, 50 - rows):
+                    got = gguf_kernels.linear_q8(x[start:start + rows], blocks, type_id, width)
+                    assert torch.equal(got, alone[start:start + rows]), (count, rows, start)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_q8_linear_refuses_other_formats():
     raw = random_blocks("Q4_1", 4, 256, np.random.default_rng(0))
     with pytest.raises(RuntimeError, match="Q4_K"):
