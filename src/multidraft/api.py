@@ -11,7 +11,7 @@ from multidraft.decoders.output import OutputCollector
 from multidraft.decoders.loop import draft_and_verify
 from multidraft.errors import InvalidOptionError
 from multidraft.methods import Method
-from multidraft.prefix_cache import PrefixCache
+from multidraft.prefix_cache import PrefixCache, check_prefix_cache
 from multidraft.request import Request
 from multidraft.sampling import PositionSampler
 from multidraft.types import DecodeStats, Generation
@@ -64,9 +64,7 @@ def generate_request(model, request: Request, on_token: Optional[Callable[[int],
     if on_token is not None and not callable(on_token):
         raise InvalidOptionError(f"on_token must be a function of one token id, got {type(on_token).__name__}")
     if prefix_cache is not None:
-        if not isinstance(prefix_cache, PrefixCache):
-            raise InvalidOptionError(f"prefix_cache must be a multidraft.PrefixCache, got {type(prefix_cache).__name__}")
-        prefix_cache.check(model)
+        check_prefix_cache(prefix_cache, model)
         if request.row.run is not None and request.row.loop_drafter is None:
             raise InvalidOptionError(f"method {request.method!r} runs its own decoder, which does not read a "
                                      "prefix_cache: drop prefix_cache for it")

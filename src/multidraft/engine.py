@@ -56,10 +56,10 @@ from multidraft.api import Prepared, check_model, prepare_request
 from multidraft.artifacts import Artifacts
 from multidraft.batched_drafts import DraftBatch
 from multidraft.decoders.draft_length import batch_depths, forward_costs, nodes_by_depth
-from multidraft.decoders.loop import Decoding, HiddenRecorder
+from multidraft.decoders.loop import Decoding
 from multidraft.errors import InvalidOptionError, PromptError, reraise_fatal
 from multidraft.models.packed import KVArena, Segment, SegmentOutput, packed_forward, unsupported_reason
-from multidraft.prefix_cache import PrefixCache
+from multidraft.prefix_cache import HiddenRecorder, PrefixCache, begin_reuse, check_prefix_cache
 from multidraft.request import Request
 from multidraft.sampling import check_finite
 from multidraft.types import Generation
@@ -137,10 +137,7 @@ class Engine:
         if why_not is not None:
             raise InvalidOptionError(f"the engine cannot batch {lm.name}: {why_not}; use multidraft.generate")
         if prefix_cache is not None:
-            if not isinstance(prefix_cache, PrefixCache):
-                raise InvalidOptionError(f"prefix_cache must be a multidraft.PrefixCache, got "
-                                         f"{type(prefix_cache).__name__}")
-            prefix_cache.check(lm)
+            check_prefix_cache(prefix_cache, lm)
         self.prefix_cache = prefix_cache
         self.lm = lm
         self.max_num_seqs, self.prefill_chunk, self.draft_room = max_num_seqs, prefill_chunk, draft_room
@@ -437,15 +434,9 @@ class Engine:
                 entry.depth_cap = max(1, depth)
 
     def _reuse_prefix(self, entry: _Entry) -> None:
-        """Read the prompt's start from the prefix cache into the request's fresh region (attention-row captures
-        are not cached: such requests prefill everything)."""
-        capture = entry.decoding.capture
-        if self.prefix_cache is None or capture.get("attention_heads"):
-            return
-        entry.recorder = HiddenRecorder(capture.get("hidden_layer"))
-        reused = self.prefix_cache.restore(entry.decoding.cache, entry.prefill_ids, len(entry.prefill_ids),
-                                           capture.get("hidden_layer"))
-        entry.prepared.stats.prefix_reused_tokens += reused.length
+        """Read the prompt's start from the prefix cache into the request's fresh region."""
+        reused, entry.recorder = begin_reuse(self.prefix_cache, entry.decoding.cache, entry.prefill_ids,
+                                             entry.decoding.capture, entry.prepared.stats)
         entry.prefill_done = reused.length
         if reused.hidden is not None:
             entry.hidden_parts.append(reused.hidden)

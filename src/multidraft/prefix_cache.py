@@ -82,7 +82,6 @@ class PrefixCache:
         self._next_id = 0
         self._lock = threading.Lock()
         self._model = None
-        self.hits = 0                 # lookups that reused at least one position
         self.reused_tokens = 0        # positions reused over all lookups
 
     # ----- binding -----
@@ -128,7 +127,6 @@ class PrefixCache:
             entry = self._entries[best_id]
             self._entries.move_to_end(best_id)
             cache.load_prefix(entry.keys, entry.values, best)
-            self.hits += 1
             self.reused_tokens += best
             hidden = entry.hidden[hidden_layer][:best] if hidden_layer is not None else None
         return Reused(best, hidden)
@@ -163,6 +161,46 @@ class PrefixCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+
+
+def check_prefix_cache(prefix_cache, lm) -> None:
+    """A caller's prefix_cache argument: a PrefixCache that can serve `lm` exactly, or a clear error."""
+    if not isinstance(prefix_cache, PrefixCache):
+        raise InvalidOptionError(f"prefix_cache must be a multidraft.PrefixCache, got {type(prefix_cache).__name__}")
+    prefix_cache.check(lm)
+
+
+def begin_reuse(prefix_cache: Optional[PrefixCache], cache, prefill_ids: Sequence[int], capture: dict,
+                stats) -> tuple[Reused, Optional["HiddenRecorder"]]:
+    """A generation's start, for the loop and the engine alike: the reused prefix (already in the empty `cache`) and
+    the recorder of its hidden states for its own entry; (nothing, None) without a cache or when the generation
+    captures attention rows (not kept for cached positions: it prefills as usual and leaves no entry)."""
+    if prefix_cache is None or capture.get("attention_heads"):
+        return Reused(), None
+    layer = capture.get("hidden_layer")
+    reused = prefix_cache.restore(cache, prefill_ids, len(prefill_ids), layer)
+    stats.prefix_reused_tokens += reused.length
+    return reused, HiddenRecorder(layer)
+
+
+class HiddenRecorder:
+    """The captured layer's hidden states of every cached position of one generation, for its prefix-cache entry
+    (PLD+ ranks by them, so a later prompt reusing these positions needs them too)."""
+
+    def __init__(self, layer: Optional[int]):
+        self.layer = layer
+        self.parts: list[torch.Tensor] = []
+
+    def add(self, hidden: Optional[torch.Tensor], rows: Optional[list[int]] = None) -> None:
+        if self.layer is None:
+            return
+        if hidden is None:
+            self.layer = None                 # a gap: this generation's entry keeps keys/values only
+            return
+        self.parts.append(hidden if rows is None else hidden[rows])
+
+    def states(self) -> Optional[dict[int, torch.Tensor]]:
+        return {self.layer: torch.cat(self.parts)} if self.layer is not None and self.parts else None
 
 
 def _common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:

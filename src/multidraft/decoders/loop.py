@@ -22,7 +22,7 @@ from multidraft.decoders.draft_length import DraftLength, forward_costs
 from multidraft.decoders.output import OutputCollector
 from multidraft.drafters.base import DraftForward, Drafter, LoopState, run_alone
 from multidraft.models.runner import ForwardOutput
-from multidraft.prefix_cache import Reused
+from multidraft.prefix_cache import Reused, begin_reuse
 from multidraft.types import DecodeStats, Draft
 from multidraft.verify.base import Verifier
 
@@ -146,11 +146,9 @@ def draft_and_verify(lm, prompt_ids: list[int], drafter: Drafter, verifier: Veri
     drafted token. `prefix_cache` (multidraft.PrefixCache): reuse earlier generations' keys/values of the prompt's
     start, and keep this one's for later prompts."""
     decoding = Decoding(lm, prompt_ids, drafter, verifier, sampler, output, stats, draft_length, policy)
-    capture = decoding.capture
-    if prefix_cache is not None and capture.get("attention_heads"):
-        prefix_cache = None                   # attention rows of cached positions are not kept: prefill as usual
-    recorder = HiddenRecorder(capture.get("hidden_layer")) if prefix_cache is not None else None
-    prefill_output = reused_prefill(lm, decoding.cache, decoding.prefill_ids(), capture, stats, prefix_cache)
+    capture, prefill_ids = decoding.capture, decoding.prefill_ids()
+    reused, recorder = begin_reuse(prefix_cache, decoding.cache, prefill_ids, capture, stats)
+    prefill_output = prefill_rest(lm, decoding.cache, prefill_ids, reused, capture, stats)
     if recorder is not None:
         recorder.add(getattr(prefill_output, "hidden", None))
     decoding.begin(prefill_output)
@@ -163,18 +161,14 @@ def draft_and_verify(lm, prompt_ids: list[int], drafter: Drafter, verifier: Veri
         if recorder is not None:
             recorder.add(forward_output.hidden, decoding.kept_rows)
     decoding.end()
-    if prefix_cache is not None:
+    if recorder is not None:
         prefix_cache.remember(decoding.seq, decoding.cache, recorder.states())
 
 
-def reused_prefill(lm, cache, prefill_ids: list[int], capture: dict, stats: DecodeStats, prefix_cache=None):
-    """The prefill of `prefill_ids` into the empty `cache`, skipping the longest prefix `prefix_cache` holds. Returns
-    what the drafters' begin() reads (a ForwardOutput whose hidden states cover every prefill position), or None
-    for an empty prefill."""
-    reused = Reused()
-    if prefix_cache is not None:
-        reused = prefix_cache.restore(cache, prefill_ids, len(prefill_ids), capture.get("hidden_layer"))
-        stats.prefix_reused_tokens += reused.length
+def prefill_rest(lm, cache, prefill_ids: list[int], reused: Reused, capture: dict, stats: DecodeStats):
+    """The prefill of what `cache` lacks of `prefill_ids` (it holds the `reused` prefix). Returns what the drafters'
+    begin() reads (a ForwardOutput whose hidden states cover every prefill position), or None for an empty
+    prefill."""
     rest = prefill_ids[reused.length:]
     if not rest:
         return None if reused.length == 0 else ForwardOutput(logits=torch.empty(0), hidden=reused.hidden)
@@ -184,26 +178,6 @@ def reused_prefill(lm, cache, prefill_ids: list[int], capture: dict, stats: Deco
     if reused.hidden is not None and output.hidden is not None:
         output.hidden = torch.cat([reused.hidden, output.hidden])
     return output
-
-
-class HiddenRecorder:
-    """The captured layer's hidden states of every cached position of one generation, for its prefix-cache entry
-    (PLD+ ranks by them, so a later prompt reusing these positions needs them too)."""
-
-    def __init__(self, layer: Optional[int]):
-        self.layer = layer
-        self.parts: list[torch.Tensor] = []
-
-    def add(self, hidden: Optional[torch.Tensor], rows: Optional[list[int]] = None) -> None:
-        if self.layer is None:
-            return
-        if hidden is None:
-            self.layer = None                 # a gap: this generation's entry keeps keys/values only
-            return
-        self.parts.append(hidden if rows is None else hidden[rows])
-
-    def states(self) -> Optional[dict[int, torch.Tensor]]:
-        return {self.layer: torch.cat(self.parts)} if self.layer is not None and self.parts else None
 
 
 def _within_budget(draft: Draft, max_depth: int) -> Draft:
