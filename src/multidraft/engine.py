@@ -37,9 +37,10 @@ request's tokens are identical alone and in any batch, greedy and seeded samplin
 the same dense prefill as `generate`, so even the bits of `generate` are reproduced. The draft models' packed
 forwards follow the same rules (a draft prefill alone with the dense GEMM), so a draft's logits are the same bits
 too. On the eager and fast runners a decode step's matrix shapes change with the batch, which may change the last
-bits of a logit and so a token where two logits tie to ~1e-5 (never seen in the tests). Draft-model methods at
-temperature > 0 with draft_length="adaptive" keep their output law but their tokens depend on the verified depths,
-which the global budget chooses per batch.
+bits of a logit and so a token where two logits tie to ~1e-5 (never seen in the tests). A request whose tokens
+depend on its drafts' depths (rejection sampling with a draft model, the lossy mtad / bild) never takes its depth
+from the global budget or measured timings (decoders/loop.py `Decoding`): with draft_length="adaptive" it drafts
+its drafter's own length, so a seed fixes its tokens alone, in any batch and in `generate`.
 """
 
 from __future__ import annotations

@@ -39,8 +39,11 @@ class Decoding:
         self.costs = forward_costs(lm)
         if draft_length != "adaptive":
             policy = None
-        elif policy is None:
+        elif policy is None and not _length_sensitive(verifier, sampler):
             policy = DraftLength(self.costs)
+        # else, with no policy given: the default policy chooses from measured timings; where the draft's depth
+        # changes the tokens (rejection sampling, lossy verifiers) that would make a seeded request's text depend
+        # on the machine's load and on its batch, so such a request drafts its drafter's own length ("fixed").
         self.policy = policy
         self.state = LoopState(seq=list(prompt_ids), prompt_length=len(prompt_ids), lm=lm, sampler=sampler,
                                stats=stats)
@@ -178,6 +181,11 @@ def prefill_rest(lm, cache, prefill_ids: list[int], reused: Reused, capture: dic
     if reused.hidden is not None and output.hidden is not None:
         output.hidden = torch.cat([reused.hidden, output.hidden])
     return output
+
+
+def _length_sensitive(verifier, sampler) -> bool:
+    check = getattr(verifier, "length_sensitive", None)       # duck-typed verifiers (tests): as a lossless greedy one
+    return bool(check(sampler)) if check is not None else False
 
 
 def _within_budget(draft: Draft, max_depth: int) -> Draft:

@@ -9,6 +9,9 @@ from multidraft.types import Verdict
 class GreedyVerifier(Verifier):
     name = "greedy_match"
 
+    def length_sensitive(self, sampler) -> bool:
+        return False           # the target's argmax, drafted or not
+
     def verify(self, draft, target_logits, sampler, first_position):
         choices = target_logits.argmax(-1).tolist()   # choices[row] = target's token after that row's node
         children = _children_by_token(draft)

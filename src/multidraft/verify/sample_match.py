@@ -17,6 +17,9 @@ from multidraft.verify.greedy import _children_by_token
 class SampleMatchVerifier(Verifier):
     name = "sample_match"
 
+    def length_sensitive(self, sampler) -> bool:
+        return False           # each position's token is the target's own keyed draw, drafted or not
+
     def verify(self, draft, target_logits, sampler, first_position):
         children = _children_by_token(draft)
         depths = [0] + draft.depths()
