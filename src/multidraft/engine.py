@@ -18,7 +18,9 @@ too (multidraft.batched_drafts): every request's proposal runs as a generator of
 the forwards of one depth level of all requests using one draft model go through one packed forward over a KV
 arena of that draft model (each request's draft session in a region of it). What runs alone, between steps,
 through `generate_request`: methods with their own decoder (beam, superposed) and drafters that capture attention
-rows (pld_plus rank_by="attention").
+rows (pld_plus rank_by="attention"). Such a request is watched inside its forwards (multidraft.forward_watch): before
+every decoder layer, `Engine.cancel` or the request's `check` (a server's deadline) stops it, so the model is free
+for the others within one layer.
 
 Scheduling: FIFO admission up to `max_num_seqs` running requests while the arena has a free region for the request
 (prompt + max_new_tokens + `draft_room` slots: the KV memory is bounded by `kv_slots`; a draft-model request also
@@ -59,11 +61,17 @@ from multidraft.batched_drafts import DraftBatch
 from multidraft.decoders.draft_length import batch_depths, forward_costs, nodes_by_depth
 from multidraft.decoders.loop import Decoding
 from multidraft.errors import InvalidOptionError, PromptError, reraise_fatal
+from multidraft.forward_watch import watch_layers
 from multidraft.models.packed import KVArena, Segment, SegmentOutput, packed_forward, unsupported_reason
 from multidraft.prefix_cache import HiddenRecorder, PrefixCache, begin_reuse, check_prefix_cache
 from multidraft.request import Request
 from multidraft.sampling import check_finite
 from multidraft.types import Generation
+
+
+class _StopAlone(BaseException):
+    """Raised inside a forward of a request running alone that was cancelled (a BaseException, like the server's
+    stops, so that no `except Exception` of a decoder turns it into an error)."""
 
 SEARCH_DEPTH = 16          # deepest draft the global budget considers before a sampled draft is proposed
 
@@ -90,8 +98,9 @@ class EngineMetrics:
 
 
 class _Entry:
-    def __init__(self, request_id: int, request: Request, prepared: Prepared, pair, solo_reason: Optional[str]):
-        self.id, self.request, self.prepared = request_id, request, prepared
+    def __init__(self, request_id: int, request: Request, prepared: Prepared, pair, solo_reason: Optional[str],
+                 check: Optional[Callable[[], None]] = None):
+        self.id, self.request, self.prepared, self.check = request_id, request, prepared, check
         self.pair, self.solo_reason = pair, solo_reason
         self.decoding: Optional[Decoding] = None
         self.prefill_done = 0
@@ -159,12 +168,15 @@ class Engine:
 
     # ----- requests -----
     def submit(self, request: Request, on_token: Optional[Callable[[int], None]] = None,
-               prompt_ids: Optional[list[int]] = None) -> int:
-        """Queue a request; returns its id. Errors a user can fix (prompt, options, artifacts) raise here."""
+               prompt_ids: Optional[list[int]] = None, check: Optional[Callable[[], None]] = None) -> int:
+        """Queue a request; returns its id. Errors a user can fix (prompt, options, artifacts) raise here.
+        `check`: called before every decoder layer of the forwards of a request that runs alone (beam, superposed,
+        pld_plus with attention rows); what it raises (e.g. a server's timeout) ends the request with that error."""
         if not isinstance(request, Request):
             raise InvalidOptionError(f"Engine.submit takes a multidraft.Request, got {type(request).__name__}")
-        if on_token is not None and not callable(on_token):
-            raise InvalidOptionError(f"on_token must be a function of one token id, got {type(on_token).__name__}")
+        for name, value in (("on_token", on_token), ("check", check)):
+            if value is not None and not callable(value):
+                raise InvalidOptionError(f"{name} must be a function, got {type(value).__name__}")
         prepared = prepare_request(self.lm, request, on_token, prompt_ids, self.artifacts)
         pair = prepared.loop_pair(self.lm, request, batched=True)
         solo_reason = None
@@ -172,7 +184,7 @@ class Engine:
             solo_reason = f"method {request.method!r} has its own decoder"
         elif pair[0].capture_options().get("attention_heads"):
             solo_reason = "its drafter captures attention rows"
-        entry = _Entry(-1, request, prepared, pair, solo_reason)
+        entry = _Entry(-1, request, prepared, pair, solo_reason, check)
         if solo_reason is None and entry.region_size + self.draft_room > self.arena.slots:
             raise PromptError(f"a prompt of {len(prepared.prompt_ids)} tokens plus max_new_tokens="
                               f"{request.max_new_tokens} needs {entry.region_size + self.draft_room} KV slots; the "
@@ -186,8 +198,8 @@ class Engine:
         return entry.id
 
     def cancel(self, request_id: int) -> bool:
-        """Stop a request at the next step boundary (its result keeps the tokens so far, stop reason
-        "cancelled"). False if it is unknown or already finished."""
+        """Stop a request at the next step boundary, or within one layer if it runs alone (its result keeps the
+        tokens so far, stop reason "cancelled"). False if it is unknown or already finished."""
         with self._lock:
             entry = self._entries.get(request_id)
             if entry is None or entry.finished:
@@ -352,17 +364,38 @@ class Engine:
         return finished
 
     def _run_alone(self, entry: _Entry, finished: list[int]) -> None:
-        """A method with its own decoder: the whole request now, between two steps."""
+        """A method with its own decoder: the whole request now, between two steps, watched before every layer of
+        its forwards (a cancel or its `check` stops it there)."""
         from multidraft.api import generate_request
-        p = entry.prepared
+        p, tokens, started = entry.prepared, [], time.perf_counter()
         self.metrics.num_requests_alone += 1
+
+        def on_token(token_id):
+            tokens.append(token_id)
+            if p.output.on_token is not None:
+                p.output.on_token(token_id)
+        handles = watch_layers([self.lm], lambda: self._check_alone(entry))
         try:
-            entry.result = generate_request(self.lm, entry.request, p.output.on_token, p.prompt_ids, self.artifacts)
+            entry.result = generate_request(self.lm, entry.request, on_token, p.prompt_ids, self.artifacts)
             self.metrics.generation_tokens_total += len(entry.result.token_ids)
+        except _StopAlone:
+            p.stats.generated_tokens, p.stats.stop_reason = len(tokens), "cancelled"
+            p.stats.total_time = time.perf_counter() - started
+            entry.result = Generation(text=self.lm.decode(tokens), token_ids=tokens, stats=p.stats)
         except BaseException as error:
             reraise_fatal(error)
             entry.error = error
+        finally:
+            for handle in handles:
+                handle.remove()
         finished.append(entry.id)
+
+    @staticmethod
+    def _check_alone(entry: _Entry) -> None:
+        if entry.cancelled:
+            raise _StopAlone()
+        if entry.check is not None:
+            entry.check()
 
     def _prefill_rows(self, prefilling: list[_Entry]) -> list[tuple[_Entry, int]]:
         """Prompt rows this step reads, at most prefill_chunk in all; the prompts with the fewest rows left first, so a

@@ -4,8 +4,9 @@ Same contract as `ModelWorker` (worker.py) for the service: a bounded queue of w
 `withdraw` of a waiting job, events to each job's coroutine, and a job stops when its client goes away or its
 deadline passes. The difference: up to max_num_seqs generations (a request's prompts x n choices each count)
 run at once, each engine step being one target forward for all of them. Stops are seen between steps (each step is
-one forward, a prompt is read in chunks, so a step is short) and by the token callback; a method with its own
-decoder (beam, superposed) runs alone inside a step and stops at its next token.
+one forward, a prompt is read in chunks, so a step is short) and by the token callback; a request that runs alone
+inside a step (beam, superposed, pld_plus with attention rows) is checked before every decoder layer of its
+forwards (`Engine.submit(check=job.check)`), so its timeout or hang-up frees the model within one layer.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class EngineWorker(JobQueue):
         return len(self._active)
 
     def watch_models(self, *lms) -> list:
-        """No per-layer hooks: a forward holds many jobs, so stops are seen between steps (see the docstring)."""
+        """No hooks of the worker's: a forward holds many jobs, so stops are seen between steps, and the engine watches
+        the layers of a request that runs alone itself (see the docstring)."""
         return []
 
     # ----- the loop
@@ -93,7 +95,8 @@ class EngineWorker(JobQueue):
             active = _Active(PlanRun(self.lm, job.plan, job, self.config, self.metrics))
             self._active[job] = active
             for call in active.run.calls:
-                request_id = self.engine.submit(call.request, on_token=active.run.on_token(call), prompt_ids=call.ids)
+                request_id = self.engine.submit(call.request, on_token=active.run.on_token(call), prompt_ids=call.ids,
+                                                check=job.check)
                 call.started = True
                 active.calls[request_id] = call
                 self._owner[request_id] = job

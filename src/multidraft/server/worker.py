@@ -16,6 +16,8 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from multidraft.forward_watch import watch_layers
+
 
 class JobCancelled(BaseException):
     """The client went away; nothing is sent back. (BaseException, like asyncio.CancelledError, so that no
@@ -155,16 +157,7 @@ class ModelWorker(JobQueue):
     def watch_models(self, *lms) -> list:
         """Check the running job before every forward of these models and of each of their decoder layers.
         Returns the hook handles (remove() them to undo)."""
-        handles = []
-        for lm in lms:
-            model = getattr(lm, "model", None)
-            if model is None or not hasattr(model, "register_forward_pre_hook"):
-                continue
-            layers = lm._find_layers() if hasattr(lm, "_find_layers") else None   # the LM knows where its layers are
-            modules = [model, *(layers or [])]
-            for module in modules:
-                handles.append(module.register_forward_pre_hook(lambda _module, _args: self.check_current()))
-        return handles
+        return watch_layers(lms, self.check_current)
 
     @staticmethod
     def _run(job: Job) -> None:
