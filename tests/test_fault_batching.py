@@ -169,3 +169,54 @@ def test_hang_up_while_streaming(server, name):
         finally:
             sock.close()
         assert_served_soon(client)
+
+
+def test_engine_cancel_stops_a_request_running_alone_within_a_layer():
+    """The library side: Engine.cancel from another thread ends a beam search (which runs alone, inside a step)
+    at its next decoder layer; its result says "cancelled", the request beside it still finishes, and the watch
+    hooks are gone afterwards."""
+    import multidraft
+    lm = make_tiny_lm("llama", seed=3, max_position_embeddings=2048)
+    lm.eos_token_ids = set()
+    lm.model.register_forward_pre_hook(lambda _module, _args: time.sleep(STEP_SECONDS))
+    hooks = len(lm._decoder_layers[0]._forward_pre_hooks)
+    engine = multidraft.Engine(lm, max_num_seqs=4)
+    beam = engine.submit(multidraft.Request.build(PROMPT, "beam", max_new_tokens=1000, options={"num_beams": 16}))
+    other = engine.submit(multidraft.Request.build(PROMPT, max_new_tokens=3))
+    threading.Timer(0.5, engine.cancel, [beam]).start()
+    started = time.monotonic()
+    engine.run()
+    assert time.monotonic() - started < 2.0
+    assert engine.take(beam).stats.stop_reason == "cancelled"
+    assert len(engine.take(other).token_ids) == 3
+    assert len(lm._decoder_layers[0]._forward_pre_hooks) == hooks
+
+
+@pytest.fixture(scope="module")
+def default_smollm():
+    """SmolLM2-135M as `multidraft serve --model smollm2-135m` loads it (the default runner)."""
+    from multidraft.errors import ModelNotFoundError
+    from multidraft.models.loader import load_model
+    try:
+        return load_model("smollm2-135m")
+    except ModelNotFoundError as exc:
+        pytest.skip(f"SmolLM2-135M not pulled: {exc}")
+
+
+@pytest.mark.real_model
+def test_a_long_beam_past_its_deadline_frees_the_model_real(default_smollm):
+    """Issue 46 item 1 as found: serve smollm2-135m --threads 1 --max-num-seqs 4 --timeout 4, a 16-beam request of
+    512 tokens gets its 504, and a tiny request right after is answered at once (it used to wait behind the
+    beam search and time out too)."""
+    config = ServerConfig(max_queue=8, request_timeout=4.0, max_tokens=512, max_num_seqs=4)
+    with ServerThread(create_app(default_smollm, config)) as running, \
+            httpx.Client(base_url=running.url, timeout=60) as client:
+        tiny = {"prompt": "hi", "max_tokens": 2}
+        assert client.post("/v1/completions", json=tiny).status_code == 200     # the engine's first forward
+        reply = client.post("/v1/completions", json={"prompt": "Write a very long story about a dragon.",
+                                                     "max_tokens": 512, "method": "beam", "num_beams": 16})
+        assert reply.status_code == 504, reply.text
+        sent = time.monotonic()
+        reply = client.post("/v1/completions", json=tiny)
+        assert reply.status_code == 200, reply.text
+        assert time.monotonic() - sent < SOON
