@@ -106,3 +106,28 @@ def test_serve_flag_sets_the_path(tmp_path):
     cli.register(parser.add_subparsers())
     args = parser.parse_args(["serve", "--suffix-store-path", str(tmp_path)])
     assert cli.build_config(args).suffix_store_path == str(tmp_path)
+
+
+def test_a_save_killed_mid_write_leaves_nothing_after_the_next_start(lm, tmp_path):
+    """Issue 46 item 3: a save killed (kill -9) after writing its temporary `.anonymous.npz.*.partial/` left that
+    folder for good; the next start removes it, as it puts back or removes `.old` copies. A live writer's
+    temporary (held with a lock) is kept."""
+    from multidraft import fsutil
+    from tests.crash_runs import forked_crash_runs
+
+    folder = tmp_path / "stores"
+    config = ServerConfig(max_tokens=16, suffix_store_path=str(folder)).validate()
+    store = SuffixStore()
+    store.add(lm.encode(PROMPT))
+    crashes = list(forked_crash_runs(lambda: store.save(folder / "anonymous.npz"), steps=["atomic.written"],
+                                     max_occurrences=1))
+    assert crashes == [("atomic.written", 1)]
+    assert [p.name for p in folder.iterdir() if p.name.endswith(".partial")], "the crash left no temporary"
+    with fsutil.atomic_path(folder / "other.npz") as live:       # a live writer's temporary, mid-write
+        live.write_bytes(b"x")
+        service = GenerationService(lm, config)
+        service.close()
+        assert live.parent.is_dir()
+        left = sorted(p.name for p in folder.iterdir())
+        assert left == [live.parent.name], left
+    assert sorted(p.name for p in folder.iterdir()) == ["other.npz"]

@@ -5,7 +5,9 @@ either its old version, intact, or its new version, complete. A file is renamed 
 rename). A folder cannot be renamed over a non-empty folder, so the old one is first renamed aside
 (`.<name>.<random>.old`), the new one renamed in, then the old one removed; a crash between the two renames
 leaves only the aside copy, which `recover` (called by `atomic_path` itself and by the readers of cache folders)
-renames back. Data is fsync'ed before the rename and the folder's entry after it, so the rename never points at
+renames back. A writer's temporary (`.<name>.<random>.partial`) is held with a lock while it is written, so one that a
+killed writer left is told from a live one and removed by `remove_stale_partials` (a reader's start-up sweep).
+Data is fsync'ed before the rename and the folder's entry after it, so the rename never points at
 data the disk does not have yet.
 
 Fault injection (tests only): MULTIDRAFT_CRASH_AT=STEP[@N] kills the process with SIGKILL the N-th time (default
@@ -113,15 +115,61 @@ def _folder_lock(folder: Path):
         os.close(fd)             # closing releases the lock
 
 
+def _hold(folder: Path):
+    """An exclusive lock on `folder` (its fd: close it to release; None without flock), held by a writer on its
+    temporary so that `remove_stale_partials` never removes a live writer's; a killed process releases it."""
+    try:
+        import fcntl
+        fd = os.open(folder, os.O_RDONLY)
+    except (ImportError, OSError):
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pass
+    return fd
+
+
+def _abandoned(folder: Path) -> bool:
+    """No live process holds `folder` (see `_hold`); False where that cannot be known (no flock)."""
+    try:
+        import fcntl
+        fd = os.open(folder, os.O_RDONLY)
+    except (ImportError, OSError):
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def remove_stale_partials(folder, name: str = "*") -> int:
+    """Remove the temporaries (`.<name>.<random>.partial`) that killed writers of `folder/<name>` left; a live
+    writer's temporary is kept. Returns how many were removed."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return 0
+    removed = 0
+    for leftover in folder.glob(f".{name}.*.partial"):
+        if leftover.is_dir() and _abandoned(leftover):
+            shutil.rmtree(leftover, ignore_errors=True)
+            removed += 1
+    return removed
+
+
 def _asides(final_path: Path) -> list[Path]:
     return sorted(final_path.parent.glob(f".{final_path.name}.*.old"), key=lambda p: p.lstat().st_mtime_ns)
 
 
 def recover(final_path) -> None:
     """Finish what a crashed `atomic_path` left for `final_path`: put back the old version it had moved aside (when
-    the new one never arrived), or remove that aside copy (when it did)."""
+    the new one never arrived), or remove that aside copy (when it did); remove its abandoned temporaries."""
     final_path = Path(final_path)
     parent = final_path.parent
+    remove_stale_partials(parent, final_path.name)      # a killed writer's temporary (a live writer's stays)
     try:
         if not parent.is_dir() or not _asides(final_path):
             return
@@ -153,6 +201,7 @@ def atomic_path(final_path):
     tmp = Path(tempfile.mkdtemp(prefix=f".{final_path.name}.", suffix=".partial", dir=parent))
     target = tmp / final_path.name
     aside = None
+    held = _hold(tmp)            # released in the finally below, after the temporary is gone
     try:
         yield target
         if not target.exists():
@@ -176,5 +225,7 @@ def atomic_path(final_path):
             crash_point("atomic.renamed")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if held is not None:
+            os.close(held)
         if aside is not None:
             _remove(aside)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Optional
 
 from multidraft.errors import InvalidOptionError
+from multidraft.fsutil import remove_stale_partials
 from multidraft.suffix.store import SuffixStore
 
 ANONYMOUS = "anonymous"
@@ -83,6 +84,7 @@ class StoreRegistry:
                                      "one file per store in it)")
         if not folder.is_dir():
             return 0
+        remove_stale_partials(folder, f"*{SUFFIX}")     # what a save killed mid-write left (a live one's stays)
         wanted = _KEY_FILE if self.isolation else re.compile(re.escape(ANONYMOUS + SUFFIX))
         files = sorted((f for f in folder.iterdir() if f.is_file() and wanted.fullmatch(f.name)),
                        key=lambda f: f.stat().st_mtime)[-self.max_keys:]
