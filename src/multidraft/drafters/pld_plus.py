@@ -62,10 +62,11 @@ class PLDPlusDrafter(Drafter):
         self.last_source: Optional[int] = None       # p* of the last proposal (attribution, tests)
         self.hidden_store: Optional[HiddenStore] = None
         self.attention_store: Optional[AttentionRowStore] = None
-        if rank_by == "hidden":
+        if rank_by == "hidden" or layer is not None:     # a layer given to another ranker is checked all the same
             if layer is None or not 1 <= layer <= lm.num_layers:
                 raise InvalidOptionError(f"layer {layer!r} does not exist: {lm.name} has decoder layers 1..{lm.num_layers} "
                                          "(HF hidden_states numbering; 0 would be the embeddings)")
+        if rank_by == "hidden":
             self.hidden_layer = layer
             self.hidden_store = HiddenStore(lm.hidden_size)
         elif rank_by == "attention":

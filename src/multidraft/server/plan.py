@@ -166,7 +166,8 @@ def build_plan(request, config: ServerConfig, draft_lm=None, suffix_store=None, 
         raise ApiError(400, str(exc), param="messages" if chat else "prompt") from None
     except InvalidOptionError as exc:           # an option's row check ("method 'x': ..."), or the temperature rules
         message = str(exc)
-        param = "method" if message.startswith("method '") else "temperature" if "temperature" in message else None
+        param = "method" if message.startswith("method '") else "stop" if message.startswith("stop") else \
+            "temperature" if "temperature" in message else None
         raise ApiError(400, message, param=param) from None
     return Plan(requests, chat, request.n, request.stream)
 
@@ -238,7 +239,10 @@ class PlanRun:
         self.prompt_tokens = 0
         self.calls: list[Call] = []
         for prompt_index, request in enumerate(plan.requests):
-            ids = _encode(lm, request, config)
+            try:
+                ids = _encode(lm, request, config)
+            except PromptError as exc:            # the field it is about, in the client's terms
+                raise ApiError(400, str(exc), param="messages" if plan.chat else "prompt") from None
             self.prompt_tokens += len(ids)
             base = prompt_index * plan.n
             if self.one_pass:

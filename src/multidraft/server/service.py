@@ -177,6 +177,8 @@ class GenerationService:
                              f"{self.config.request_timeout:g} s (queueing included; serve --timeout)", code="timeout")
 
     def translate(self, exc: BaseException) -> ApiError:
+        if isinstance(exc, ApiError):              # a check on the worker thread (the prompt's encoded length)
+            return exc
         if isinstance(exc, JobTimedOut):
             self.metrics.inc("multidraft:requests_timed_out_total")
             return self.timeout_error()
