@@ -220,3 +220,66 @@ def test_a_long_beam_past_its_deadline_frees_the_model_real(default_smollm):
         reply = client.post("/v1/completions", json=tiny)
         assert reply.status_code == 200, reply.text
         assert time.monotonic() - sent < SOON
+
+
+# ----------------------------------------------------------------------------- seeded sampling, alone vs batched
+
+SAMPLED = {
+    "sample": {},
+    "pld": {},
+    "pld_plus": {"rank_by": "hidden", "layer": 1},
+    "suffix": {},
+    "speculative": {},
+    "multi_draft": {"num_drafts": 3},
+    "mtad": {},
+    "bild": {},
+}
+
+
+@pytest.fixture(scope="module")
+def one_and_four():
+    """The same tiny target and draft served one at a time and batching 4, with `serve`'s default draft length
+    (adaptive: chosen from measured timings, which differ between the two servers and under load)."""
+    lm = make_tiny_lm("llama", seed=5)
+    draft = perturbed_copy(lm, 0.3, seed=2)
+    servers = [ServerThread(create_app(lm, ServerConfig(max_num_seqs=seqs, draft_length="adaptive", max_queue=32),
+                                       draft_lm=draft)) for seqs in (1, 4)]
+    for running in servers:
+        running.start()
+    yield servers
+    for running in servers:
+        running.stop()
+
+
+def texts_of(url, body):
+    reply = httpx.post(url + "/v1/completions", json=body, timeout=120)
+    assert reply.status_code == 200, reply.text
+    return [choice["text"] for choice in reply.json()["choices"]]
+
+
+@pytest.mark.parametrize("method", sorted(SAMPLED))
+def test_seeded_sampling_is_the_same_alone_and_batched(one_and_four, method):
+    one, four = one_and_four
+    body = {"prompt": PROMPT, "max_tokens": 24, "method": method, "temperature": 0.9, "top_p": 0.95, "seed": 1001,
+            "n": 2, **SAMPLED[method]}
+    expected = texts_of(one.url, body)
+    assert texts_of(four.url, body) == expected
+    others = [{"prompt": f"{PROMPT} {i}", "max_tokens": 12 + i, "method": m, "temperature": 0.7, "seed": i}
+              for i, m in enumerate(("speculative", "multi_draft", "pld", "sample", "bild", "mtad"))]
+    loaded, answers = threading.Event(), []
+
+    def traffic():
+        while not loaded.is_set():
+            for other in others:
+                answers.append(httpx.post(four.url + "/v1/completions", json=other, timeout=120).status_code)
+    threads = [threading.Thread(target=traffic) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        during = [texts_of(four.url, body) for _ in range(3)]
+    finally:
+        loaded.set()
+        for thread in threads:
+            thread.join(120)
+    assert during == [expected] * 3
+    assert answers and set(answers) == {200}
