@@ -283,3 +283,22 @@ def test_seeded_sampling_is_the_same_alone_and_batched(one_and_four, method):
             thread.join(120)
     assert during == [expected] * 3
     assert answers and set(answers) == {200}
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_seeded_draft_methods_keep_their_text_batching_real(default_smollm):
+    """Issue 46 item 2 as found: serve --model smollm2-135m --draft smollm2-135m, a seeded multi_draft /
+    speculative request sent 4 times gave up to 4 texts batching, none equal to the one-at-a-time text."""
+    from multidraft.models.loader import load_model
+    draft = load_model("smollm2-135m")
+    body = {"prompt": "The quick brown fox jumps over the lazy dog. The quick brown fox", "max_tokens": 24,
+            "temperature": 0.9, "seed": 1001, "top_p": 0.95}
+    texts = {}
+    for seqs in (1, 4):
+        config = ServerConfig(max_num_seqs=seqs, draft_length="adaptive", request_timeout=600)
+        with ServerThread(create_app(default_smollm, config, draft_lm=draft)) as running:
+            for method in ("multi_draft", "speculative"):
+                texts[seqs, method] = [texts_of(running.url, {**body, "method": method}) for _ in range(4)]
+    for method in ("multi_draft", "speculative"):
+        assert texts[4, method] == texts[1, method] == [texts[1, method][0]] * 4, method
