@@ -165,7 +165,7 @@ class Engine:
         if on_token is not None and not callable(on_token):
             raise InvalidOptionError(f"on_token must be a function of one token id, got {type(on_token).__name__}")
         prepared = prepare_request(self.lm, request, on_token, prompt_ids, self.artifacts)
-        pair = prepared.loop_pair(self.lm, request, batched=True)
+        pair = prepared.loop_pair(self.lm, request)
         solo_reason = None
         if pair is None:
             solo_reason = f"method {request.method!r} has its own decoder"
