@@ -30,10 +30,9 @@ def generate(model, prompt_or_messages, method: str = "greedy", max_new_tokens: 
     the same; prompt-lookup methods (sample-and-match) even equal plain sampling's token for token, draft-model
     methods only share its law.
 
-    draft_length="adaptive" (the default, None) verifies only as much of each draft as pays for its forward on this
-    machine (the forward costs are measured while decoding; decoders/draft_length.py); the tokens are the same, only
-    the speed and the acceptance length change. "fixed" verifies every drafted token, as the papers do (use it to
-    reproduce their acceptance lengths).
+    draft_length="adaptive" verifies only as much of each draft as pays for its forward on this machine (the
+    forward costs are measured while decoding; decoders/draft_length.py); the tokens are the same, only the speed
+    and the acceptance length change. "fixed" (the default, None) verifies every drafted token, as the papers do.
 
     method="greedy" with a temperature > 0 runs plain sampling, and `stats.method` says "sample". Bad input of
     any kind raises a `multidraft.errors.MultidraftError` subclass (see `multidraft.validation` for the rules).

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
 
 from multidraft import validation
-from multidraft.decoders.draft_length import DEFAULT_MODE, check_mode as check_draft_length
+from multidraft.decoders.draft_length import check_mode as check_draft_length
 from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.methods import Method, get_method
 from multidraft.sampling import SamplingParams
@@ -35,7 +35,7 @@ class Request:
     max_new_tokens: int = 128
     stop: tuple[str, ...] = ()
     chat: Optional[bool] = None
-    draft_length: str = DEFAULT_MODE
+    draft_length: str = "fixed"
 
     @classmethod
     def build(cls, prompt: Prompt, method: str = "greedy", *, max_new_tokens: int = 128,
@@ -59,7 +59,7 @@ class Request:
             method = "sample"          # "greedy" names the plain decoder; with a temperature it samples, and says so
         if chat is not None and not isinstance(chat, bool):
             raise InvalidOptionError(f"chat must be true, false or None (automatic), got {chat!r}")
-        draft_length = DEFAULT_MODE if draft_length is None else draft_length
+        draft_length = "fixed" if draft_length is None else draft_length
         check_draft_length(draft_length)
         return cls(_prompt_shape(prompt), method, resolved, params, validation.max_new_tokens(max_new_tokens),
                    tuple(validation.stop_strings(stop)), chat, draft_length)

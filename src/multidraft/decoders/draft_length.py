@@ -27,10 +27,6 @@ import weakref
 from typing import Optional
 
 MODES = ("fixed", "adaptive")
-# The one default of the library, the commands, the server and the bench. The tokens are the same either way; on a
-# CPU, where a verified row costs a third of a forward, "fixed" (verify every drafted token, as the papers do, for
-# reproducing their acceptance lengths) made `pld` slower than greedy.
-DEFAULT_MODE = "adaptive"
 
 
 class ForwardCosts:
@@ -211,8 +207,8 @@ def batch_depths(costs: ForwardCosts, base_rows: int, base_tokens: float,
 
 
 def add_draft_length_argument(parser) -> None:
-    """`--draft-length` for the commands that decode (generate, bench, serve)."""
-    parser.add_argument("--draft-length", choices=MODES, default=DEFAULT_MODE,
+    """`--draft-length` for the commands that decode (generate, bench, serve); adaptive by default there."""
+    parser.add_argument("--draft-length", choices=MODES, default="adaptive",
                         help="adaptive: verify only as much of each draft as pays for its forward on this machine "
                              "(same tokens, measured costs); fixed: every drafted token, as the papers do")
 

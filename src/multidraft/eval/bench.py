@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from multidraft.decoders.draft_length import DEFAULT_MODE
 from multidraft.errors import InvalidOptionError
 # Re-exported: the public names of `multidraft.eval.bench` from before the split.
 from multidraft.eval.bench_methods import (PEER_OPTIONS, PEERS, PRESETS, SPD_K_VALUES,  # noqa: F401
@@ -46,7 +45,7 @@ class BenchConfig:
     options: dict[str, dict[str, Any]] = field(default_factory=dict)   # method -> option overrides
     runner: str = "eager"                             # our methods' runner (models/runner.py); HF peers run stock
     device: Optional[str] = None                      # None: cuda when torch sees a GPU, else cpu
-    draft_length: str = DEFAULT_MODE                  # decoders/draft_length.py
+    draft_length: str = "fixed"                       # "adaptive": decoders/draft_length.py
 
     def identity(self) -> dict[str, Any]:
         """What the numbers of a row depend on. Tasks, methods and limit may change between resumed runs."""
