@@ -16,6 +16,7 @@ import multidraft
 import multidraft.verify.bild
 import multidraft.verify.mtad
 import multidraft.verify.multi_draft
+from multidraft.decoders.builtin_methods import NoDrafter
 from multidraft.methods import METHODS
 from multidraft.types import Draft
 from multidraft.verify.base import Verifier
@@ -26,7 +27,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 FLOOR = 1.3            # mean acceptance length; a verifier that rejects everything gives exactly 1.0
 NEW_TOKENS = 24
 SELECTIONS = multidraft.verify.multi_draft.SELECTION_SCHEMES
-DRAFTING = sorted(name for name, method in METHODS.items() if method.make_drafter is not None)
+DRAFTING = sorted(name for name, method in METHODS.items()
+                  if method.make_drafter is not None and method.drafter is not NoDrafter)
 
 
 def cases():

@@ -145,7 +145,8 @@ def test_stats_are_consistent(tiny_lm):
     assert 0 <= stats.acceptance_rate <= 1
     greedy = multidraft.generate(tiny_lm, PROMPTS[3], method="greedy", max_new_tokens=30)
     assert greedy.stats.mean_acceptance_length == 1.0
-    assert greedy.stats.target_calls == greedy.stats.generated_tokens
+    # Greedy is the one loop with a drafter that proposes nothing: a prefill, then one verified row per token.
+    assert greedy.stats.target_calls == greedy.stats.verification_calls + 1 == greedy.stats.generated_tokens + 1
 
 
 def test_stop_string_and_streaming(tiny_lm):

@@ -65,16 +65,16 @@ def generate_request(model, request: Request, on_token: Optional[Callable[[int],
         raise InvalidOptionError(f"on_token must be a function of one token id, got {type(on_token).__name__}")
     if prefix_cache is not None:
         check_prefix_cache(prefix_cache, model)
-        if request.row.run is not None and request.row.loop_drafter is None:
+        if request.row.run is not None:
             raise InvalidOptionError(f"method {request.method!r} runs its own decoder, which does not read a "
                                      "prefix_cache: drop prefix_cache for it")
     prepared = prepare_request(model, request, on_token, prompt_ids, artifacts)
     drafts = None
-    if prepared.spec.run is not None and prefix_cache is None:
+    if prepared.spec.run is not None:
         drafts = prepared.spec.run(model, prepared.prompt_ids, prepared.sampler, prepared.output, prepared.stats,
                                    prepared.options)
-    else:      # the one loop (greedy / sample with a prefix cache too: their loop form drafts nothing)
-        drafter, verifier = prepared.loop_pair(model, request, batched=True)
+    else:      # the one loop (greedy and sample too: their drafter proposes nothing)
+        drafter, verifier = prepared.loop_pair(model, request)
         draft_and_verify(model, prepared.prompt_ids, drafter, verifier, prepared.sampler, prepared.output,
                          prepared.stats, request.draft_length, prefix_cache=prefix_cache)
     # Every decoder finalized the stats once (OutputCollector.finalize): generated tokens, stop reason, total time.
@@ -93,16 +93,12 @@ class Prepared:
     output: OutputCollector
     stats: DecodeStats
 
-    def loop_pair(self, model, request: Request, batched: bool = False):
-        """(drafter, verifier) of the one loop; `batched`: also for own-decoder rows that have a loop form
-        (greedy, sample). None when the method only runs with its own decoder."""
+    def loop_pair(self, model, request: Request):
+        """(drafter, verifier) of the one loop; None for a method with its own decoder (beam, superposed)."""
         spec = self.spec
-        if spec.make_drafter is not None:
-            drafter = spec.make_drafter(model, self.sampler, self.options)
-        elif batched and spec.loop_drafter is not None:
-            drafter = spec.loop_drafter(model, self.sampler, self.options)
-        else:
+        if spec.make_drafter is None:
             return None
+        drafter = spec.make_drafter(model, self.sampler, self.options)
         if spec.make_verifier is not None:
             verifier = spec.make_verifier(model, self.sampler, self.options)
         else:

@@ -178,7 +178,7 @@ class Engine:
             if value is not None and not callable(value):
                 raise InvalidOptionError(f"{name} must be a function, got {type(value).__name__}")
         prepared = prepare_request(self.lm, request, on_token, prompt_ids, self.artifacts)
-        pair = prepared.loop_pair(self.lm, request, batched=True)
+        pair = prepared.loop_pair(self.lm, request)
         solo_reason = None
         if pair is None:
             solo_reason = f"method {request.method!r} has its own decoder"

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 # Leaf modules only (never the package root `multidraft`, which imports api -> this module).
 from multidraft.blockwise import artifacts as blockwise_artifacts
 from multidraft.blockwise import drafter as blockwise
-from multidraft.decoders.builtin_methods import make_no_drafter, make_pld_drafter, run_autoregressive, run_beam
+from multidraft.decoders.builtin_methods import NoDrafter, make_no_drafter, make_pld_drafter, run_beam
 from multidraft.drafters import bild, draft_model_options, pld_plus, suffix
 from multidraft.drafters.prompt_lookup import VARIANTS as PLD_VARIANTS
 from multidraft.errors import InvalidOptionError, UnknownMethodError
@@ -72,9 +72,6 @@ class Method:
     verifier: Optional[type] = None
     # Methods with their own decoder: run(lm, prompt_ids, sampler, output, stats, options) -> drafts or None.
     run: Optional[Callable] = None
-    # An own-decoder method that is also a loop pair (greedy, sample: a drafter that proposes nothing, verified by
-    # greedy match / sample-and-match, gives the same tokens): how the engine batches it. (lm, sampler, options).
-    loop_drafter: Optional[Callable] = None
     # check_options(options) raises InvalidOptionError for what the specs cannot say (relations between options,
     # checks with their own wording); then each option's spec checks its type and range (method_options.py). Both
     # run once, in resolve_options, so the CLI, the bench and the server refuse bad values before loading anything
@@ -220,9 +217,9 @@ if set(SUPERPOSED_SPECS) != set(SUPERPOSED_OPTIONS):
 
 _ROWS = (
     Method("greedy", lossless=True, description="plain greedy decoding (argmax at every step)",
-           run=run_autoregressive, loop_drafter=make_no_drafter),
+           make_drafter=make_no_drafter, drafter=NoDrafter),
     Method("sample", lossless=True, description="plain sampling with temperature, top-k and top-p",
-           run=run_autoregressive, loop_drafter=make_no_drafter),
+           make_drafter=make_no_drafter, drafter=NoDrafter),
     Method("beam", lossless=False, description="beam search over the target model (a different decoder, not greedy)",
            specs={"num_beams": Opt(4, "int", low=1, cap="max_beams"),
                   "length_penalty": Opt(1.0, "float", http_low=-100, http_high=100)},

@@ -1,16 +1,12 @@
-"""How the baselines (greedy, sample, beam) and prompt lookup (pld) run; their rows live in multidraft.methods."""
+"""How the baselines (greedy, sample: the one loop with a drafter that proposes nothing; beam) and prompt lookup (pld) run; their rows live in multidraft.methods."""
 
 from __future__ import annotations
 
-from multidraft.decoders.autoregressive import autoregressive, beam_search
+from multidraft.decoders.beam import beam_search
 from multidraft.drafters.base import Drafter
 from multidraft.drafters.prompt_lookup import PromptLookupDrafter
 from multidraft.errors import InvalidOptionError
 from multidraft.types import Draft, Generation
-
-
-def run_autoregressive(lm, prompt_ids, sampler, output, stats, options):
-    autoregressive(lm, prompt_ids, sampler, output, stats)
 
 
 def run_beam(lm, prompt_ids, sampler, output, stats, options):

@@ -309,7 +309,7 @@ def run_plan(lm, plan: Plan, job, config: ServerConfig, metrics, artifacts=None,
     for call in run.calls:
         call.started = True
         row = call.request.row
-        reuse = prefix_cache if row.run is None or row.loop_drafter is not None else None
+        reuse = prefix_cache if row.run is None else None
         try:
             result = generate_request(lm, call.request, on_token=run.on_token(call), prompt_ids=call.ids,
                                       artifacts=artifacts, prefix_cache=reuse)

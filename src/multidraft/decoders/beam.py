@@ -1,4 +1,4 @@
-"""Plain decoders: greedy, sampling (temperature / top-k / top-p) and beam search."""
+"""Beam search: its own decoder (a batch of beams), not a draft-and-verify loop."""
 
 from __future__ import annotations
 
@@ -9,26 +9,6 @@ import torch
 from multidraft.decoders.output import OutputCollector
 from multidraft.sampling import check_finite
 from multidraft.types import DecodeStats
-
-
-def autoregressive(lm, prompt_ids: list[int], sampler, output: OutputCollector, stats: DecodeStats) -> None:
-    """One token per target forward. Greedy at temperature 0, else a keyed draw per position."""
-    started = time.perf_counter()
-    cache = lm.new_cache()
-    forward_output = lm.forward(cache, prompt_ids, logits_rows=slice(-1, None))
-    stats.prefill_time = forward_output.seconds
-    position = len(prompt_ids)
-    while True:
-        stats.target_calls += 1
-        token = sampler.pick(forward_output.logits[-1], position)
-        output.add([token])
-        stats.record_step(1, [], 0)
-        if output.done:
-            break
-        position += 1
-        forward_output = lm.forward(cache, [token])
-        stats.verify_time += forward_output.seconds
-    output.finalize(stats, started)
 
 
 @torch.inference_mode()
