@@ -195,6 +195,9 @@ def test_segfaulting_peer_costs_its_own_rows_only(fake_llama_cpp, tiny_bench_lm,
     assert len(events(fake_llama_cpp, "made")) == 2              # crashed once each (in the warm-up); not restarted
     report = (tmp_path / REPORT_NAME).read_text()
     assert f"| `llama_cpp_greedy` (llama.cpp) | failed: {reason} |" in report
+    lines = report.splitlines()          # its line in the task's table has that table's columns
+    failed_line = [line for line in lines if line.startswith("| `llama_cpp_greedy` (llama.cpp) | failed")][-1]
+    assert failed_line.count("|") == next(line for line in lines if line.startswith("| method | tok/s")).count("|")
     assert f"`llama_cpp_prompt_lookup` on 2 prompt(s) (code_edit `c0`, code_edit `c1`): {reason}" in report
     assert demo_module.main([str(tmp_path)]) == 0                 # the demo's table, exit 0: our rows are fine
     out = capsys.readouterr().out

@@ -1,6 +1,10 @@
 """Running the benchmark's columns on one prompt: every turn of a prompt per method, HF peers through
-`model.generate`, llama.cpp peers through llama-cpp-python on the model's GGUF (eval/llama_cpp_peer.py), output
-quality for the columns where it can differ from the baseline's, the equality check.
+`model.generate`, llama.cpp peers through llama-cpp-python on the model's GGUF in a child process
+(eval/llama_cpp_peer.py: its crash or hang fails its own rows only), output quality for the columns where it can
+differ from the baseline's, the equality check.
+
+HF's generate() stays in this process: it runs the same torch kernels as our own columns, so a crash there would be
+one of ours too, and its Python errors already cost only its row.
 """
 
 from __future__ import annotations

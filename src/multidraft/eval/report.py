@@ -155,7 +155,7 @@ def render_tables(header: dict, rows: list[dict], analysis: Optional[dict] = Non
         for label, s in summaries.items():
             if s["failed_reason"]:
                 lines.append(f"| {_method_cell(methods[label])} | {failed_cell(s['failed_reason'])} |"
-                             + " |" * 8 + f" {s['failed']} |")
+                             + " |" * 7 + f" {s['failed']} |")
                 continue
             speed = " / ".join(f"{x:.2f}" for x in s["speedup"]) if s["speedup"] else "—"
             positions = " ".join(f"{p:.2f}" for p in s["per_position"][:MAX_POSITIONS]) or "—"
