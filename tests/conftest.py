@@ -1,6 +1,9 @@
-"""Shared fixtures: tiny random models (fast, offline) and the real SmolLM2-135M when it has been pulled."""
+"""Shared fixtures: tiny random models (fast, offline) and the real SmolLM2-135M (pulled by `make test`; missing, it
+fails the tests that need it under make and skips them in a plain pytest run: tests/installed.py). The run ends with
+one line per skip reason and its count."""
 
 import os
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -16,6 +19,7 @@ settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("explore", print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+from tests.installed import load_smollm  # noqa: E402
 from tests.tiny_models import (build_tiny_ngram, make_tiny_hf_model, make_tiny_lm, make_tokenizer,  # noqa: E402
                                perturbed_copy)
 
@@ -77,16 +81,9 @@ def dense_ngram_path(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def smollm():
-    from multidraft.models.loader import load_model
-    from multidraft.errors import ModelNotFoundError
-    try:
-        # The HF folder's weights in fp32 (tests perturb and inspect them); the GGUF-block runner that load_model
-        # picks by default has its own fixture (test_quantized_runner.py).
-        return load_model("smollm2-135m", dtype=torch.float32, runner="eager")
-    except ModelNotFoundError as exc:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"SmolLM2-135M not pulled: {exc}")
+    # The HF folder's weights in fp32 (tests perturb and inspect them); the GGUF-block runner that load_model
+    # picks by default has its own fixture (test_quantized_runner.py). Missing under `make test`: a failure.
+    return load_smollm(dtype=torch.float32, runner="eager")
 
 
 @pytest.fixture(scope="module")
@@ -96,3 +93,16 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line per skip reason with its count, last, so a skip nobody meant is seen."""
+    reasons: Counter = Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    if reasons:
+        terminalreporter.section(f"{sum(reasons.values())} skipped, by reason")
+        for reason, count in reasons.most_common():
+            terminalreporter.write_line(f"{count:5d}  {reason}")

@@ -1,13 +1,12 @@
 """PLD+ on the real SmolLM2-135M (fp32, eager and sdpa attention): token-identical to greedy on every input-guided task."""
 
-import os
-
 import pytest
 import torch
 
 import multidraft
 from multidraft import data
 from multidraft.eval.tasks import INPUT_GUIDED_TASKS, load_task, required_data
+from tests.installed import load_smollm
 
 pytestmark = pytest.mark.real_model
 
@@ -19,14 +18,7 @@ HAND_PROMPTS = [
 
 @pytest.fixture(scope="module")
 def smollm_eager():
-    from multidraft.errors import ModelNotFoundError
-    from multidraft.models.loader import load_model
-    try:
-        return load_model("smollm2-135m", dtype=torch.float32, attn_implementation="eager")
-    except ModelNotFoundError as exc:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"SmolLM2-135M not pulled: {exc}")
+    return load_smollm(dtype=torch.float32, attn_implementation="eager")      # `make test` pulls it: else a failure
 
 
 def task_prompts():

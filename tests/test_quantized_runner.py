@@ -16,11 +16,18 @@ import torch
 
 from multidraft.models import gguf_kernels
 from multidraft.models.kv_cache import KVCache
+from tests.installed import load_smollm, require_quantized_kernels
 from tests.tiny_gguf import FORMATS, random_blocks, write_tiny_gguf
 from tests.tiny_models import make_tokenizer
 
-pytestmark = pytest.mark.skipif(not gguf_kernels.load(progress=False),
-                                reason=f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
+
+@pytest.fixture(autouse=True, scope="module")
+def kernels():
+    """Every test here needs the kernels: without AVX2 a skip; a failed build (no compiler) under `make test` fails
+    each test with what is missing, instead of the module's tests vanishing."""
+    require_quantized_kernels()
+
+
 BLOCK_FORMATS = [name for name in FORMATS if name not in ("F16", "BF16", "F32")]
 
 
@@ -271,16 +278,7 @@ def test_unembedding_rows_are_the_lm_head(tmp_path):
 
 @pytest.fixture(scope="module")
 def smollm_quantized():
-    import os
-
-    from multidraft.errors import ModelNotFoundError
-    from multidraft.models.loader import load_model
-    try:
-        lm = load_model("smollm2-135m", runner="quantized")
-    except ModelNotFoundError as exc:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"SmolLM2-135M not pulled: {exc}")
+    lm = load_smollm(runner="quantized")
     if lm.runner != "quantized":
         pytest.skip("this SmolLM2 pull predates kept GGUF files")
     return lm

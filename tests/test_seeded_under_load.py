@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from multidraft.server import ServerConfig, ServerThread, create_app
+from tests.installed import load_smollm
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 
@@ -25,12 +26,7 @@ LOAD = [{"prompt": f"Item {i}: the quick brown fox jumps over the lazy dog. " * 
 
 @pytest.fixture(scope="module")
 def default_server():
-    from multidraft.errors import ModelNotFoundError
-    from multidraft.models.loader import load_model
-    try:
-        lm = load_model("smollm2-135m")                 # the defaults `multidraft serve` uses
-    except ModelNotFoundError as exc:
-        pytest.skip(f"SmolLM2-135M not pulled: {exc}")
+    lm = load_smollm()              # the defaults `multidraft serve` uses; `make test` pulls it: else a failure
     app = create_app(lm, ServerConfig(max_queue=32, max_tokens=32, request_timeout=600))
     with ServerThread(app) as running:
         yield running

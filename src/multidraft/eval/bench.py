@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from multidraft.errors import InvalidOptionError
+from multidraft.eval import llama_cpp_peer
 # Re-exported: the public names of `multidraft.eval.bench` from before the split.
 from multidraft.eval.bench_methods import (PEER_OPTIONS, PEERS, PRESETS, SPD_K_VALUES,  # noqa: F401
                                            BenchMethod, resolve_methods)
@@ -154,9 +155,12 @@ def _execute(config, work, models, ray_address, workers) -> Iterator[dict]:
     lm, draft_lm = models if models is not None else load_models(config)
     artifacts = Artifacts()          # this run's n-gram files, heads...: loaded once, outside the timed spans after warm-up
     every = list({m.label: m for _, todo, _ in work for m in todo}.values())
-    warm_up(lm, draft_lm, work[0][0], every, config, artifacts)
-    for item, todo, reference in work:
-        yield from run_prompt(lm, draft_lm, item, todo, config, reference, artifacts)
+    try:
+        warm_up(lm, draft_lm, work[0][0], every, config, artifacts)
+        for item, todo, reference in work:
+            yield from run_prompt(lm, draft_lm, item, todo, config, reference, artifacts)
+    finally:
+        llama_cpp_peer.close_peers(lm)          # the peers' child processes end with the run
 
 
 def _progress(total: int, initial: int, enabled: bool):

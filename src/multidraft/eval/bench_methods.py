@@ -117,7 +117,8 @@ def resolve_methods(requested: Iterable[str], has_draft: bool, overrides: Option
 
     `requested` holds registry or peer names, or "all". A method that needs a draft model without one is an error
     when named, and skipped under "all". With `model`, the llama.cpp peers are checked too: skipped when the model
-    has no GGUF; without llama-cpp-python an error (OptionalDependencyError) when named, skipped under "all".
+    has no GGUF; without llama-cpp-python skipped under "all", and run when named (each row then fails with the
+    install hint, beside the other rows).
     """
     from multidraft.methods import available_methods       # lazily: the report reads this module too
 

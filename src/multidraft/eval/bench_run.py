@@ -1,6 +1,10 @@
 """Running the benchmark's columns on one prompt: every turn of a prompt per method, HF peers through
-`model.generate`, llama.cpp peers through llama-cpp-python on the model's GGUF (eval/llama_cpp_peer.py), output
-quality for the columns where it can differ from the baseline's, the equality check.
+`model.generate`, llama.cpp peers through llama-cpp-python on the model's GGUF in a child process
+(eval/llama_cpp_peer.py: its crash or hang fails its own rows only), output quality for the columns where it can
+differ from the baseline's, the equality check.
+
+HF's generate() stays in this process: it runs the same torch kernels as our own columns, so a crash there would be
+one of ours too, and its Python errors already cost only its row.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import Iterator, Optional
 
 from multidraft.eval import llama_cpp_peer
 from multidraft.eval.bench_methods import BenchMethod
+from multidraft.eval.peer_process import PeerFailed
 from multidraft.eval.results import BASELINE
 from multidraft.types import DecodeStats
 
@@ -89,9 +94,9 @@ def _run_turns(lm, draft_lm, item, method: BenchMethod, config, quality: bool, a
             llama = llama_cpp_peer.runner_for(lm, method.name, method.options,
                                               len(prompt_ids) + config.max_new_tokens, config.model)
         start = time.perf_counter()
-        if llama is not None:       # prefill included, like every other column
+        if llama is not None:       # prefill included, like every other column; timed in its child process
             token_ids = llama.generate(prompt_ids, config.max_new_tokens, lm.eos_token_ids)
-            seconds = time.perf_counter() - start
+            seconds = llama.last_seconds
             text = lm.decode(token_ids)
         elif method.peer:
             token_ids = _hf_generate(lm, draft_lm, method, prompt_ids, config.max_new_tokens, config.dtype)
@@ -156,8 +161,12 @@ def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
                                   artifacts=artifacts))
         except (KeyboardInterrupt, SystemExit):
             raise
+        except PeerFailed as exc:       # a peer's crash, hang or missing install: its reason is the row's error
+            row["error"] = str(exc)
         except Exception as exc:        # a failing method is reported, not fatal for the other columns
             row["error"] = f"{type(exc).__name__}: {exc}"
+        if llama_cpp_peer.is_llama_cpp(method.name):
+            row["peer_config"] = llama_cpp_peer.peer_config(lm, method.name)
         row["load_average_after"] = os.getloadavg()[0]      # the load while the row ran shows here, not before it
         if method.name == BASELINE and row["error"] is None:
             reference = [t["token_ids"] for t in row["turns"]]

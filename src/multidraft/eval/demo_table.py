@@ -6,7 +6,9 @@ One line per method: pooled tok/s over every prompt (total tokens / total second
 HF prompt lookup and llama.cpp greedy (when the bench ran it: `make llama`) on the same prompts, the mean
 acceptance length, and whether the output equalled greedy's on every prompt. llama.cpp need not (8-bit
 activations): its cell says on how many prompts it did and how many tokens matched before the first difference.
-The full per-task tables are in the folder's report.md.
+A method whose every run failed (a peer that crashed, hung or is not installed) gets a row saying
+"failed: <reason>"; the llama.cpp build the peers ran is named under the table. Exit status 1 only when one of our
+own methods failed. The full per-task tables are in the folder's report.md.
 """
 
 from __future__ import annotations
@@ -14,6 +16,16 @@ from __future__ import annotations
 import sys
 
 from multidraft.eval.bench import read_results
+from multidraft.eval.report import failed_cell, peer_configs
+
+
+def failures(rows: list[dict]) -> dict[str, str]:
+    """{method: the first error of its rows} for methods with a failed row."""
+    failed: dict[str, str] = {}
+    for row in rows:
+        if row.get("kind") == "row" and row.get("error"):
+            failed.setdefault(row["method"], row["error"])
+    return failed
 
 
 def demo_table(rows: list[dict]) -> str:
@@ -55,9 +67,13 @@ def demo_table(rows: list[dict]) -> str:
             same = (f"{counts[method][0]}/{counts[method][1]} prompts, {prefix[method][0]}/{prefix[method][1]} "
                     f"tokens before a difference")
         lines.append(f"| {method} | {value:.2f} | " + " | ".join(versus) + f" | {mal_cell} | {same} |")
+    for method, reason in failures(rows).items():
+        if method not in rate:              # every run of it failed: the row says why
+            lines.append(f"| {method} | {failed_cell(reason)} |" + " |" * (len(peers) + 2))
     prompts = len({(r["task"], r["prompt_id"]) for r in ok})
     lines.append("")
-    llama = " llama.cpp peers: llama-cpp-python on the same GGUF." if "llama_cpp_greedy" in peers else ""
+    builds = peer_configs(rows)
+    llama = f" llama.cpp peers: {'; '.join(builds)}, on the same GGUF." if builds else ""
     lines.append(f"{prompts} prompts; tok/s pooled over them; our methods on the '{runner}' runner, HF peers stock."
                  + llama)
     return "\n".join(lines)
@@ -70,6 +86,11 @@ def main(argv=None) -> int:
         return 2
     _header, rows = read_results(argv[0])
     print(demo_table(rows))
+    # A peer that failed (llama.cpp crashed, is not installed...) costs its own row; one of ours failing fails the demo.
+    ours = sorted({r["method"] for r in rows if r.get("kind") == "row" and r.get("error") and not r.get("peer")})
+    if ours:
+        print(f"demo: our method(s) {', '.join(ours)} failed; see {argv[0]}/report.md", file=sys.stderr)
+        return 1
     return 0
 
 

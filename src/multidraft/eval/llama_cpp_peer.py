@@ -7,67 +7,73 @@ n_threads_batch), greedy sampling (temp 0, top_k 1, no penalties), the same max_
 (the EOS token is kept, as in our greedy), and the prefill inside the timed span. Prompt lookup is
 llama-cpp-python's `LlamaPromptLookupDecoding` with num_pred_tokens = pld's num_draft_tokens (as hf_prompt_lookup).
 
-One `Llama` per peer and bench run, kept on the LM object (the prompt-lookup one must keep logits of every position,
-`logits_all=True`, which llama-cpp-python needs with a draft model; greedy keeps only the last). Its KV is reset
-before every prompt: llama-cpp-python otherwise reuses the prefix a prompt shares with the previous one, which
-would make later prompts look faster.
+llama.cpp runs in a child process (eval/llama_cpp_child.py through eval/peer_process.py): a crash in its native
+code (a build for the wrong CPU features segfaulted in its first decode, issue 43), a hang, or an install that does
+not load fails that peer's rows with the reason ("llama.cpp crashed (SIGSEGV) in its first decode") and the bench
+goes on. One child per peer and bench run, kept on the LM object (the prompt-lookup one must keep logits of every
+position, `logits_all=True`, which llama-cpp-python needs with a draft model; greedy keeps only the last). Its KV is
+reset before every prompt: llama-cpp-python otherwise reuses the prefix a prompt shares with the previous one,
+which would make later prompts look faster. The child reports llama.cpp's system info (the SIMD features the build
+uses), which the rows keep as `peer_config` and the report names.
 
 llama.cpp quantizes activations to 8 bits in its quantized matmuls, so its tokens need not equal our greedy's: the
 rows are marked not lossless, and the bench records how far each matches the baseline (`equal_greedy`,
-`greedy_prefix_match`) instead of asserting it. llama-cpp-python is an optional extra (`make llama`, or
-`pip install 'multidraft[llama]'`, a ~8 minute source build on 2 cores); without it the rows raise
-OptionalDependencyError (one line), and a model with no GGUF (an HF folder) skips them.
+`greedy_prefix_match`) instead of asserting it. llama-cpp-python is an optional extra (`make llama`, a source build
+for this CPU's features without the AMX backend, eval/llama_build.py); without it the rows fail with that hint, or
+are skipped under `--methods all`; a model with no GGUF (an HF folder) skips them.
 """
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from multidraft import validation
-from multidraft.errors import InvalidOptionError, ModelNotFoundError, OptionalDependencyError
+from multidraft.errors import InvalidOptionError, ModelNotFoundError
+from multidraft.eval.peer_process import PeerFailed, PeerProcess
 
 GREEDY = "llama_cpp_greedy"
 PROMPT_LOOKUP = "llama_cpp_prompt_lookup"
 LLAMA_CPP_PEERS = (GREEDY, PROMPT_LOOKUP)
-INSTALL_HINT = "run `make llama` or `pip install 'multidraft[llama]'` (a source build, ~8 minutes on 2 cores)"
+INSTALL_HINT = ("run `make llama` in a checkout (a source build for this CPU, ~8-17 minutes on 2 cores), or "
+                "`CMAKE_ARGS=\"$(python -m multidraft.eval.llama_build cmake-args)\" pip install 'multidraft[llama]'`")
 DEFAULT_MAX_NGRAM_SIZE = 2          # LlamaPromptLookupDecoding's default (what users get)
 _CONTEXT_STEP = 1024                # n_ctx is rounded up to this, so most prompts of a run fit the first Llama
 _CACHE_ATTRIBUTE = "_llama_cpp_peers"
+CHILD_SCRIPT = Path(__file__).with_name("llama_cpp_child.py")
+# How long the child may stay silent before it counts as hung and is stopped: starting and loading the GGUF, and a
+# generation (a base plus a per-token allowance: a 2-core CPU prefills a 1.5B model at tens of tokens a second).
+LOAD_TIMEOUT_S = 600.0
+GENERATE_TIMEOUT_S = 120.0
+TIMEOUT_PER_TOKEN_S = 0.5
 
 
 def is_llama_cpp(name: str) -> bool:
     return name in LLAMA_CPP_PEERS
 
 
-def import_llama_cpp():
-    """The llama_cpp module, or OptionalDependencyError saying how to install it."""
+def missing_reason() -> Optional[str]:
+    """Why llama-cpp-python cannot run here (None: it is installed). Looks for the package without importing it:
+    its native library is loaded only in the peer's child process."""
     try:
-        import llama_cpp
-        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding  # noqa: F401
-    except ImportError:
-        raise OptionalDependencyError(f"the llama.cpp bench rows ({', '.join(LLAMA_CPP_PEERS)}) need "
-                                      f"llama-cpp-python, which is not installed: {INSTALL_HINT}") from None
-    except (OSError, RuntimeError) as exc:        # installed, but its shared library does not load here
-        raise OptionalDependencyError(f"llama-cpp-python is installed but does not load ({exc}); reinstall it: "
-                                      f"{INSTALL_HINT}") from None
-    return llama_cpp
+        found = importlib.util.find_spec("llama_cpp") is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else f"llama-cpp-python is not installed: {INSTALL_HINT}"
 
 
 def skip_reason(model: str, required: bool) -> Optional[str]:
-    """Why the llama.cpp rows cannot run on `model` (None: they can). A model without a GGUF is a reason to skip;
-    a missing llama-cpp-python is one only when the rows were not asked for by name (`required`): then it raises."""
+    """Why the llama.cpp rows are not run on `model` (None: they are). A model without a GGUF skips them; so does a
+    missing llama-cpp-python under `--methods all`. Asked for by name (`required`), they run and each row fails
+    with the install hint instead, so the report says what to do beside the other rows."""
     from multidraft.models.loader import gguf_source
     try:
         gguf_source(model)
     except ModelNotFoundError as exc:
         return f"llama.cpp needs the model's GGUF: {exc}"
-    try:
-        import_llama_cpp()
-    except OptionalDependencyError:
-        if required:
-            raise
-        return f"llama-cpp-python is not installed ({INSTALL_HINT})"
-    return None
+    reason = missing_reason()
+    return None if required else reason
 
 
 def peer_options(name: str, overrides: dict[str, Any], pld_draft_tokens: int) -> dict[str, Any]:
@@ -90,49 +96,63 @@ def peer_options(name: str, overrides: dict[str, Any], pld_draft_tokens: int) ->
 OPTIONS: dict[str, tuple[str, ...]] = {GREEDY: (), PROMPT_LOOKUP: ("num_pred_tokens", "max_ngram_size")}
 
 
-class LlamaCppRunner:
-    """One `llama_cpp.Llama` on a GGUF; `generate` runs one prompt from an empty KV cache."""
+class LlamaCppPeer:
+    """One llama.cpp peer's child process with one `Llama` loaded: `generate` runs one prompt there."""
 
     def __init__(self, path, name: str, options: dict[str, Any], threads: int, n_ctx: int):
-        llama_cpp = import_llama_cpp()
-        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-        draft = None
-        if name == PROMPT_LOOKUP:
-            draft = LlamaPromptLookupDecoding(num_pred_tokens=options["num_pred_tokens"],
-                                              max_ngram_size=options["max_ngram_size"])
         self.name, self.options, self.threads, self.n_ctx = name, dict(options), threads, n_ctx
         self.path = str(path)
-        # logits_all must be passed, not only implied by draft_model: llama-cpp-python sizes its logits buffer
-        # from the argument. n_gpu_layers=0: the extra is a CPU build.
-        self.llm = llama_cpp.Llama(model_path=self.path, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                                   logits_all=draft is not None, draft_model=draft, n_gpu_layers=0, seed=0,
-                                   verbose=False)
+        self.config: Optional[dict] = None            # llama.cpp's version and system info, once the child said them
+        self.last_seconds = 0.0                       # the last generation's time, measured in the child
+        self.calls = 0
+        self.process: Optional[PeerProcess] = None
+        self.failure: Optional[PeerFailed] = None     # set once it crashed, hung or did not load: no second try
+
+    def start(self) -> None:
+        try:
+            missing = missing_reason()
+            if missing:
+                raise PeerFailed(missing, fatal=True)
+            self.process = PeerProcess(CHILD_SCRIPT, "llama.cpp")
+            hello = self.process.receive(LOAD_TIMEOUT_S, "while starting")
+            self.config = {"version": hello["version"], "system_info": hello["system_info"]}
+            self.process.ask({"op": "load", "args": {"path": self.path, "name": self.name, "options": self.options,
+                                                     "threads": self.threads, "n_ctx": self.n_ctx}},
+                             LOAD_TIMEOUT_S, f"while loading {Path(self.path).name}")
+        except PeerFailed as exc:
+            self.failure = PeerFailed(str(exc), fatal=True)     # without its model the peer cannot run at all
+            self.close()
+            raise self.failure from None
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int, eos_token_ids: Iterable[int],
                  reuse_prefix: bool = False) -> list[int]:
-        """Greedy tokens after `prompt_ids`: at most max_new_tokens, ending with (and keeping) an EOS id.
-        reuse_prefix: keep the KV of the prefix shared with the previous call's sequence (llama-cpp-python's own
-        prefix match), as multidraft.PrefixCache does for ours; else start from an empty KV cache."""
-        eos = set(int(t) for t in eos_token_ids)
-        if not reuse_prefix:
-            self.llm.reset()        # n_tokens = 0: no prefix of the previous prompt is reused; its KV is dropped
-        tokens: list[int] = []
-        generator = self.llm.generate([int(t) for t in prompt_ids], top_k=1, top_p=1.0, min_p=0.0, typical_p=1.0,
-                                      temp=0.0, repeat_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0,
-                                      reset=True)
+        """Greedy tokens after `prompt_ids` (llama_cpp_child.LlamaCppRunner.generate, in the child)."""
+        if self.failure is not None:
+            raise PeerFailed(str(self.failure), fatal=True)
+        self.calls += 1
+        where = "in its first decode" if self.calls == 1 else f"in decode call {self.calls}"
+        timeout = GENERATE_TIMEOUT_S + TIMEOUT_PER_TOKEN_S * (len(prompt_ids) + max_new_tokens)
         try:
-            for token in generator:
-                tokens.append(int(token))
-                if tokens[-1] in eos or len(tokens) >= max_new_tokens:
-                    break
-        finally:
-            generator.close()
-        return tokens
+            reply = self.process.ask({"op": "generate", "prompt_ids": [int(t) for t in prompt_ids],
+                                      "max_new_tokens": int(max_new_tokens),
+                                      "eos_token_ids": [int(t) for t in eos_token_ids], "reuse_prefix": reuse_prefix},
+                                     timeout, where)
+        except PeerFailed as exc:
+            if exc.fatal:
+                self.failure = exc
+            raise
+        self.last_seconds = float(reply["seconds"])
+        return [int(t) for t in reply["token_ids"]]
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.close()
 
 
-def runner_for(lm, name: str, options: dict[str, Any], needed_tokens: int, model: str) -> LlamaCppRunner:
-    """The run's Llama for this peer, kept on `lm`; made (untimed) on first use, again only when options or threads
-    change or a prompt needs a longer context than it has. `needed_tokens`: prompt + new tokens."""
+def runner_for(lm, name: str, options: dict[str, Any], needed_tokens: int, model: str) -> LlamaCppPeer:
+    """The run's llama.cpp peer for `name`, kept on `lm`; started (untimed) on first use, again only when options or
+    threads change or a prompt needs a longer context than it has. `needed_tokens`: prompt + new tokens. A peer
+    that crashed, hung or did not load raises its PeerFailed again, without a second start."""
     import torch
 
     from multidraft.models.loader import gguf_source
@@ -140,11 +160,44 @@ def runner_for(lm, name: str, options: dict[str, Any], needed_tokens: int, model
     needed_tokens += options.get("num_pred_tokens", 0) + 1      # a draft may reach past the last kept token
     cache = lm.__dict__.setdefault(_CACHE_ATTRIBUTE, {})
     runner = cache.get(name)
-    if (runner is None or runner.options != options or runner.threads != threads or runner.n_ctx < needed_tokens):
-        cache.pop(name, None)                    # free the old one before loading another
+    if runner is not None and runner.failure is not None:
+        raise PeerFailed(str(runner.failure), fatal=True)
+    if runner is None or runner.options != options or runner.threads != threads or runner.n_ctx < needed_tokens:
+        if runner is not None:
+            runner.close()                      # free the old one before loading another
         n_ctx = max(2 * _CONTEXT_STEP, -(-needed_tokens // _CONTEXT_STEP) * _CONTEXT_STEP)
-        runner = cache[name] = LlamaCppRunner(gguf_source(model), name, options, threads, n_ctx)
+        runner = cache[name] = LlamaCppPeer(gguf_source(model), name, options, threads, n_ctx)
+        runner.start()
     return runner
+
+
+def peer_config(lm, name: str) -> Optional[dict]:
+    """The llama.cpp build a peer ran ({"version", "system_info"}), or None before its child said it."""
+    runner = lm.__dict__.get(_CACHE_ATTRIBUTE, {}).get(name)
+    return runner.config if runner is not None else None
+
+
+def close_peers(lm) -> None:
+    """Stop the run's llama.cpp children (a bench run ends with this)."""
+    for runner in lm.__dict__.pop(_CACHE_ATTRIBUTE, {}).values():
+        runner.close()
+
+
+def describe(config: Optional[dict]) -> str:
+    """'llama-cpp-python 0.3.36, CPU: SSE3 AVX AVX2 F16C FMA ...': the features llama.cpp's system info turns on."""
+    if not config:
+        return "llama-cpp-python (did not start)"
+    groups = []
+    for group in str(config.get("system_info", "")).split("|"):
+        name, _, value = group.partition("=")
+        backend, colon, feature = name.rpartition(":")
+        if colon:
+            groups.append([backend.strip() + ":"])
+        feature = (feature if colon else name).strip()
+        if feature and value.strip() not in ("", "0") and groups:
+            groups[-1].append(feature)
+    features = "; ".join(" ".join(g) for g in groups) or str(config.get("system_info", "")).strip()
+    return f"llama-cpp-python {config.get('version', '?')}, {features}"
 
 
 def prefix_match(token_ids: list[list[int]], reference: list[list[int]]) -> dict[str, int]:

@@ -39,6 +39,8 @@ def summarize(rows: list[dict], method: dict, baseline: dict[str, dict],
     on which every greedy lossless row equals the baseline's text (all methods then did the same work)."""
     ok = [r for r in rows if r.get("error") is None]
     out: dict[str, Any] = {"prompts": len(rows), "failed": len(rows) - len(ok)}
+    # Every prompt failed (a peer that crashed, hung or is not installed): its cells say why instead of a number.
+    out["failed_reason"] = None if ok else next((r["error"] for r in rows if r.get("error")), None)
     seconds = sum(r["seconds"] for r in ok)
     out["tok_s"] = sum(r["tokens"] for r in ok) / seconds if seconds else None
     ratios = [(r["prompt_id"], r["tokens_per_second"] / baseline[r["prompt_id"]]["tokens_per_second"]) for r in ok
@@ -78,6 +80,17 @@ def _method_cell(method: dict) -> str:
     if not method["lossless"]:
         return name + " ⚠ lossy"
     return name + (" (sampled)" if method.get("temperature") else "")
+
+
+def failed_cell(reason: str) -> str:
+    """A table cell for a method whose every run failed: 'failed: <reason>', on one line."""
+    return "failed: " + " ".join(str(reason).split()).replace("|", "/")
+
+
+def peer_configs(rows: list[dict]) -> list[str]:
+    """The llama.cpp builds the rows ran, described ('llama-cpp-python 0.3.36, CPU: SSE3 AVX AVX2 ...')."""
+    from multidraft.eval.llama_cpp_peer import describe
+    return list(dict.fromkeys(describe(r["peer_config"]) for r in rows if r.get("peer_config")))
 
 
 def _equal_cell(s: dict) -> str:
@@ -125,7 +138,9 @@ def render_tables(header: dict, rows: list[dict], analysis: Optional[dict] = Non
         cells = []
         for task in tasks:
             s = tasks[task].get(label)
-            if s is None or s["speedup"] is None:
+            if s is not None and s["failed_reason"]:
+                cells.append(failed_cell(s["failed_reason"]))
+            elif s is None or s["speedup"] is None:
                 cells.append("—")
             else:
                 cells.append(f"{s['speedup'][1]:.2f}x" + (f" ({s['mal']:.2f})" if s["mal"] is not None else ""))
@@ -138,6 +153,10 @@ def render_tables(header: dict, rows: list[dict], analysis: Optional[dict] = Non
                   "| mean acceptance length | per-position acceptance | equal to greedy | perplexity | self-BLEU | failed |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for label, s in summaries.items():
+            if s["failed_reason"]:
+                lines.append(f"| {_method_cell(methods[label])} | {failed_cell(s['failed_reason'])} |"
+                             + " |" * 7 + f" {s['failed']} |")
+                continue
             speed = " / ".join(f"{x:.2f}" for x in s["speedup"]) if s["speedup"] else "—"
             positions = " ".join(f"{p:.2f}" for p in s["per_position"][:MAX_POSITIONS]) or "—"
             ppl = _f(s["perplexity"]) + (f" (best of k {s['best_of_k']:.2f})" if s["best_of_k"] is not None else "")
@@ -168,6 +187,8 @@ def render_report(header: dict, rows: list[dict], plots: list[str]) -> str:
              "⚠ lossy methods are new decoders and need not be, nor need llama.cpp peers (8-bit activations on the "
              "GGUF). Perplexity: of the output given the prompt, under "
              "the target model (lossy, sampled and baseline rows)."]
+    for build in peer_configs(rows):
+        lines.append(f"- llama.cpp peers ran {build}")
     if identity.get("options"):
         lines.append(f"- method options: `{identity['options']}`")
     if header.get("skipped"):
