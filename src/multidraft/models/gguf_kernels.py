@@ -96,8 +96,11 @@ def linear_q8_on(x: torch.Tensor, blocks: torch.Tensor, type_id: int, width: int
 
 # The paths MULTIDRAFT_ISA can force, best first after the scalar reference (numbers: q8_linear.inc's Q8Path).
 ISA_PATHS = ("scalar", "avx2", "avx-vnni", "avx512-vnni", "amx")
-TEST_PATHS = ("vnni-emulated",)          # the VNNI template with vpdpbusd emulated in AVX2: runs on any machine
-_PATH_NUMBERS = {"scalar": 0, "avx2": 1, "avx-vnni": 2, "avx512-vnni": 3, "amx": 4, "vnni-emulated": 5}
+# Test paths, on any machine: the VNNI template with vpdpbusd emulated in AVX2, the AMX kernel with its tile ops
+# emulated in scalar C++.
+TEST_PATHS = ("vnni-emulated", "amx-emulated")
+_PATH_NUMBERS = {"scalar": 0, "avx2": 1, "avx-vnni": 2, "avx512-vnni": 3, "amx": 4, "vnni-emulated": 5,
+                 "amx-emulated": 6}
 _isa = "avx2"
 
 

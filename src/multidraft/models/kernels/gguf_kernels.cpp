@@ -18,6 +18,8 @@
 #include <atomic>
 #include <climits>
 #include <string>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
