@@ -1,24 +1,23 @@
-"""How much a forward of n new tokens costs relative to one, per model, dtype and runner: the number that decides
-whether drafting can pay on a machine (a drafted step costs one n-token forward plus the drafting).
+"""`multidraft bench forward-cost`: how much a forward of n new tokens costs relative to one, per model, runner and
+instruction-set path of the 8-bit kernels: the number that decides whether drafting can pay on a machine (a
+drafted step costs one n-token forward plus the drafting).
 
-    .venv/bin/python benchmarks/forward_cost.py --model qwen2.5-coder-1.5b --dtype float32 --runners eager,fast
-    .venv/bin/python benchmarks/forward_cost.py --random qwen2.5-1.5b --layers 4 --runners eager,fast
-    .venv/bin/python benchmarks/forward_cost.py --random qwen2.5-1.5b --layers 28 --dtype bfloat16 --device cuda \
-        --runners fast,static           # on a GPU: HF's cache vs the static cache with CUDA graphs
-    .venv/bin/python benchmarks/forward_cost.py --linear --threads 1     # one layer's linears, M = 1..16
-    .venv/bin/python benchmarks/forward_cost.py --model qwen2.5-coder-1.5b --runners quantized,fast --bandwidth
-    .venv/bin/python benchmarks/forward_cost.py --model qwen2.5-coder-1.5b --runners quantized,quantized-q8
-        # the GGUF-block runner beside the fp32 fast runner, with the machine's read bandwidth and bytes per token
+    multidraft bench forward-cost --model qwen2.5-coder-1.5b --runners quantized,quantized-q8 --isa all --json cost.json
+    multidraft bench forward-cost --model qwen2.5-coder-1.5b --dtype float32 --runners eager,fast
+    multidraft bench forward-cost --random qwen2.5-1.5b --layers 4 --runners eager,fast
+    multidraft bench forward-cost --linear --threads 1     # one layer's linears, M = 1..16
 
 After a 300-token prefill, each shape (a chain of n new tokens, n in --chains; or a tree: `k x d` = k branches
 of depth d under one root) is timed --reps times per runner, runners interleaved shape by shape so machine
 drift hits them alike; the cache is cropped back each time. Prints the minimum and its ratio to the same
-runner's 1-token forward. The machine's load (uptime) is printed beside the figures.
+runner's 1-token forward, the machine's read bandwidth and each 1-token forward's share of it, and the share of
+a 1-token forward spent outside the GGUF linears. The machine's load (uptime) is printed beside the figures.
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
+import json
 import os
 import time
 from typing import Optional
@@ -26,6 +25,7 @@ from typing import Optional
 import torch
 
 import multidraft
+from multidraft.errors import InvalidOptionError
 from multidraft.models.runner import LM
 
 
@@ -34,7 +34,7 @@ def random_model(shape: str, layers: int, dtype: str = "float32", device: str = 
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     if shape != "qwen2.5-1.5b":
-        raise SystemExit(f"unknown --random shape {shape!r}; known: qwen2.5-1.5b")
+        raise InvalidOptionError(f"unknown --random shape {shape!r}; known: qwen2.5-1.5b")
     config = Qwen2Config(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=layers,
                          num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768,
                          tie_word_embeddings=True, rope_theta=1000000.0, attn_implementation="sdpa")
@@ -67,7 +67,9 @@ def runner_views(lm: Optional[LM], runners: list[str], model: Optional[str], dty
     views = {}
     for runner in sorted(runners, key=lambda r: r != "eager"):
         if runner.startswith("quantized"):            # quantized, quantized-q8: each its own model (mapped blocks)
-            views[runner] = multidraft.load_model(model, runner=runner)
+            base = runner.split("@")[0]
+            same = next((v for r, v in views.items() if r.split("@")[0] == base), None)
+            views[runner] = same if same is not None else multidraft.load_model(model, runner=base)
         else:
             if lm is None:
                 lm = multidraft.load_model(model, dtype=dtype, runner="eager")
@@ -98,31 +100,97 @@ def weight_bytes_per_token(lm: LM) -> int:
     return total
 
 
+def tokens(view, start: int, count: int) -> list[int]:
+    """`count` token ids from `start` on, within the model's vocabulary."""
+    vocab = int(getattr(view.model.config, "vocab_size", 0) or 1 << 30)
+    return [(start + i) % vocab for i in range(count)]
+
+
 def time_shapes(views: dict, runners: list[str], shapes: list[tuple[str, list[int]]], reps: int,
-                cpu_time: bool = False) -> dict:
+                cpu_time: bool = False, prefix: int = 300) -> dict:
     now = clock(cpu_time)
     caches = {}
     for runner, view in views.items():
         caches[runner] = view.new_cache()
-        view.forward(caches[runner], list(range(1000, 1300)), logits_rows=slice(-1, None))
-    prefix = 300
+        with isa_of(runner):
+            view.forward(caches[runner], tokens(view, 1000, prefix), logits_rows=slice(-1, None))
     best: dict = {runner: {} for runner in runners}
     for label, parents in shapes:
         for runner in runners:                 # interleaved shape by shape: drift hits every runner alike
             view, cache = views[runner], caches[runner]
-            times = []
-            for rep in range(reps + 1):
-                start = now()
-                view.forward(cache, [2000 + i for i in range(len(parents))], parents=parents)
-                if view.device.type == "cuda":
-                    torch.cuda.synchronize()
-                times.append(now() - start)
-                cache.crop(prefix)
+            with isa_of(runner):
+                times = _time_one(view, cache, parents, reps, now, prefix)
             best[runner][label] = min(times[1:])
     for runner, view in views.items():
-        if view.runner != runner:
+        if view.runner != runner.split("@")[0]:
             print(f"note: runner {runner!r} ran as {view.runner!r} here")
     return best
+
+
+def _time_one(view, cache, parents: list[int], reps: int, now, prefix: int) -> list[float]:
+    times = []
+    for _ in range(reps + 1):
+        start = now()
+        view.forward(cache, tokens(view, 2000, len(parents)), parents=parents)
+        if view.device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(now() - start)
+        cache.crop(prefix)
+    return times
+
+
+@contextlib.contextmanager
+def isa_of(runner: str):
+    """Inside: the 8-bit kernels on the path a runner label names ("quantized-q8@avx-vnni"); others as they are."""
+    from multidraft.models import gguf_kernels
+    if "@" not in runner:
+        yield
+        return
+    before = gguf_kernels.isa()
+    gguf_kernels.use_isa(runner.split("@")[1], "--isa ")
+    try:
+        yield
+    finally:
+        gguf_kernels.use_isa(before)
+
+
+@contextlib.contextmanager
+def linear_timer():
+    """Inside: the GGUF linear ops (gguf_kernels.linear, linear_q8) timed; yields a one-item list of seconds."""
+    from multidraft.models import gguf_kernels
+    spent = [0.0]
+    originals = {name: getattr(gguf_kernels, name) for name in ("linear", "linear_q8")}
+
+    def timed(op):
+        def call(*args):
+            start = time.perf_counter()
+            out = op(*args)
+            spent[0] += time.perf_counter() - start
+            return out
+        return call
+    for name, op in originals.items():
+        setattr(gguf_kernels, name, timed(op))
+    try:
+        yield spent
+    finally:
+        for name, op in originals.items():
+            setattr(gguf_kernels, name, op)
+
+
+def outside_linears_share(view, runner: str, reps: int, prefix: int = 300) -> Optional[float]:
+    """The share of a 1-token forward's wall time spent outside the GGUF linears (None: no GGUF linears here)."""
+    cache = view.new_cache()
+    with isa_of(runner):
+        view.forward(cache, tokens(view, 1000, prefix), logits_rows=slice(-1, None))
+        shares = []
+        for _ in range(reps + 1):
+            with linear_timer() as spent:
+                start = time.perf_counter()
+                view.forward(cache, tokens(view, 2000, 1))
+                total = time.perf_counter() - start
+            cache.crop(prefix)
+            shares.append(None if spent[0] == 0 else (total - spent[0]) / total)
+    return None if shares[-1] is None else min(shares[1:])
 
 
 def linear_curve(threads: int, reps: int, cpu_time: bool = False) -> None:
@@ -151,67 +219,90 @@ def linear_curve(threads: int, reps: int, cpu_time: bool = False) -> None:
                 f"M={m}: {v:.2f}ms ({v / by_m[1]:.2f}x)" for m, v in by_m.items()), flush=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=None, help="registry alias or path")
-    parser.add_argument("--random", default=None, help="random weights of this shape (qwen2.5-1.5b)")
-    parser.add_argument("--layers", type=int, default=4, help="decoder layers of the --random model")
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--device", default=None, help="cpu or cuda (default: the loader's choice; cpu for --random)")
-    parser.add_argument("--runners", default="eager,fast")
-    parser.add_argument("--chains", default="1,2,4,8,16,32,64")
-    parser.add_argument("--trees", default="2x4,4x4,8x8", help="k x d trees (k branches of depth d)")
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--linear", action="store_true", help="time single linears instead of a model")
-    parser.add_argument("--bandwidth", action="store_true",
-                        help="also measure the machine's read bandwidth and how close the 1-token forward gets to it")
-    parser.add_argument("--cpu-time", action="store_true",
-                        help="measure process CPU time instead of wall time (meaningful with --threads 1 on a busy machine)")
-    args = parser.parse_args()
+def runner_labels(runners: list[str], isa: str) -> list[str]:
+    """The runners to time: quantized-q8 once per requested path ("quantized-q8@avx2"), the others once."""
+    from multidraft.models import gguf_kernels
+    if not isa:
+        return runners
+    if isa == "all":
+        gguf_kernels.load(progress=False)
+        paths = [p for p in gguf_kernels.ISA_PATHS if p != "scalar" and not gguf_kernels.missing_flag(p)]
+    else:
+        paths = [p.strip() for p in isa.split(",") if p.strip()]
+    labels = []
+    for runner in runners:
+        labels += [f"{runner}@{p}" for p in paths] if runner == "quantized-q8" else [runner]
+    return labels
+
+
+def run(args) -> int:
     torch.set_num_threads(args.threads)
     print("load:", os.popen("uptime").read().strip(), flush=True)
     if args.linear:
         linear_curve(args.threads, max(args.reps, 10), args.cpu_time)
-        return
-    runners = [r.strip() for r in args.runners.split(",") if r.strip()]
+        return 0
+    if not args.model and not args.random:
+        raise InvalidOptionError("bench forward-cost needs --model NAME or --random SHAPE (or --linear)")
+    runners = runner_labels([r.strip() for r in args.runners.split(",") if r.strip()], args.isa)
     if args.random:
         lm = random_model(args.random, args.layers, args.dtype, args.device or "cpu")
     else:
         lm = None if all(r.startswith("quantized") for r in runners) else multidraft.load_model(
             args.model, dtype=args.dtype, device=args.device, runner="eager")
     views = runner_views(lm, runners, args.model, args.dtype)
-    if args.bandwidth:
-        bandwidth = read_bandwidth(args.threads)
+    bandwidth = None if args.no_bandwidth else read_bandwidth(args.threads)
+    if bandwidth:
         print(f"read bandwidth ({args.threads} threads, 1 GiB sum): {bandwidth:.1f} GB/s", flush=True)
     shapes = [(f"chain {n}", list(range(-1, int(n) - 1))) for n in args.chains.split(",") if n]
     for tree in filter(None, args.trees.split(",")):
         k, d = (int(v) for v in tree.split("x"))
-        parents = tree_parents(k, d)
-        shapes.append((f"tree {k}x{d} ({len(parents)} nodes)", parents))
-    best = time_shapes(views, runners, shapes, args.reps, args.cpu_time)
-    base = {runner: best[runner]["chain 1"] for runner in runners}
-    what = "CPU time" if args.cpu_time else "wall time"
+        shapes.append((f"tree {k}x{d} ({len(tree_parents(k, d))} nodes)", tree_parents(k, d)))
+    if "chain 1" not in [label for label, _ in shapes]:
+        shapes.insert(0, ("chain 1", [-1]))
+    best = time_shapes(views, runners, shapes, args.reps, args.cpu_time, args.prefix)
+    figures = summarize(views, runners, shapes, best, bandwidth, args)
+    print_table(views, runners, shapes, best, figures, args)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(figures, handle, indent=1)
+        print(f"figures: {args.json}")
+    print("load:", os.popen("uptime").read().strip(), flush=True)
+    return 0
+
+
+def summarize(views: dict, runners: list[str], shapes, best: dict, bandwidth: Optional[float], args) -> dict:
+    """The --json figures: per runner its rows (chains) and trees in ms, bandwidth_share, outside_linears_share."""
     first = next(iter(views.values()))
-    print(f"{first.name} {args.dtype} threads={args.threads} ({what}, min of {args.reps} after a warm-up)")
-    print(f"{'shape':28s}" + "".join(f"{runner:>22s}" for runner in runners))
+    out = {"model": first.name, "dtype": args.dtype, "threads": args.threads, "cpu_time": args.cpu_time,
+           "read_bandwidth_gbps": bandwidth, "load": os.popen("uptime").read().strip(), "runners": {}}
+    for runner in runners:
+        one = best[runner]["chain 1"]
+        streamed = weight_bytes_per_token(views[runner])
+        entry = {"rows": {}, "trees": {}, "weight_bytes": streamed,
+                 "bandwidth_share": streamed / (bandwidth * 1e9) / one if bandwidth else None,
+                 "outside_linears_share": outside_linears_share(views[runner], runner, args.reps, args.prefix)}
+        for label, parents in shapes:
+            kind, size = label.split(" ")[:2]
+            target = entry["rows"] if kind == "chain" else entry["trees"]
+            target[size] = {"ms": best[runner][label] * 1000, "x_one_row": best[runner][label] / one,
+                            "nodes": len(parents)}
+        out["runners"][runner] = entry
+    return out
+
+
+def print_table(views: dict, runners: list[str], shapes, best: dict, figures: dict, args) -> None:
+    what = "CPU time" if args.cpu_time else "wall time"
+    print(f"{figures['model']} {args.dtype} threads={args.threads} ({what}, min of {args.reps} after a warm-up)")
+    print(f"{'shape':28s}" + "".join(f"{runner:>28s}" for runner in runners))
     for label, _ in shapes:
         print(f"{label:28s}" + "".join(
-            f"{best[r][label] * 1000:10.0f} ms ({best[r][label] / base[r]:4.2f}x)" for r in runners), flush=True)
+            f"{best[r][label] * 1000:16.1f} ms ({best[r][label] / best[r]['chain 1']:4.2f}x)" for r in runners),
+            flush=True)
     for runner in runners:
-        streamed = weight_bytes_per_token(views[runner])
-        line = f"{runner}: {streamed / 1e9:.2f} GB of weights per forward"
-        if args.bandwidth:
-            floor = streamed / (bandwidth * 1e9)
-            line += (f"; at {bandwidth:.1f} GB/s that is {floor * 1000:.0f} ms, so the 1-token forward runs at "
-                     f"{floor / base[runner] * 100:.0f}% of the read bandwidth")
+        entry = figures["runners"][runner]
+        line = f"{runner}: {entry['weight_bytes'] / 1e9:.2f} GB of weights per forward"
+        if entry["bandwidth_share"] is not None:
+            line += f"; the 1-token forward runs at {entry['bandwidth_share'] * 100:.0f}% of the read bandwidth"
+        if entry["outside_linears_share"] is not None:
+            line += f"; {entry['outside_linears_share'] * 100:.0f}% of it outside the GGUF linears"
         print(line)
-    if "eager" in runners:
-        for runner in runners:
-            if runner != "eager":
-                print(f"{runner} vs eager, 1-token forward: {base['eager'] / base[runner]:.2f}x faster")
-    print("load:", os.popen("uptime").read().strip(), flush=True)
-
-
-if __name__ == "__main__":
-    main()

@@ -115,28 +115,32 @@ def isa() -> str:
 
 
 def _choose_isa() -> None:
-    """The best path this CPU has, or MULTIDRAFT_ISA's, each checked once bit for bit against the scalar reference
-    (self_check); a path that fails warns and hands over to the next one down, so no untested instruction can
-    change an answer."""
+    use_isa(os.environ.get("MULTIDRAFT_ISA", "").strip().lower() or None, "MULTIDRAFT_ISA=")
+
+
+def use_isa(path: Optional[str] = None, label: str = "") -> str:
+    """Put linear_q8 on `path` (None: the best one this CPU has) in this process; returns the path in use. Each
+    candidate is checked once bit for bit against the scalar reference (self_check); one that fails warns and
+    hands over to the next one down, so no untested instruction can change an answer."""
     global _isa
     from multidraft.errors import InvalidOptionError
-    forced = os.environ.get("MULTIDRAFT_ISA", "").strip().lower()
-    if forced:
-        if forced not in ISA_PATHS:
-            raise InvalidOptionError(f"MULTIDRAFT_ISA={forced!r} is not a path; use one of {', '.join(ISA_PATHS)}")
-        if missing_flag(forced):
-            raise InvalidOptionError(f"MULTIDRAFT_ISA={forced} needs the CPU flag {missing_flag(forced)}, which this "
-                                     "CPU lacks; unset it or choose a lower path (avx2 runs on every supported CPU)")
-        candidates = [p for p in reversed(ISA_PATHS[:ISA_PATHS.index(forced) + 1])]
+    if path is not None:
+        if path not in ISA_PATHS:
+            raise InvalidOptionError(f"{label}{path!r} is not a path; use one of {', '.join(ISA_PATHS)}")
+        if missing_flag(path):
+            raise InvalidOptionError(f"{label}{path} needs the CPU flag {missing_flag(path)}, which this CPU lacks; "
+                                     "choose a lower path (avx2 runs on every supported CPU)")
+        candidates = list(reversed(ISA_PATHS[:ISA_PATHS.index(path) + 1]))
     else:
         candidates = [p for p in reversed(ISA_PATHS) if not missing_flag(p)]
-    for path in candidates:
-        if path == "scalar" or self_check(path):
+    for candidate in candidates:
+        if candidate == "scalar" or self_check(candidate):
             break
-        warnings.warn(f"multidraft: the {path} path of the 8-bit kernels gave other bits than the scalar reference "
-                      "in its self-check; using a lower path", RuntimeWarning, stacklevel=3)
-    torch.ops.multidraft_gguf.set_q8_path(_PATH_NUMBERS[path])
-    _isa = path
+        warnings.warn(f"multidraft: the {candidate} path of the 8-bit kernels gave other bits than the scalar "
+                      "reference in its self-check; using a lower path", RuntimeWarning, stacklevel=3)
+    torch.ops.multidraft_gguf.set_q8_path(_PATH_NUMBERS[candidate])
+    _isa = candidate
+    return candidate
 
 
 def random_blocks(type_id: int, rows: int, width: int, generator: torch.Generator) -> torch.Tensor:
