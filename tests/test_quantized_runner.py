@@ -245,6 +245,18 @@ def test_q8_runner_is_batch_invariant_prefill_included_and_lossless():
     assert torch.equal(lm.forward(KVCache(), [1, 5, 9, 3]).logits, fp32_logits)
 
 
+def test_auto_activations_are_q8_where_a_matrix_has_an_8_bit_kernel():
+    from multidraft.models import quantized
+
+    for type_name, runner in (("Q4_K", "quantized-q8"), ("Q6_K", "quantized-q8"), ("Q8_0", "quantized")):
+        folder = Path(tempfile.mkdtemp(prefix=f"tiny-gguf-auto-{type_name}-"))
+        path = write_tiny_gguf(folder, "qwen2", type_name, seed=3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")                 # Q8_0: fp32 activations, silently (nothing to warn about)
+            model = quantized.load_quantized_model(folder, path, activations="auto")
+        assert quantized.runner_name(model) == runner, type_name
+
+
 def test_runner_cannot_be_switched_and_says_how():
     from multidraft.errors import InvalidOptionError
 
@@ -288,7 +300,8 @@ def smollm_quantized():
 def test_smollm_auto_runner_is_quantized_and_close_to_the_fp32_folder(smollm_quantized, smollm):
     import multidraft
 
-    assert multidraft.load_model("smollm2-135m").runner == "quantized"          # the default choice on a CPU
+    # The default choice on a CPU: its GGUF's Q4_1 / Q8_0 matrices have no 8-bit kernel, so fp32 activations.
+    assert multidraft.load_model("smollm2-135m").runner == "quantized"
     ids = smollm.encode("def fibonacci(n):\n    if n < 2:")
     ours = smollm_quantized.forward(KVCache(), ids).logits
     folder = smollm.forward(KVCache(), ids).logits                 # the bf16-rounded folder, in fp32
@@ -320,3 +333,35 @@ def test_without_the_kernels_loading_falls_back_with_one_warning(monkeypatch, sm
         lm = loader.load_model("smollm2-135m", runner="quantized")
     assert lm.runner != "quantized"
     assert [str(w.message) for w in caught if "quantized runner" in str(w.message)]
+
+
+@pytest.mark.real_model
+@pytest.mark.slow
+def test_qwen_default_runner_is_q8_and_a_token_alone_equals_it_inside_a_verify():
+    """The 1.5B's matrices are Q4_K / Q6_K: `auto` runs it on 8-bit activations (the CPU default), and a token's
+    logits are the same bits alone and inside a verify of 2..40 rows, on 1 and 2 threads."""
+    import multidraft
+    from multidraft.errors import ModelNotFoundError
+
+    try:
+        lm = multidraft.load_model("qwen2.5-coder-1.5b")
+    except ModelNotFoundError as exc:
+        pytest.skip(f"qwen2.5-coder-1.5b not pulled: {exc}")
+    assert lm.runner == "quantized-q8"
+    prefix = lm.encode("def fibonacci(n):\n    ")
+    chain = [(37 * i + 11) % 5000 + 100 for i in range(40)]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        cache = KVCache()
+        lm.forward(cache, prefix)
+        singles = torch.stack([lm.forward(cache, [token]).logits[0] for token in chain])
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            for rows in (2, 3, 8, 17, 40):
+                cache = KVCache()
+                lm.forward(cache, prefix)
+                verify = lm.forward(cache, chain[:rows]).logits
+                assert torch.equal(verify, singles[:rows]), (count, rows)
+    finally:
+        torch.set_num_threads(threads)

@@ -7,6 +7,7 @@ import sys
 
 from multidraft import validation
 from multidraft.errors import InvalidOptionError
+from multidraft.eval import forward_cost_cli
 from multidraft.decoders.draft_length import add_draft_length_argument
 from multidraft.models.runner_choice import add_dtype_argument, add_runner_argument, dtype_choice
 from multidraft.models.device import add_device_argument
@@ -49,11 +50,12 @@ def register(subparsers) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run_bench_command)
 
-    sub = parser.add_subparsers(dest="bench_command", metavar="report")
+    sub = parser.add_subparsers(dest="bench_command", metavar="{report,forward-cost}")
     report = sub.add_parser("report", help="rebuild report.md and plots from DIR/results.jsonl",
                             description="Rebuild DIR/report.md and the PNG plots from DIR/results.jsonl alone.")
     report.add_argument("dir")
     report.set_defaults(func=run_report_command)
+    forward_cost_cli.register(sub)
 
 
 def parse_method_options(pairs: list[str]) -> dict[str, dict]:

@@ -4,7 +4,7 @@ batch-invariant, built once with the system's C++ compiler like the fast runner'
 Ops (torch.ops.multidraft_gguf):
 - linear(x (..., K) fp32, blocks (N, row_bytes) uint8, type, K) -> (..., N): x @ W^T with W the blocks' values;
 - linear_q8(x, blocks, type, K): the same with x quantized per row and 256 values to int8 (llama.cpp's arithmetic;
-  Q4_K and Q6_K, K a multiple of 256);
+  Q4_K and Q6_K, K a multiple of 256), on the instruction-set path chosen at load (`isa()`; kernels/q8_linear.inc);
 - dequantize(blocks, type, K, ids) -> (len(ids), K) fp32: chosen rows of W (embedding lookups, prefill GEMM);
 - attention(q (H, T, D), k (KVH, S, D), v, visible (T, S) bool, scaling) -> (T, H, D).
 """
@@ -12,8 +12,11 @@ Ops (torch.ops.multidraft_gguf):
 from __future__ import annotations
 
 import hashlib
+import os
+import re
 import sys
 import threading
+import warnings
 from importlib import resources
 from typing import Optional
 
@@ -34,7 +37,14 @@ _failure: Optional[str] = None
 
 
 def source() -> str:
-    return resources.files("multidraft.models").joinpath("kernels/gguf_kernels.cpp").read_text()
+    """The kernels' C++ as one text: gguf_kernels.cpp with its local `#include "x.inc"` lines replaced by the files
+    (the q8 row kernels are included once per instruction set), so the build cache's key covers every file."""
+    folder = resources.files("multidraft.models").joinpath("kernels")
+
+    def expand(name: str) -> str:
+        return re.sub(r'^#include "([\w.]+)"$', lambda m: expand(m.group(1)), folder.joinpath(name).read_text(),
+                      flags=re.M)
+    return expand("gguf_kernels.cpp")
 
 
 def unavailable_reason() -> Optional[str]:
@@ -51,6 +61,7 @@ def load(progress: bool = True) -> bool:
         if unavailable_reason():
             return False
         if hasattr(torch.ops.multidraft_gguf, "linear"):
+            _choose_isa()
             _loaded = True
             return True
         text = source()
@@ -63,6 +74,7 @@ def load(progress: bool = True) -> bool:
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
             _failure = f"the quantized CPU kernels could not be built ({first_line})"
             return False
+        _choose_isa()
         _loaded = True
         return True
 
@@ -73,6 +85,88 @@ def linear(x: torch.Tensor, blocks: torch.Tensor, type_id: int, width: int) -> t
 
 def linear_q8(x: torch.Tensor, blocks: torch.Tensor, type_id: int, width: int) -> torch.Tensor:
     return torch.ops.multidraft_gguf.linear_q8(x, blocks, type_id, width)
+
+
+def linear_q8_on(x: torch.Tensor, blocks: torch.Tensor, type_id: int, width: int, path: str) -> torch.Tensor:
+    """linear_q8 on a named path (ISA_PATHS or TEST_PATHS), whatever path `isa()` is: for tests and self-checks."""
+    return torch.ops.multidraft_gguf.linear_q8_on(x, blocks, type_id, width, _PATH_NUMBERS[path])
+
+
+# ---------------------------------------------------------------- the instruction-set path of linear_q8
+
+# The paths MULTIDRAFT_ISA can force, best first after the scalar reference (numbers: q8_linear.inc's Q8Path).
+ISA_PATHS = ("scalar", "avx2", "avx-vnni", "avx512-vnni", "amx")
+# Test paths, on any machine: the VNNI template with vpdpbusd emulated in AVX2, the AMX kernel with its tile ops
+# emulated in scalar C++.
+TEST_PATHS = ("vnni-emulated", "amx-emulated")
+_PATH_NUMBERS = {"scalar": 0, "avx2": 1, "avx-vnni": 2, "avx512-vnni": 3, "amx": 4, "vnni-emulated": 5,
+                 "amx-emulated": 6}
+_isa = "avx2"
+
+
+def missing_flag(path: str) -> str:
+    """The cpuid flag `path` needs that this CPU lacks ("" when it can run here); needs `load()`."""
+    return torch.ops.multidraft_gguf.q8_missing(_PATH_NUMBERS[path])
+
+
+def isa() -> str:
+    """The path linear_q8 runs on in this process (after `load()`)."""
+    return _isa
+
+
+def _choose_isa() -> None:
+    use_isa(os.environ.get("MULTIDRAFT_ISA", "").strip().lower() or None, "MULTIDRAFT_ISA=")
+
+
+def use_isa(path: Optional[str] = None, label: str = "") -> str:
+    """Put linear_q8 on `path` (None: the best one this CPU has) in this process; returns the path in use. Each
+    candidate is checked once bit for bit against the scalar reference (self_check); one that fails warns and
+    hands over to the next one down, so no untested instruction can change an answer."""
+    global _isa
+    from multidraft.errors import InvalidOptionError
+    if path is not None:
+        if path not in ISA_PATHS:
+            raise InvalidOptionError(f"{label}{path!r} is not a path; use one of {', '.join(ISA_PATHS)}")
+        if missing_flag(path):
+            raise InvalidOptionError(f"{label}{path} needs the CPU flag {missing_flag(path)}, which this CPU lacks; "
+                                     "choose a lower path (avx2 runs on every supported CPU)")
+        candidates = list(reversed(ISA_PATHS[:ISA_PATHS.index(path) + 1]))
+    else:
+        candidates = [p for p in reversed(ISA_PATHS) if not missing_flag(p)]
+    for candidate in candidates:
+        if candidate == "scalar" or self_check(candidate):
+            break
+        warnings.warn(f"multidraft: the {candidate} path of the 8-bit kernels gave other bits than the scalar "
+                      "reference in its self-check; using a lower path", RuntimeWarning, stacklevel=3)
+    torch.ops.multidraft_gguf.set_q8_path(_PATH_NUMBERS[candidate])
+    _isa = candidate
+    return candidate
+
+
+def random_blocks(type_id: int, rows: int, width: int, generator: torch.Generator) -> torch.Tensor:
+    """Random Q4_K / Q6_K blocks with finite, moderate fp16 scales (every other byte random): test data."""
+    size, scale_offsets = {12: (144, (0, 2)), 14: (210, (208,))}[type_id]
+    superblocks = width // 256
+    blocks = torch.randint(0, 256, (rows, superblocks, size), generator=generator, dtype=torch.uint8)
+    for offset in scale_offsets:
+        scales = (torch.rand(rows, superblocks, generator=generator) * 0.05 + 0.001).to(torch.float16)
+        blocks[:, :, offset:offset + 2] = scales.view(torch.uint8).view(rows, superblocks, 2)
+    return blocks.reshape(rows, superblocks * size).contiguous()
+
+
+def self_check(path: str, max_rows: int = 40) -> bool:
+    """True when `path` gives the scalar reference's bits on random Q4_K and Q6_K blocks, 1..max_rows rows."""
+    generator = torch.Generator().manual_seed(1234)
+    width, outputs = 512, 37
+    for type_id in Q8_TYPES:
+        blocks = random_blocks(type_id, outputs, width, generator)
+        x = torch.randn(max_rows, width, generator=generator)
+        for rows in range(1, max_rows + 1):
+            expected = linear_q8_on(x[:rows], blocks, type_id, width, "scalar")
+            if not torch.equal(linear_q8_on(x[:rows], blocks, type_id, width, path).view(torch.int32),
+                               expected.view(torch.int32)):
+                return False
+    return True
 
 
 def dequantize(blocks: torch.Tensor, type_id: int, width: int, rows: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -219,14 +219,15 @@ def load_tokenizer(name_or_path):
 
 
 def load_model(name_or_path, dtype=None, device=None, runner: str = "auto", **kwargs) -> "LM":  # noqa: F821
-    """The model wrapped in the `LM` runner. runner: "auto" (the default choice below), "quantized", "quantized-q8"
-    (the same with llama.cpp's 8-bit activations: faster, a slightly different model), "eager", "fast" or "static"
-    (see `LM.use_runner`).
+    """The model wrapped in the `LM` runner. runner: "auto" (the default choice below), "quantized-q8" (a GGUF's
+    blocks with llama.cpp's 8-bit activations), "quantized" (the same blocks with fp32 activations: the reference,
+    opt-in), "eager", "fast" or "static" (see `LM.use_runner`).
 
-    On the CPU, a model with a GGUF behind it (a pulled alias, a .gguf file) runs by default on the quantized
-    runner: the GGUF's own blocks, fp32 arithmetic, batch-invariant forwards (models/quantized.py), so every
-    lossless method is token-identical to greedy on any x86-64 CPU. A dtype other than fp32, a non-default
-    attention implementation, or a runner other than "auto"/"quantized" loads the HF folder instead."""
+    On the CPU, a model with a GGUF behind it (a pulled alias, a .gguf file) runs by default on the quantized-q8
+    runner: the GGUF's own blocks, integer dot products as llama.cpp computes them, batch-invariant forwards with
+    the same bits on every instruction set (models/quantized.py, kernels/q8_linear.inc), so every lossless method
+    is token-identical to greedy on any x86-64 CPU. A dtype other than fp32, a non-default attention
+    implementation, or a runner other than "auto" and the quantized ones loads the HF folder instead."""
     from transformers.utils import logging as hf_logging
 
     from multidraft.models.runner import LM    # here, not at the top: `multidraft.models` stays light to import
@@ -276,7 +277,7 @@ def _load_quantized(name_or_path, runner: str, device, progress: bool):
         folder = hf_folder(resolved, progress)
         with offline_env(), _read_errors(resolved, folder, tokenizer=True):
             tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-        model = load_quantized_model(folder, source)
+        model = load_quantized_model(folder, source, activations="fp32" if runner == "quantized" else "auto")
     except (QuantizedUnsupported, ModelNotFoundError) as why:
         if runner != "auto" or "could not be built" in str(why):
             warnings.warn(f"multidraft: the quantized runner cannot serve {resolved.name}: {why}; using the HF "

@@ -15,13 +15,13 @@ greedy on this runner by construction. The one exception is a prefill (a forward
 `PREFILL_GEMM_ROWS` rows, which goes through a dense GEMM for speed; greedy and every drafting method run the same
 prefill, so this does not touch exactness between methods.
 
-8-bit activations (runner "quantized-q8", opt-in). llama.cpp quantizes each linear's input row to int8 (one scale
+8-bit activations (runner "quantized-q8", the default for "auto"). llama.cpp quantizes each linear's input row to int8 (one scale
 per 256 values) and computes integer dot products: ~2x faster here, and the model llama.cpp users run. The
 Q4_K / Q6_K matrices (every matrix of the Qwen GGUFs) can compute that way (gguf_kernels' `linear_q8`); other
 formats keep fp32 activations. Each row's quantization depends on that row only and the integer sums are exact, so
 this mode is batch-invariant too, prefills included (they skip the dense GEMM): lossless methods stay
 token-identical to this mode's greedy. It is a different model from the fp32 one (logits differ by the 8-bit
-rounding of activations), which is why it is not the default.
+rounding of activations): the model GGUF users run in llama.cpp; "quantized" keeps the fp32 one as the reference.
 
 Memory: the blocks are mapped from the GGUF file (the 1.5B: 1.1 GB), not copied; no fp32 weight matrix is kept.
 """
@@ -94,10 +94,14 @@ class _Mode:
 
 
 def set_activations(model, activations: str) -> None:
-    if activations not in ACTIVATIONS:
+    """activations: "fp32", "q8", or "auto" (q8 where some matrix has an 8-bit kernel, else fp32, silently)."""
+    if activations not in ACTIVATIONS + ("auto",):
         raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
-    if activations == "q8" and not any(getattr(m, "gguf_matrix", None) is not None and m.gguf_matrix.has_q8_kernel
-                                       for m in model.modules() if isinstance(m, torch.nn.Linear)):
+    has_q8 = any(getattr(m, "gguf_matrix", None) is not None and m.gguf_matrix.has_q8_kernel
+                 for m in model.modules() if isinstance(m, torch.nn.Linear))
+    if activations == "auto":
+        activations = "q8" if has_q8 else "fp32"
+    if activations == "q8" and not has_q8:
         warnings.warn("multidraft: no matrix of this GGUF is Q4_K or Q6_K, so 8-bit activations change nothing "
                       "(quantized-q8 runs as quantized)", RuntimeWarning, stacklevel=3)
     model.gguf_mode.activations = activations
@@ -160,7 +164,7 @@ def _placeholder(rows: int, width: int) -> torch.nn.Parameter:
 
 def load_quantized_model(folder: Path, gguf_path: Path, activations: str = "fp32"):
     """The HF model of `folder` with its weights from the GGUF at `gguf_path` (see the module docstring);
-    activations "q8" for llama.cpp's 8-bit activations where the format allows."""
+    activations "q8" for llama.cpp's 8-bit activations where the format allows ("auto": q8 where it computes)."""
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM
 

@@ -13,7 +13,13 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 #include <immintrin.h>
+#include <cpuid.h>
 #include <algorithm>
+#include <atomic>
+#include <climits>
+#include <string>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -473,161 +479,6 @@ void q6_k_rows(const float* x, const uint8_t* w, int64_t row_bytes, float* out, 
   }
 }
 
-// ---------------------------------------------------------------- 8-bit activations (runner "quantized-q8")
-// llama.cpp's arithmetic for the K formats, opt-in: each input row is quantized per 256 values to int8 with one
-// fp32 scale (q = round-half-even(x * (127 / max|x|)), d = max|x| / 127), and a super-block's dot product is an
-// integer sum (exact, so its order is free) scaled in fp32 once per super-block in a fixed order. A row's
-// quantization depends on that row only, so this path is batch-invariant too; its model is what llama.cpp
-// computes (8-bit activations), not the GGUF's values times fp32 activations. maddubs (u8 x s8 pairs -> s16)
-// cannot overflow here: 15 * 127 * 2 (Q4_K) and 63 * 127 * 2 (Q6_K) are below 32767.
-// One block of 256 fp32 values -> int8 values, its scale, and its int16 sums per 16 and per 32 values.
-inline void quantize_q8_block(const float* x, int8_t* q, float& d, int16_t* sums16, int16_t* sums32) {
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  __m256 top8 = _mm256_setzero_ps(), nan8 = _mm256_setzero_ps();
-  for (int i = 0; i < 256; i += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    top8 = _mm256_max_ps(top8, _mm256_andnot_ps(sign, v));
-    nan8 = _mm256_or_ps(nan8, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  }
-  __m128 h = _mm_max_ps(_mm256_castps256_ps128(top8), _mm256_extractf128_ps(top8, 1));
-  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 0x1));
-  const float top = _mm_cvtss_f32(h);
-  // A NaN input makes the block's outputs NaN (as in fp32), so the runner's finite-logits check still sees it.
-  d = _mm256_movemask_ps(nan8) ? NAN : top / 127.f;
-  const __m256 scale = _mm256_set1_ps(top > 0.f ? 127.f / top : 0.f);
-  for (int i = 0; i < 256; i += 8) {                // round half to even; |x| * 127 / max|x| <= 127 up to rounding
-    alignas(32) int32_t lanes[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), scale)));
-    for (int l = 0; l < 8; ++l) q[i + l] = int8_t(std::max(-127, std::min(127, lanes[l])));
-  }
-  for (int g = 0; g < 16; ++g) {
-    int sum = 0;
-    for (int i = 0; i < 16; ++i) sum += q[16 * g + i];
-    sums16[g] = int16_t(sum);
-  }
-  for (int g = 0; g < 8; ++g) sums32[g] = int16_t(sums16[2 * g] + sums16[2 * g + 1]);
-}
-
-struct Q8Rows {                     // M rows of K values as int8, a scale per 256, int16 sums per 16 and per 32
-  std::vector<int8_t> q;
-  std::vector<float> d;
-  std::vector<int16_t> sums16, sums32;
-  int64_t K;
-  Q8Rows(const float* x, int64_t M, int64_t K_)
-      : q(M * K_), d(M * (K_ / 256)), sums16(M * (K_ / 16)), sums32(M * (K_ / 32)), K(K_) {
-    const int64_t blocks = K / 256;
-    at::parallel_for(0, M * blocks, 16, [&](int64_t begin, int64_t end) {     // blocks are independent
-      for (int64_t i = begin; i < end; ++i)
-        quantize_q8_block(x + i * 256, q.data() + i * 256, d[i], sums16.data() + i * 16, sums32.data() + i * 8);
-    });
-  }
-  struct Row { const int8_t* q; const float* d; const int16_t* sums16; const int16_t* sums32; };
-  Row row(int64_t m) const {
-    return {q.data() + m * K, d.data() + m * (K / 256), sums16.data() + m * (K / 16), sums32.data() + m * (K / 32)};
-  }
-};
-
-inline __m256i load32(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-inline __m128i load16(const void* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
-
-// vpshufb controls that repeat int16 lane `lo` of a 128-bit lane in the low half and lane `hi` in the high half.
-inline __m256i word_pick(int lo, int hi) {
-  const __m128i a = _mm_set1_epi16(int16_t((2 * lo) | ((2 * lo + 1) << 8)));
-  const __m128i b = _mm_set1_epi16(int16_t((2 * hi) | ((2 * hi + 1) << 8)));
-  return _mm256_set_m128i(b, a);
-}
-
-template <int MG>
-void q4_k_q8_rows(const Q8Rows& xq, int64_t m0, const uint8_t* w, int64_t row_bytes, float* out, int64_t N,
-                  int64_t n_begin, int64_t n_end) {
-  const int64_t K = xq.K, superblocks = K / 256;
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i pick[8] = {word_pick(0, 0), word_pick(1, 1), word_pick(2, 2), word_pick(3, 3),
-                           word_pick(4, 4), word_pick(5, 5), word_pick(6, 6), word_pick(7, 7)};
-  Q8Rows::Row x[MG];
-  for (int i = 0; i < MG; ++i) x[i] = xq.row(m0 + i);
-  for (int64_t n = n_begin; n < n_end; ++n) {
-    const uint8_t* row = w + n * row_bytes;
-    __m256 total[MG];
-    __m128 mins[MG];
-    for (int i = 0; i < MG; ++i) { total[i] = _mm256_setzero_ps(); mins[i] = _mm_setzero_ps(); }
-    for (int64_t sb = 0; sb < superblocks; ++sb) {
-      const uint8_t* b = row + sb * 144;
-      prefetch_lines((const char*)(b + 1024), 144);
-      uint32_t packed[4];
-      unpack_k4_scales(b + 4, packed);
-      const __m256i scales_mins = _mm256_cvtepu8_epi16(load16(packed));         // 8 scales, then 8 mins
-      const __m128i mins16 = _mm256_extracti128_si256(scales_mins, 1);
-      const __m256i scales = _mm256_permute2x128_si256(scales_mins, scales_mins, 0x00);
-      const __m256 d = _mm256_set1_ps(fp16_to_fp32(rd16(b)));
-      const __m128 dmin = _mm_set1_ps(fp16_to_fp32(rd16(b + 2)));
-      __m256i sums[MG];
-      for (int i = 0; i < MG; ++i) sums[i] = _mm256_setzero_si256();
-      for (int j = 0; j < 4; ++j) {
-        const __m256i v = load32(b + 16 + 32 * j);
-        const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-        const __m256i s_lo = _mm256_shuffle_epi8(scales, pick[2 * j]), s_hi = _mm256_shuffle_epi8(scales, pick[2 * j + 1]);
-        for (int i = 0; i < MG; ++i) {
-          const int8_t* x8 = x[i].q + sb * 256 + 64 * j;
-          const __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load32(x8)), s_lo);
-          const __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load32(x8 + 32)), s_hi);
-          sums[i] = _mm256_add_epi32(sums[i], _mm256_add_epi32(p_lo, p_hi));
-        }
-      }
-      for (int i = 0; i < MG; ++i) {
-        const float scale_x = x[i].d[sb];
-        const __m128i msum = _mm_madd_epi16(mins16, load16(x[i].sums32 + sb * 8));
-        total[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(scale_x), d), _mm256_cvtepi32_ps(sums[i]), total[i]);
-        mins[i] = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(scale_x), dmin), _mm_cvtepi32_ps(msum), mins[i]);
-      }
-    }
-    for (int i = 0; i < MG; ++i) {
-      __m128 m = _mm_add_ps(mins[i], _mm_movehl_ps(mins[i], mins[i]));
-      m = _mm_add_ss(m, _mm_shuffle_ps(m, m, 0x1));
-      out[i * N + n] = hsum(total[i]) - _mm_cvtss_f32(m);
-    }
-  }
-}
-
-template <int MG>
-void q6_k_q8_rows(const Q8Rows& xq, int64_t m0, const uint8_t* w, int64_t row_bytes, float* out, int64_t N,
-                  int64_t n_begin, int64_t n_end) {
-  const int64_t K = xq.K, superblocks = K / 256;
-  const __m256i pick[4] = {word_pick(0, 1), word_pick(2, 3), word_pick(4, 5), word_pick(6, 7)};
-  Q8Rows::Row x[MG];
-  for (int i = 0; i < MG; ++i) x[i] = xq.row(m0 + i);
-  for (int64_t n = n_begin; n < n_end; ++n) {
-    const uint8_t* row = w + n * row_bytes;
-    __m256 total[MG];
-    for (int i = 0; i < MG; ++i) total[i] = _mm256_setzero_ps();
-    for (int64_t sb = 0; sb < superblocks; ++sb) {
-      const uint8_t* b = row + sb * 210;
-      prefetch_lines((const char*)(b + 1024), 210);
-      const __m256i sc16 = _mm256_cvtepi8_epi16(load16(b + 192));          // the 16 scales as int16
-      const __m256i halves[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11)};
-      const __m256 d = _mm256_set1_ps(fp16_to_fp32(rd16(b + 208)));
-      __m256i sums[MG];
-      for (int i = 0; i < MG; ++i)      // the values are q - 32: start from -32 * sum_g sc_g * sum16_g (exact)
-        sums[i] = _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_sub_epi16(_mm256_setzero_si256(), load32(x[i].sums16 + sb * 16))), 5);
-      for (int h = 0; h < 2; ++h) {
-        const __m256i a = load32(b + 64 * h), c = load32(b + 64 * h + 32), hb = load32(b + 128 + 32 * h);
-        for (int part = 0; part < 4; ++part) {
-          const __m256i q = q6_values(a, c, hb, part);
-          const __m256i scale = _mm256_shuffle_epi8(halves[h], pick[part]);   // bytes 0-15: sc[g], 16-31: sc[g+1]
-          for (int i = 0; i < MG; ++i) {
-            const int8_t* x8 = x[i].q + sb * 256 + 128 * h + 32 * part;
-            sums[i] = _mm256_add_epi32(sums[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, load32(x8)), scale));
-          }
-        }
-      }
-      for (int i = 0; i < MG; ++i)
-        total[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(x[i].d[sb]), d), _mm256_cvtepi32_ps(sums[i]), total[i]);
-    }
-    for (int i = 0; i < MG; ++i) out[i * N + n] = hsum(total[i]);
-  }
-}
-
 template <typename F>
 void by_group_size(int mg, F&& f) {
   switch (mg) {
@@ -715,25 +566,7 @@ at::Tensor gguf_linear(const at::Tensor& x_in, const at::Tensor& blocks, int64_t
   return out;
 }
 
-// 8-bit-activation linear for Q4_K / Q6_K (K a multiple of 256): same threading and row grouping as the fp32 path.
-at::Tensor gguf_linear_q8(const at::Tensor& x_in, const at::Tensor& blocks, int64_t type, int64_t K) {
-  check_blocks(blocks, type, K);
-  TORCH_CHECK(type == 12 || type == 14, "gguf_linear_q8: Q4_K (12) or Q6_K (14) only, got type ", type);
-  TORCH_CHECK(x_in.scalar_type() == at::kFloat && x_in.size(-1) == K, "gguf_linear_q8: fp32 input of width K");
-  auto x = x_in.contiguous();
-  const int64_t N = blocks.size(0), M = x.numel() / K, row_bytes = blocks.size(1);
-  auto out = output_for(x, N);
-  if (M == 0) return out;
-  const Q8Rows xq(x.data_ptr<float>(), M, K);
-  const uint8_t* bp = blocks.data_ptr<uint8_t>();
-  float* op = out.data_ptr<float>();
-  for_row_groups(M, N, [&](int64_t m0, auto size, int64_t c, int64_t ce) {
-    constexpr int MG = decltype(size)::value;
-    if (type == 12) q4_k_q8_rows<MG>(xq, m0, bp, row_bytes, op + m0 * N, N, c, ce);
-    else q6_k_q8_rows<MG>(xq, m0, bp, row_bytes, op + m0 * N, N, c, ce);
-  });
-  return out;
-}
+#include "q8_linear.inc"
 
 // Rows `ids` of a block matrix as fp32 (embedding lookups, tests, the prefill GEMM's weights).
 at::Tensor gguf_dequantize(const at::Tensor& blocks, int64_t type, int64_t K, const at::Tensor& ids_in) {
@@ -819,12 +652,16 @@ at::Tensor invariant_attention(const at::Tensor& q_in, const at::Tensor& k_in, c
 TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("linear(Tensor x, Tensor blocks, int type, int K) -> Tensor");
   m.def("linear_q8(Tensor x, Tensor blocks, int type, int K) -> Tensor");
+  m.def("linear_q8_on(Tensor x, Tensor blocks, int type, int K, int path) -> Tensor");
+  m.def("q8_missing(int path) -> str", &q8_missing_op);
+  m.def("set_q8_path(int path) -> int", &set_q8_path);
   m.def("dequantize(Tensor blocks, int type, int K, Tensor ids) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor visible, float scaling) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(multidraft_gguf, CPU, m) {
   m.impl("linear", &gguf_linear);
   m.impl("linear_q8", &gguf_linear_q8);
+  m.impl("linear_q8_on", &q8_linear_on);
   m.impl("dequantize", &gguf_dequantize);
   m.impl("attention", &invariant_attention);
 }

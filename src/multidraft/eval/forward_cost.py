@@ -1,0 +1,308 @@
+"""`multidraft bench forward-cost`: how much a forward of n new tokens costs relative to one, per model, runner and
+instruction-set path of the 8-bit kernels: the number that decides whether drafting can pay on a machine (a
+drafted step costs one n-token forward plus the drafting).
+
+    multidraft bench forward-cost --model qwen2.5-coder-1.5b --runners quantized,quantized-q8 --isa all --json cost.json
+    multidraft bench forward-cost --model qwen2.5-coder-1.5b --dtype float32 --runners eager,fast
+    multidraft bench forward-cost --random qwen2.5-1.5b --layers 4 --runners eager,fast
+    multidraft bench forward-cost --linear --threads 1     # one layer's linears, M = 1..16
+
+After a 300-token prefill, each shape (a chain of n new tokens, n in --chains; or a tree: `k x d` = k branches
+of depth d under one root) is timed --reps times per runner, runners interleaved shape by shape so machine
+drift hits them alike; the cache is cropped back each time. Prints the minimum and its ratio to the same
+runner's 1-token forward, the machine's read bandwidth and each 1-token forward's share of it, and the share of
+a 1-token forward spent outside the GGUF linears. The machine's load (uptime) is printed beside the figures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from typing import Optional
+
+import torch
+
+import multidraft
+from multidraft.errors import InvalidOptionError
+from multidraft.models.runner import LM
+
+
+def random_model(shape: str, layers: int, dtype: str = "float32", device: str = "cpu") -> LM:
+    """A random-weight model of a known shape (no download)."""
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    if shape != "qwen2.5-1.5b":
+        raise InvalidOptionError(f"unknown --random shape {shape!r}; known: qwen2.5-1.5b")
+    config = Qwen2Config(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=layers,
+                         num_attention_heads=12, num_key_value_heads=2, max_position_embeddings=32768,
+                         tie_word_embeddings=True, rope_theta=1000000.0, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).to(device=device, dtype=getattr(torch, dtype)).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(multidraft.models.loader.resolve("smollm2-135m").path))
+    return LM(model, tokenizer, name=f"random-{shape}-{layers}L")
+
+
+def tree_parents(branches: int, depth: int) -> list[int]:
+    parents = [-1]
+    for _ in range(branches):
+        previous = 0
+        for _ in range(depth):
+            parents.append(previous)
+            previous = len(parents) - 1
+    return parents
+
+
+def clock(cpu_time: bool):
+    """Wall time, or this process's CPU time: on a machine shared with other busy processes the CPU time of a
+    one-thread run is what the work costs (wall time also counts the waits for a core)."""
+    return time.process_time if cpu_time else time.perf_counter
+
+
+def runner_views(lm: Optional[LM], runners: list[str], model: Optional[str], dtype: str) -> dict:
+    """One LM per runner, each with its own cache: the HF runners share one HF model (eager first: setting a
+    runner up (un)installs the CPU kernel on the shared modules, used only inside each LM's own `kernels()`
+    context); the quantized runner is its own model (the GGUF's blocks)."""
+    views = {}
+    for runner in sorted(runners, key=lambda r: r != "eager"):
+        if runner.startswith("quantized"):            # quantized, quantized-q8: each its own model (mapped blocks)
+            base = runner.split("@")[0]
+            same = next((v for r, v in views.items() if r.split("@")[0] == base), None)
+            views[runner] = same if same is not None else multidraft.load_model(model, runner=base)
+        else:
+            if lm is None:
+                lm = multidraft.load_model(model, dtype=dtype, runner="eager")
+            views[runner] = LM(lm.model, lm.tokenizer, name=lm.name, runner=runner)
+    return views
+
+
+def read_bandwidth(threads: int, megabytes: int = 1024) -> float:
+    """GB/s of one streaming read (a sum over a buffer far larger than the caches), best of 5."""
+    buffer = torch.ones(megabytes * 2 ** 20 // 4)
+    buffer.sum()
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        buffer.sum()
+        times.append(time.perf_counter() - start)
+    return buffer.numel() * 4 / min(times) / 1e9
+
+
+def weight_bytes_per_token(lm: LM) -> int:
+    """Bytes of weights one forward streams: every linear's matrix once (the quantized runner: its blocks; the
+    embedding lookup reads a few rows only)."""
+    total = 0
+    for module in lm.model.modules():
+        if isinstance(module, torch.nn.Linear):
+            matrix = getattr(module, "gguf_matrix", None)
+            total += matrix.nbytes if matrix is not None else module.weight.numel() * module.weight.element_size()
+    return total
+
+
+def tokens(view, start: int, count: int) -> list[int]:
+    """`count` token ids from `start` on, within the model's vocabulary."""
+    vocab = int(getattr(view.model.config, "vocab_size", 0) or 1 << 30)
+    return [(start + i) % vocab for i in range(count)]
+
+
+def time_shapes(views: dict, runners: list[str], shapes: list[tuple[str, list[int]]], reps: int,
+                cpu_time: bool = False, prefix: int = 300) -> dict:
+    now = clock(cpu_time)
+    caches = {}
+    for runner, view in views.items():
+        caches[runner] = view.new_cache()
+        with isa_of(runner):
+            view.forward(caches[runner], tokens(view, 1000, prefix), logits_rows=slice(-1, None))
+    best: dict = {runner: {} for runner in runners}
+    for label, parents in shapes:
+        for runner in runners:                 # interleaved shape by shape: drift hits every runner alike
+            view, cache = views[runner], caches[runner]
+            with isa_of(runner):
+                times = _time_one(view, cache, parents, reps, now, prefix)
+            best[runner][label] = min(times[1:])
+    for runner, view in views.items():
+        if view.runner != runner.split("@")[0]:
+            print(f"note: runner {runner!r} ran as {view.runner!r} here")
+    return best
+
+
+def _time_one(view, cache, parents: list[int], reps: int, now, prefix: int) -> list[float]:
+    times = []
+    for _ in range(reps + 1):
+        start = now()
+        view.forward(cache, tokens(view, 2000, len(parents)), parents=parents)
+        if view.device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(now() - start)
+        cache.crop(prefix)
+    return times
+
+
+@contextlib.contextmanager
+def isa_of(runner: str):
+    """Inside: the 8-bit kernels on the path a runner label names ("quantized-q8@avx-vnni"); others as they are."""
+    from multidraft.models import gguf_kernels
+    if "@" not in runner:
+        yield
+        return
+    before = gguf_kernels.isa()
+    gguf_kernels.use_isa(runner.split("@")[1], "--isa ")
+    try:
+        yield
+    finally:
+        gguf_kernels.use_isa(before)
+
+
+@contextlib.contextmanager
+def linear_timer():
+    """Inside: the GGUF linear ops (gguf_kernels.linear, linear_q8) timed; yields a one-item list of seconds."""
+    from multidraft.models import gguf_kernels
+    spent = [0.0]
+    originals = {name: getattr(gguf_kernels, name) for name in ("linear", "linear_q8")}
+
+    def timed(op):
+        def call(*args):
+            start = time.perf_counter()
+            out = op(*args)
+            spent[0] += time.perf_counter() - start
+            return out
+        return call
+    for name, op in originals.items():
+        setattr(gguf_kernels, name, timed(op))
+    try:
+        yield spent
+    finally:
+        for name, op in originals.items():
+            setattr(gguf_kernels, name, op)
+
+
+def outside_linears_share(view, runner: str, reps: int, prefix: int = 300) -> Optional[float]:
+    """The share of a 1-token forward's wall time spent outside the GGUF linears (None: no GGUF linears here)."""
+    cache = view.new_cache()
+    with isa_of(runner):
+        view.forward(cache, tokens(view, 1000, prefix), logits_rows=slice(-1, None))
+        shares = []
+        for _ in range(reps + 1):
+            with linear_timer() as spent:
+                start = time.perf_counter()
+                view.forward(cache, tokens(view, 2000, 1))
+                total = time.perf_counter() - start
+            cache.crop(prefix)
+            shares.append(None if spent[0] == 0 else (total - spent[0]) / total)
+    return None if shares[-1] is None else min(shares[1:])
+
+
+def linear_curve(threads: int, reps: int, cpu_time: bool = False) -> None:
+    from multidraft.models import fast_linear
+
+    now = clock(cpu_time)
+    kernel = fast_linear.load_kernel()
+    for n_out, n_in in ((8960, 1536), (1536, 8960), (1536, 1536), (256, 1536)):
+        weight = torch.randn(n_out, n_in)
+        rows = {}
+        for m in (1, 2, 4, 8, 16):
+            x = torch.randn(m, n_in)
+            for name, fn in (("F.linear", lambda: torch.nn.functional.linear(x, weight)),
+                             ("oneDNN", lambda: torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")),
+                             ("fast", lambda: kernel(x, weight))):
+                for _ in range(3):
+                    fn()
+                times = []
+                for _ in range(reps):
+                    start = now()
+                    fn()
+                    times.append(now() - start)
+                rows.setdefault(name, {})[m] = min(times) * 1000
+        for name, by_m in rows.items():
+            print(f"{n_out}x{n_in} {name:8s} threads={threads} " + "  ".join(
+                f"M={m}: {v:.2f}ms ({v / by_m[1]:.2f}x)" for m, v in by_m.items()), flush=True)
+
+
+def runner_labels(runners: list[str], isa: str) -> list[str]:
+    """The runners to time: quantized-q8 once per requested path ("quantized-q8@avx2"), the others once."""
+    from multidraft.models import gguf_kernels
+    if not isa:
+        return runners
+    if isa == "all":
+        gguf_kernels.load(progress=False)
+        paths = [p for p in gguf_kernels.ISA_PATHS if p != "scalar" and not gguf_kernels.missing_flag(p)]
+    else:
+        paths = [p.strip() for p in isa.split(",") if p.strip()]
+    labels = []
+    for runner in runners:
+        labels += [f"{runner}@{p}" for p in paths] if runner == "quantized-q8" else [runner]
+    return labels
+
+
+def run(args) -> int:
+    torch.set_num_threads(args.threads)
+    print("load:", os.popen("uptime").read().strip(), flush=True)
+    if args.linear:
+        linear_curve(args.threads, max(args.reps, 10), args.cpu_time)
+        return 0
+    if not args.model and not args.random:
+        raise InvalidOptionError("bench forward-cost needs --model NAME or --random SHAPE (or --linear)")
+    runners = runner_labels([r.strip() for r in args.runners.split(",") if r.strip()], args.isa)
+    if args.random:
+        lm = random_model(args.random, args.layers, args.dtype, args.device or "cpu")
+    else:
+        lm = None if all(r.startswith("quantized") for r in runners) else multidraft.load_model(
+            args.model, dtype=args.dtype, device=args.device, runner="eager")
+    views = runner_views(lm, runners, args.model, args.dtype)
+    bandwidth = None if args.no_bandwidth else read_bandwidth(args.threads)
+    if bandwidth:
+        print(f"read bandwidth ({args.threads} threads, 1 GiB sum): {bandwidth:.1f} GB/s", flush=True)
+    shapes = [(f"chain {n}", list(range(-1, int(n) - 1))) for n in args.chains.split(",") if n]
+    for tree in filter(None, args.trees.split(",")):
+        k, d = (int(v) for v in tree.split("x"))
+        shapes.append((f"tree {k}x{d} ({len(tree_parents(k, d))} nodes)", tree_parents(k, d)))
+    if "chain 1" not in [label for label, _ in shapes]:
+        shapes.insert(0, ("chain 1", [-1]))
+    best = time_shapes(views, runners, shapes, args.reps, args.cpu_time, args.prefix)
+    figures = summarize(views, runners, shapes, best, bandwidth, args)
+    print_table(views, runners, shapes, best, figures, args)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(figures, handle, indent=1)
+        print(f"figures: {args.json}")
+    print("load:", os.popen("uptime").read().strip(), flush=True)
+    return 0
+
+
+def summarize(views: dict, runners: list[str], shapes, best: dict, bandwidth: Optional[float], args) -> dict:
+    """The --json figures: per runner its rows (chains) and trees in ms, bandwidth_share, outside_linears_share."""
+    first = next(iter(views.values()))
+    out = {"model": first.name, "dtype": args.dtype, "threads": args.threads, "cpu_time": args.cpu_time,
+           "read_bandwidth_gbps": bandwidth, "load": os.popen("uptime").read().strip(), "runners": {}}
+    for runner in runners:
+        one = best[runner]["chain 1"]
+        streamed = weight_bytes_per_token(views[runner])
+        entry = {"rows": {}, "trees": {}, "weight_bytes": streamed,
+                 "bandwidth_share": streamed / (bandwidth * 1e9) / one if bandwidth else None,
+                 "outside_linears_share": outside_linears_share(views[runner], runner, args.reps, args.prefix)}
+        for label, parents in shapes:
+            kind, size = label.split(" ")[:2]
+            target = entry["rows"] if kind == "chain" else entry["trees"]
+            target[size] = {"ms": best[runner][label] * 1000, "x_one_row": best[runner][label] / one,
+                            "nodes": len(parents)}
+        out["runners"][runner] = entry
+    return out
+
+
+def print_table(views: dict, runners: list[str], shapes, best: dict, figures: dict, args) -> None:
+    what = "CPU time" if args.cpu_time else "wall time"
+    print(f"{figures['model']} {args.dtype} threads={args.threads} ({what}, min of {args.reps} after a warm-up)")
+    print(f"{'shape':28s}" + "".join(f"{runner:>28s}" for runner in runners))
+    for label, _ in shapes:
+        print(f"{label:28s}" + "".join(
+            f"{best[r][label] * 1000:16.1f} ms ({best[r][label] / best[r]['chain 1']:4.2f}x)" for r in runners),
+            flush=True)
+    for runner in runners:
+        entry = figures["runners"][runner]
+        line = f"{runner}: {entry['weight_bytes'] / 1e9:.2f} GB of weights per forward"
+        if entry["bandwidth_share"] is not None:
+            line += f"; the 1-token forward runs at {entry['bandwidth_share'] * 100:.0f}% of the read bandwidth"
+        if entry["outside_linears_share"] is not None:
+            line += f"; {entry['outside_linears_share'] * 100:.0f}% of it outside the GGUF linears"
+        print(line)

@@ -1,0 +1,53 @@
+"""`multidraft bench forward-cost`: a smoke test on a tiny Q4_K model (figures written, no timing asserted)."""
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from multidraft.cli import main
+from multidraft.eval import forward_cost
+from multidraft.models import gguf_kernels
+from tests.tiny_gguf import write_tiny_gguf
+from tests.tiny_models import make_tokenizer
+
+pytestmark = pytest.mark.skipif(not gguf_kernels.load(progress=False),
+                                reason=f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
+
+
+def forward_cost_bandwidth(threads):
+    return ORIGINAL_BANDWIDTH(threads, megabytes=64)         # the real measurement, on a small buffer
+
+
+ORIGINAL_BANDWIDTH = forward_cost.read_bandwidth
+
+
+def test_forward_cost_writes_rows_trees_and_shares_per_runner_and_path(monkeypatch, tmp_path):
+    from multidraft.models.quantized import load_quantized_model
+    from multidraft.models.runner import LM
+
+    folder = Path(tempfile.mkdtemp(prefix="tiny-gguf-cost-"))
+    path = write_tiny_gguf(folder, "qwen2", "Q4_K", seed=3)
+    lm = LM(load_quantized_model(folder, path, activations="q8"), make_tokenizer(), name="tiny", runner="quantized-q8")
+    monkeypatch.setattr(forward_cost, "runner_views", lambda _lm, runners, *rest: {r: lm for r in runners})
+    monkeypatch.setattr(forward_cost, "read_bandwidth", lambda threads: forward_cost_bandwidth(threads))
+    out = tmp_path / "cost.json"
+    assert main(["bench", "forward-cost", "--model", "tiny", "--runners", "quantized-q8", "--isa", "avx2,scalar",
+                 "--chains", "1,2", "--trees", "2x1", "--reps", "1", "--prefix", "4", "--threads", "1",
+                 "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    assert set(figures["runners"]) == {"quantized-q8@avx2", "quantized-q8@scalar"}
+    for entry in figures["runners"].values():
+        assert set(entry["rows"]) == {"1", "2"} and set(entry["trees"]) == {"2x1"}
+        assert entry["rows"]["1"]["ms"] > 0 and entry["trees"]["2x1"]["nodes"] == 3
+        assert 0 < entry["bandwidth_share"] and 0 <= entry["outside_linears_share"] < 1
+    assert gguf_kernels.isa() != "scalar"                  # the path is put back after its rows
+
+
+def test_forward_cost_refuses_an_unknown_path():
+    from multidraft.errors import InvalidOptionError
+
+    with pytest.raises(InvalidOptionError, match="not a path"):
+        with forward_cost.isa_of("quantized-q8@sse9"):
+            pass

@@ -1,0 +1,214 @@
+"""The 8-bit-activation kernels' paths (kernels/q8_linear.inc): every path computes the canonical arithmetic bit for
+bit, at every row count and thread count.
+
+- Each path this CPU has, plus the VNNI template with vpdpbusd emulated in AVX2, against the scalar reference.
+- The scalar reference against a plain numpy replica of the canonical arithmetic (integer sums, then one fused
+  multiply-add per super-block), and a negative control: the same sums with an epilogue in another order differ.
+- The real VNNI paths run where the CPU has them (skipped elsewhere, the reason naming the flag).
+"""
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from multidraft.errors import InvalidOptionError
+from multidraft.models import gguf_kernels
+from tests.tiny_gguf import random_blocks
+
+pytestmark = pytest.mark.skipif(not gguf_kernels.load(progress=False),
+                                reason=f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
+TYPES = {"Q4_K": 12, "Q6_K": 14}
+WIDTH, OUTPUTS = 768, 45                 # three super-blocks; 45 outputs: not a multiple of 16, 64 or the split
+
+
+def _paths_here():
+    return [p for p in gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS if not gguf_kernels.missing_flag(p)]
+
+
+def _data(type_name, seed, rows=40):
+    rng = np.random.default_rng(seed)
+    blocks = torch.from_numpy(random_blocks(type_name, OUTPUTS, WIDTH, rng, scale=0.05))
+    x = torch.randn(rows, WIDTH, generator=torch.Generator().manual_seed(seed)) * torch.logspace(-2, 1, rows)[:, None]
+    return blocks, x
+
+
+def _bits(t):
+    return t.contiguous().view(torch.int32)
+
+
+@pytest.mark.parametrize("type_name", list(TYPES))
+@pytest.mark.parametrize("path", [p for p in gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS if p != "scalar"])
+def test_every_path_is_the_scalar_reference_at_every_row_and_thread_count(type_name, path):
+    if gguf_kernels.missing_flag(path):
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
+    blocks, x = _data(type_name, 3)
+    type_id = TYPES[type_name]
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            for rows in range(1, 41):
+                part = x[40 - rows:]                            # each row count on other rows too
+                expected = gguf_kernels.linear_q8_on(part, blocks, type_id, WIDTH, "scalar")
+                got = gguf_kernels.linear_q8_on(part, blocks, type_id, WIDTH, path)
+                assert torch.equal(_bits(got), _bits(expected)), (path, count, rows)
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("type_name", list(TYPES))
+def test_a_row_alone_equals_the_row_inside_forty(type_name):
+    blocks, x = _data(type_name, 4)
+    for path in _paths_here():
+        full = gguf_kernels.linear_q8_on(x, blocks, TYPES[type_name], WIDTH, path)
+        for row in (0, 7, 39):
+            alone = gguf_kernels.linear_q8_on(x[row:row + 1], blocks, TYPES[type_name], WIDTH, path)
+            assert torch.equal(_bits(alone[0]), _bits(full[row])), (path, row)
+
+
+def test_the_default_path_is_the_best_one_here_and_passed_its_self_check():
+    assert gguf_kernels.isa() in _paths_here() and gguf_kernels.isa() != "scalar"
+    assert gguf_kernels.self_check(gguf_kernels.isa())
+    blocks, x = _data("Q4_K", 5, rows=6)
+    assert torch.equal(gguf_kernels.linear_q8(x, blocks, 12, WIDTH),
+                       gguf_kernels.linear_q8_on(x, blocks, 12, WIDTH, gguf_kernels.isa()))
+
+
+# ---------------------------------------------------------------- the canonical arithmetic, written in numpy
+
+
+def _quantize(x):
+    """The one activation quantizer: per 256 values, q = round-half-even(x * (127 / max|x|)), d = max|x| / 127."""
+    groups = x.numpy().reshape(x.shape[0], -1, 256).astype(np.float32)
+    top = np.abs(groups).max(-1)
+    d = top / np.float32(127)
+    scale = np.float32(127) / top
+    q = np.clip(np.rint(groups * scale[..., None]), -127, 127).astype(np.int64)
+    return q, d.astype(np.float32)                    # (M, SB, 256), (M, SB)
+
+
+def _k4_scales(packed):
+    """Q4_K's six-bit sub-block scales and mins, (N, SB, 8) each (ggml's get_scale_min_k4)."""
+    q = packed.astype(np.int64)
+    sc, mn = np.empty(q.shape[:2] + (8,), np.int64), np.empty(q.shape[:2] + (8,), np.int64)
+    for j in range(8):
+        if j < 4:
+            sc[..., j], mn[..., j] = q[..., j] & 63, q[..., j + 4] & 63
+        else:
+            sc[..., j] = (q[..., j + 4] & 0xF) | ((q[..., j - 4] >> 6) << 4)
+            mn[..., j] = (q[..., j + 4] >> 4) | ((q[..., j] >> 6) << 4)
+    return sc, mn
+
+
+def _integer_sums(type_name, blocks, q):
+    """(isum, msum, d_w, dmin) per (m, n, sb) / (n, sb): the exact integer parts of the canonical arithmetic."""
+    raw = blocks.numpy().reshape(OUTPUTS, WIDTH // 256, -1)
+    if type_name == "Q4_K":
+        sc, mn = _k4_scales(raw[..., 4:16])
+        qs = raw[..., 16:144].astype(np.int64).reshape(OUTPUTS, -1, 4, 32)
+        values = np.stack([qs & 0xF, qs >> 4], axis=3).reshape(OUTPUTS, -1, 8, 32)       # sub-block 2j, 2j+1
+        xq = q.reshape(q.shape[0], q.shape[1], 8, 32)
+        isum = np.einsum("nsj,nsjl,msjl->mns", sc, values, xq)
+        msum = np.einsum("nsj,msj->mns", mn, xq.sum(-1))
+        return isum, msum, raw[..., 0:2].copy().view(np.float16)[..., 0], raw[..., 2:4].copy().view(np.float16)[..., 0]
+    ql, qh = raw[..., :128].astype(np.int64), raw[..., 128:192].astype(np.int64)
+    values = np.empty(raw.shape[:2] + (256,), np.int64)
+    for h in range(2):
+        a, c, hb = ql[..., 64 * h:64 * h + 32], ql[..., 64 * h + 32:64 * h + 64], qh[..., 32 * h:32 * h + 32]
+        lows = [a & 0xF, c & 0xF, a >> 4, c >> 4]
+        for part in range(4):
+            values[..., 128 * h + 32 * part:128 * h + 32 * part + 32] = lows[part] | (((hb >> (2 * part)) & 3) << 4)
+    sc = raw[..., 192:208].copy().view(np.int8).astype(np.int64)
+    isum = np.einsum("nsg,nsgl,msgl->mns", sc, (values - 32).reshape(OUTPUTS, -1, 16, 16),
+                     q.reshape(q.shape[0], q.shape[1], 16, 16))
+    return isum, np.zeros_like(isum), raw[..., 208:210].copy().view(np.float16)[..., 0], None
+
+
+def _fma32(a, b, c):
+    """fp32 fused multiply-add: the float64 product of two fp32 values is exact, the sum rounds once to float64
+    and once to fp32 (a double rounding that differs from one rounding about once in 2^29: not on this data)."""
+    return (a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)).astype(np.float32)
+
+
+def _epilogue(type_name, isum, msum, dx, dw, dmin, fused=True):
+    total = np.zeros(isum.shape[:2], np.float32)
+    mins = np.zeros(isum.shape[:2], np.float32)
+    for sb in range(isum.shape[2]):
+        scale = (dx[:, None, sb] * dw[None, :, sb].astype(np.float32)).astype(np.float32)
+        if fused:
+            total = _fma32(scale, isum[..., sb].astype(np.float32), total)
+        else:                                          # another order: multiply, round, then add
+            total = (scale * isum[..., sb].astype(np.float32)).astype(np.float32) + total
+        if type_name == "Q4_K":
+            mscale = (dx[:, None, sb] * dmin[None, :, sb].astype(np.float32)).astype(np.float32)
+            mins = _fma32(mscale, msum[..., sb].astype(np.float32), mins)
+    return total - mins
+
+
+@pytest.mark.parametrize("type_name", list(TYPES))
+def test_the_kernels_compute_the_canonical_arithmetic_and_another_order_differs(type_name):
+    blocks, x = _data(type_name, 6, rows=9)
+    q, dx = _quantize(x)
+    isum, msum, dw, dmin = _integer_sums(type_name, blocks, q)
+    assert np.abs(isum).max() < 2**31 and np.abs(msum).max() < 2**31
+    canonical = torch.from_numpy(_epilogue(type_name, isum, msum, dx, dw, dmin))
+    for path in _paths_here():
+        got = gguf_kernels.linear_q8_on(x, blocks, TYPES[type_name], WIDTH, path)
+        assert torch.equal(_bits(got), _bits(canonical)), path
+    # Negative control: the same exact integer sums with the epilogue in another order give other bits.
+    other = torch.from_numpy(_epilogue(type_name, isum, msum, dx, dw, dmin, fused=False))
+    assert not torch.equal(_bits(gguf_kernels.linear_q8(x, blocks, TYPES[type_name], WIDTH)), _bits(other))
+    assert torch.allclose(other, canonical, rtol=1e-4, atol=1e-6)            # ... though close: same model
+
+
+# ---------------------------------------------------------------- MULTIDRAFT_ISA
+
+
+def _choose_with(monkeypatch, value):
+    monkeypatch.setenv("MULTIDRAFT_ISA", value)
+    gguf_kernels._choose_isa()
+
+
+def test_multidraft_isa_forces_a_path_and_refuses_bad_values(monkeypatch):
+    try:
+        for path in ("avx2", "scalar"):
+            _choose_with(monkeypatch, path)
+            assert gguf_kernels.isa() == path
+        with pytest.raises(InvalidOptionError, match="avx2, avx-vnni"):
+            _choose_with(monkeypatch, "sse9")
+        lacking = [p for p in gguf_kernels.ISA_PATHS if gguf_kernels.missing_flag(p)]
+        for path in lacking:                         # a path this CPU lacks: the error names the cpuid flag
+            with pytest.raises(InvalidOptionError, match=gguf_kernels.missing_flag(path).split()[0]):
+                _choose_with(monkeypatch, path)
+    finally:
+        monkeypatch.delenv("MULTIDRAFT_ISA")
+        gguf_kernels._choose_isa()
+    assert gguf_kernels.isa() == [p for p in gguf_kernels.ISA_PATHS if not gguf_kernels.missing_flag(p)][-1]
+
+
+@pytest.mark.parametrize("path", ["avx-vnni", "avx512-vnni", "amx"])
+def test_forced_path_runs_the_model_arithmetic(monkeypatch, path):
+    if gguf_kernels.missing_flag(path):
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)}: the forced {path} test runs on a CPU with it")
+    try:
+        _choose_with(monkeypatch, path)
+        assert gguf_kernels.isa() == path
+        blocks, x = _data("Q6_K", 8, rows=17)
+        assert torch.equal(gguf_kernels.linear_q8(x, blocks, 14, WIDTH),
+                           gguf_kernels.linear_q8_on(x, blocks, 14, WIDTH, "scalar"))
+    finally:
+        monkeypatch.delenv("MULTIDRAFT_ISA")
+        gguf_kernels._choose_isa()
+
+
+def test_a_path_that_fails_its_self_check_is_not_used(monkeypatch):
+    monkeypatch.setattr(gguf_kernels, "self_check", lambda path: path == "scalar")
+    try:
+        with pytest.warns(RuntimeWarning, match="avx2 path"):
+            gguf_kernels._choose_isa()
+        assert gguf_kernels.isa() == "scalar"
+    finally:
+        monkeypatch.undo()
+        gguf_kernels._choose_isa()
+    assert gguf_kernels.isa() != "scalar"
