@@ -56,7 +56,7 @@ class Reused:
 def reuse_refusal(lm) -> Optional[str]:
     """Why `lm` cannot reuse cached keys/values exactly, or None when it can."""
     runner = getattr(lm, "runner", "")
-    if runner != "quantized-q8":
+    if runner not in ("quantized-q8", "native"):
         return (f"prefix_cache needs the quantized-q8 runner (batch-invariant in every forward, prefill included); "
                 f"{getattr(lm, 'name', 'this model')} runs on {runner!r}, where a reused prefix could change a "
                 "near-tie token: load it with runner='quantized-q8' or drop prefix_cache")

@@ -244,7 +244,7 @@ def load_model(name_or_path, dtype=None, device=None, runner: str = "auto", **kw
 def _wants_quantized(name_or_path, dtype, device, runner: str, kwargs) -> bool:
     """The quantized runner serves a GGUF-backed model on the CPU when asked ("quantized") or by default ("auto"
     with no dtype other than fp32 and HF's default attention). Any other choice keeps the HF folder's weights."""
-    if runner in QUANTIZED_RUNNERS:
+    if runner in QUANTIZED_RUNNERS + ("native",):      # native: the quantized model, run by models/native.py
         return True
     if runner != "auto" or kwargs.get("attn_implementation", "sdpa") != "sdpa":
         return False

@@ -203,27 +203,18 @@ def packed_forward(lm, arena: KVArena, segments: Sequence[Segment], dense: bool 
             visible[first:last, base: base + past] = True
             visible[first:last, base + past: base + past + n] = _ancestors(segment.parents, n)
         wanted += list(range(first, last)) if segment.all_logits else [last - 1]
-    device, dtype = lm.device, lm.dtype
-    mask = additive_mask(visible, dtype, device)
-
     layers = sorted({s.hidden_layer for s in segments if s.hidden_layer is not None})
-    captured = {layer: {"hidden": [], "attn": []} for layer in layers}
-    hooks = [hook for layer in layers for hook in lm._install_hooks(layer, None, captured[layer])]
-    arena.write_index = torch.tensor(slots, device=device)
+    arena.write_index = torch.tensor(slots, device=lm.device)
     arena.kv_limit = kv_limit
     arena.seen = max(0, kv_limit - total)
     arena.valid_slots = kv_limit
-    try:
-        # No dense-GEMM prefill on the quantized runner unless asked: a row's bits must not depend on its neighbours.
-        with lm.kernels(prefill=dense):
-            output = lm.model(input_ids=torch.tensor([ids], device=device),
-                              position_ids=torch.tensor([positions], device=device),
-                              attention_mask=mask, past_key_values=arena, use_cache=True,
-                              logits_to_keep=torch.tensor(wanted))
-    finally:
-        for hook in hooks:
-            hook.remove()
-    logits = output.logits[0].float()
+    # No dense-GEMM prefill on the quantized runner unless asked: a row's bits must not depend on its neighbours.
+    if lm.native_forward is not None:
+        output = lm.native_forward.run(arena, torch.tensor(ids), None, torch.tensor(positions), visible,
+                                       torch.tensor(wanted), layers, prefill=dense)
+        logits, hidden_by_layer = output.logits, output.hidden
+    else:
+        logits, hidden_by_layer = _hf_packed(lm, arena, ids, positions, visible, wanted, layers, dense)
     seconds = time.perf_counter() - started
     results, offset = [], 0
     for segment, (first, last) in zip(segments, row_ranges):
@@ -232,7 +223,24 @@ def packed_forward(lm, arena: KVArena, segments: Sequence[Segment], dense: bool 
         offset += count
         hidden = None
         if segment.hidden_layer is not None:
-            hidden = captured[segment.hidden_layer]["hidden"][0][first:last]
+            hidden = hidden_by_layer[segment.hidden_layer][first:last]
         segment.cache.length += last - first
         results.append(SegmentOutput(rows, hidden, None, seconds))
     return results
+
+
+def _hf_packed(lm, arena: KVArena, ids, positions, visible, wanted, layers, dense: bool):
+    """The packed forward on HF's modules: (logits of the wanted rows, {layer: hidden states of every row})."""
+    device = lm.device
+    captured = {layer: {"hidden": [], "attn": []} for layer in layers}
+    hooks = [hook for layer in layers for hook in lm._install_hooks(layer, None, captured[layer])]
+    try:
+        with lm.kernels(prefill=dense):
+            output = lm.model(input_ids=torch.tensor([ids], device=device),
+                              position_ids=torch.tensor([positions], device=device),
+                              attention_mask=additive_mask(visible, lm.dtype, device), past_key_values=arena,
+                              use_cache=True, logits_to_keep=torch.tensor(wanted))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return output.logits[0].float(), {layer: captured[layer]["hidden"][0] for layer in layers}

@@ -18,15 +18,19 @@ from typing import Optional, Sequence, Union
 import torch
 
 from multidraft.errors import InvalidOptionError, PromptError
-from multidraft.models import fast_linear, quantized, static_runner
+from multidraft.models import fast_linear, native, quantized, static_runner
 from multidraft.models.device import configure_cuda
 from multidraft.models.attention_rows import AttentionQueries, install_query_hooks
-from multidraft.models.kv_cache import (KVCache, StaticKVCache, additive_mask, tree_attention_mask,  # noqa: F401
-                                       tree_depths)
+from multidraft.models.kv_cache import (KVCache, StaticKVCache, additive_mask, tree_ancestors,  # noqa: F401
+                                       tree_attention_mask, tree_depths)
 from multidraft.models.runner_choice import QUANTIZED_RUNNERS
 from multidraft.sampling import check_finite
 
-RUNNERS = ("auto", "eager", "fast", "static") + QUANTIZED_RUNNERS
+NATIVE = "native"          # the native forward (models/native.py) on a quantized model with 8-bit activations
+RUNNERS = ("auto", "eager", "fast", "static") + QUANTIZED_RUNNERS + (NATIVE,)
+# What "auto" picks for a model on GGUF blocks with 8-bit activations: the native forward where it supports the
+# architecture (its logits are the quantized-q8 runner's bits), else HF's modules (quantized-q8). The one switch.
+AUTO_NATIVE = True
 
 
 @dataclass
@@ -57,10 +61,11 @@ class LM:
         self.context_length = int(getattr(text_config, "max_position_embeddings", 0) or 2048)
         self.eos_token_ids = self._eos_ids()
         self._decoder_layers = self._find_layers()
-        self._static, self._cpu_kernel = None, False
+        self._static, self._cpu_kernel, self._native = None, False, None
         self.static_capacity = static_runner.DEFAULT_CAPACITY
-        # None: the model's own kind, quantized for a model on GGUF blocks (models/quantized.py), else eager
-        self.use_runner(runner or (quantized.runner_name(model) if self.quantized else "eager"))
+        # None: the model's own kind: for a model on GGUF blocks (models/quantized.py) "auto" keeps the activations it
+        # was loaded with (and goes native in q8 where AUTO_NATIVE says so), else eager
+        self.use_runner(runner or ("auto" if self.quantized else "eager"))
 
     # ----- runner choice -----
     def use_runner(self, runner: str = "auto", progress: bool = True) -> str:
@@ -78,6 +83,11 @@ class LM:
             self.runner_setup_seconds = time.perf_counter() - started    # kernel build, graph capture: shown by bench
 
     @property
+    def native_forward(self) -> Optional[native.NativeForward]:
+        """The native forward when the runner is "native" (the engine's packed forward runs it too), else None."""
+        return self._native
+
+    @property
     def quantized(self) -> bool:
         """True when the model runs on GGUF blocks (models/quantized.py): chosen at load, it cannot be switched
         to another runner (but between "quantized" and "quantized-q8", its activations, it can)."""
@@ -85,14 +95,8 @@ class LM:
 
     def _use_runner(self, runner: str, progress: bool) -> str:
         if self.quantized:
-            if runner not in ("auto",) + QUANTIZED_RUNNERS:
-                raise InvalidOptionError(f"{self.name} runs on the quantized runner (GGUF blocks); for the {runner!r} "
-                                         f"runner load it with multidraft.load_model(..., runner={runner!r})")
-            if runner != "auto":
-                quantized.set_activations(self.model, "q8" if runner == "quantized-q8" else "fp32")
-            self.runner = quantized.runner_name(self.model)
-            return self.runner
-        if runner in QUANTIZED_RUNNERS:
+            return self._use_quantized(runner)
+        if runner in QUANTIZED_RUNNERS + (NATIVE,):
             raise InvalidOptionError(f"the quantized runner is chosen when a model is loaded: "
                                      f"multidraft.load_model({self.name!r}, runner={runner!r})")
         fast_linear.uninstall(self.model)
@@ -126,6 +130,27 @@ class LM:
             return self.runner
         fast_linear.install(self.model)
         self.runner, self._cpu_kernel = "fast", True
+        return self.runner
+
+    def _use_quantized(self, runner: str) -> str:
+        """A model on GGUF blocks: its activations (fp32 or q8) and whether the native forward runs it."""
+        if runner not in ("auto",) + QUANTIZED_RUNNERS + (NATIVE,):
+            raise InvalidOptionError(f"{self.name} runs on the quantized runner (GGUF blocks); for the {runner!r} "
+                                     f"runner load it with multidraft.load_model(..., runner={runner!r})")
+        if runner != "auto":
+            quantized.set_activations(self.model, "fp32" if runner == "quantized" else "q8")
+        self._native = None
+        wants_native = runner == NATIVE or (runner == "auto" and AUTO_NATIVE
+                                            and quantized.runner_name(self.model) == "quantized-q8")
+        why_not = native.unsupported_reason(self.model) if wants_native else None
+        if wants_native and why_not is None:
+            self._native = native.NativeForward(self.model)
+            self.runner = NATIVE
+            return self.runner
+        if runner == NATIVE:
+            warnings.warn(f"multidraft: the native runner cannot serve {self.name}: {why_not}; using quantized-q8 "
+                          "(the same arithmetic on HF's modules)", RuntimeWarning, stacklevel=4)
+        self.runner = quantized.runner_name(self.model)
         return self.runner
 
     def _use_static(self, progress: bool) -> str:
@@ -329,6 +354,23 @@ class LM:
         if visible is not None and isinstance(cache, StaticKVCache):
             raise InvalidOptionError("a forward with `visible` needs an eager cache: lm.new_cache(dynamic=True)")
 
+        if self._native is not None and not isinstance(cache, StaticKVCache):
+            result = self._run_native(cache, model_inputs, position_ids[0], parents if is_tree else None, visible,
+                                      logits_rows, hidden_layer, attention_heads)
+        else:
+            result = self._run_hf(cache, model_inputs, position_ids, parents if is_tree else None, visible,
+                                  logits_rows, hidden_layer, attention_heads)
+        if isinstance(result.attention, AttentionQueries) and attention_rows is not None:
+            result.attention = result.attention.select_rows(attention_rows)
+        elif result.attention is not None and attention_rows is not None:
+            result.attention = result.attention[:, list(attention_rows)]
+        result.seconds = time.perf_counter() - start
+        return result
+
+    def _run_hf(self, cache, model_inputs, position_ids, parents, visible, logits_rows, hidden_layer,
+                attention_heads) -> ForwardOutput:
+        """LM.forward on HF's modules (hooks capture hidden states and attention rows)."""
+        past, num_new = cache.length, position_ids.shape[1]
         captured: dict[str, list] = {"hidden": [], "attn": []}
         hooks = self._install_hooks(hidden_layer, attention_heads, captured)
         try:
@@ -336,13 +378,13 @@ class LM:
                 if isinstance(cache, StaticKVCache):     # hooks are Python: those forwards run whole, not as graphs
                     ids, embeds = (model_inputs[key][0] if key in model_inputs else None
                                    for key in ("input_ids", "inputs_embeds"))
-                    logits = self._static.run(cache, ids, embeds, position_ids[0], parents if is_tree else None,
-                                              logits_rows, whole=bool(hooks))
+                    logits = self._static.run(cache, ids, embeds, position_ids[0], parents, logits_rows,
+                                              whole=bool(hooks))
                 else:
                     kwargs = {} if logits_rows is None else {"logits_to_keep": _logits_to_keep(logits_rows, num_new)}
                     attention_mask = (additive_mask(visible[0], self.dtype, self.device) if visible is not None
-                                      else tree_attention_mask(parents, past, self.dtype, self.device) if is_tree
-                                      else None)
+                                      else tree_attention_mask(parents, past, self.dtype, self.device)
+                                      if parents is not None else None)
                     output = self.model(**model_inputs, past_key_values=cache.hf_cache, use_cache=True,
                                         position_ids=position_ids, attention_mask=attention_mask, **kwargs)
                     logits = output.logits[0].float()
@@ -356,15 +398,52 @@ class LM:
         if attention_heads:
             rows = captured["attn"]
             if isinstance(rows, AttentionQueries):
-                result.attention = rows if attention_rows is None else rows.select_rows(attention_rows)
+                result.attention = rows
             else:
                 if any(r is None for r in rows):
                     raise InvalidOptionError(f"{self.name} returned no attention weights from its eager kernel; "
                                              "pass heads=... of standard attention layers")
-                stacked = torch.stack(rows)[..., : past + num_new]  # (num_heads_captured, T, kv_len); static: slots
-                result.attention = stacked if attention_rows is None else stacked[:, list(attention_rows)]
-        result.seconds = time.perf_counter() - start
+                result.attention = torch.stack(rows)[..., : past + num_new]  # (heads, T, kv_len); static: slots
         return result
+
+    def _run_native(self, cache, model_inputs, positions, parents, visible, logits_rows, hidden_layer,
+                    attention_heads) -> ForwardOutput:
+        """LM.forward on the native forward (models/native.py): the same captures, read from the forward itself."""
+        past, num_new = cache.length, positions.shape[0]
+        if visible is not None:
+            allowed = visible[0].to(torch.bool)
+        else:
+            allowed = torch.ones(num_new, past + num_new, dtype=torch.bool)
+            allowed[:, past:] = tree_ancestors(parents) if parents is not None else allowed[:, past:].tril()
+        self._check_hidden_layer(hidden_layer)
+        by_layer, order = self._heads_by_layer(attention_heads)
+        ids = model_inputs.get("input_ids")
+        embeds = model_inputs.get("inputs_embeds")
+        out = self._native.run(cache.hf_cache, None if ids is None else ids[0], None if embeds is None else embeds[0],
+                               positions, allowed, logits_rows, () if hidden_layer is None else (hidden_layer,),
+                               by_layer, prefill=past == 0)
+        check_finite(out.logits)
+        result = ForwardOutput(logits=out.logits, hidden=out.hidden.get(hidden_layer))
+        if order:
+            triples = [out.queries[layer][by_layer[layer].index(head)] for layer, head in order]
+            result.attention = AttentionQueries(*map(list, zip(*triples)))
+        return result
+
+    def _check_hidden_layer(self, hidden_layer: Optional[int]) -> None:
+        if hidden_layer is not None and not 0 <= hidden_layer <= self.num_layers:
+            raise InvalidOptionError(f"hidden layer {hidden_layer} does not exist: {self.name} has layers 0..{self.num_layers}")
+
+    def _heads_by_layer(self, attention_heads) -> tuple[dict[int, list[int]], list[tuple[int, int]]]:
+        """{layer: [heads]} and the requested order of (layer, head) pairs, each checked to exist."""
+        by_layer: dict[int, list[int]] = {}
+        order = []
+        for layer, head in attention_heads or ():
+            if not (0 <= layer < self.num_layers and 0 <= head < self.num_heads):
+                raise InvalidOptionError(f"attention head ({layer}, {head}) does not exist: {self.name} has "
+                                         f"{self.num_layers} layers x {self.num_heads} heads (0-based)")
+            by_layer.setdefault(layer, []).append(head)
+            order.append((layer, head))
+        return by_layer, order
 
     def _fit_static(self, cache, num_new: int):
         """The cache a forward uses: a static one past its capacity moves to the eager cache (one warning)."""
@@ -382,8 +461,7 @@ class LM:
     def _install_hooks(self, hidden_layer, attention_heads, captured):
         hooks = []
         if hidden_layer is not None:
-            if not 0 <= hidden_layer <= self.num_layers:
-                raise InvalidOptionError(f"hidden layer {hidden_layer} does not exist: {self.name} has layers 0..{self.num_layers}")
+            self._check_hidden_layer(hidden_layer)
             if hidden_layer == 0:
                 module = self.model.get_input_embeddings()
             else:
@@ -394,14 +472,7 @@ class LM:
                 captured["hidden"].append(tensor[0].detach().float())
             hooks.append(module.register_forward_hook(keep_hidden))
         if attention_heads:
-            by_layer: dict[int, list[int]] = {}
-            order = []
-            for layer, head in attention_heads:
-                if not (0 <= layer < self.num_layers and 0 <= head < self.num_heads):
-                    raise InvalidOptionError(f"attention head ({layer}, {head}) does not exist: {self.name} has "
-                                             f"{self.num_layers} layers x {self.num_heads} heads (0-based)")
-                by_layer.setdefault(layer, []).append(head)
-                order.append((layer, head))
+            by_layer, order = self._heads_by_layer(attention_heads)
             per_layer: dict = {}
             if self.attn_implementation != "eager":
                 # No weights from this kernel: keep the chosen heads' queries and keys instead (attention_rows.py).
