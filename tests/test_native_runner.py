@@ -174,11 +174,10 @@ def test_unsupported_architectures_stay_on_hf_modules():
         assert "gelu" in native.unsupported_reason(ours.model)
         with pytest.warns(RuntimeWarning, match="native runner cannot serve"):
             assert ours.use_runner("native") == "quantized-q8"
-        assert ours.native_forward is None
     finally:
         ours.model.config.hidden_act = "silu"
-    assert ours.use_runner("native") == "native" and ours.native_forward is not None
-    assert ours.use_runner("quantized") == "quantized" and ours.native_forward is None
+    assert ours.use_runner("native") == "native" and ours.capabilities.prefix_reusable
+    assert ours.use_runner("quantized") == "quantized" and not ours.capabilities.prefix_reusable
 
 
 # ---------------------------------------------------------------- the real model

@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 import torch
 
 from multidraft.errors import InvalidOptionError
-from multidraft.models.kv_cache import StaticArena, additive_mask, tree_ancestors, tree_depths
+from multidraft.models.kv_cache import StaticArena, tree_ancestors, tree_depths
 
 KV_ALIGN = 64          # the key range a forward reads is rounded up to this many slots (fewer distinct shapes)
 
@@ -209,12 +209,7 @@ def packed_forward(lm, arena: KVArena, segments: Sequence[Segment], dense: bool 
     arena.seen = max(0, kv_limit - total)
     arena.valid_slots = kv_limit
     # No dense-GEMM prefill on the quantized runner unless asked: a row's bits must not depend on its neighbours.
-    if lm.native_forward is not None:
-        output = lm.native_forward.run(arena, torch.tensor(ids), None, torch.tensor(positions), visible,
-                                       torch.tensor(wanted), layers, prefill=dense)
-        logits, hidden_by_layer = output.logits, output.hidden
-    else:
-        logits, hidden_by_layer = _hf_packed(lm, arena, ids, positions, visible, wanted, layers, dense)
+    logits, hidden_by_layer = lm.runner_object.packed(arena, ids, positions, visible, wanted, layers, dense)
     seconds = time.perf_counter() - started
     results, offset = [], 0
     for segment, (first, last) in zip(segments, row_ranges):
@@ -228,19 +223,3 @@ def packed_forward(lm, arena: KVArena, segments: Sequence[Segment], dense: bool 
         results.append(SegmentOutput(rows, hidden, None, seconds))
     return results
 
-
-def _hf_packed(lm, arena: KVArena, ids, positions, visible, wanted, layers, dense: bool):
-    """The packed forward on HF's modules: (logits of the wanted rows, {layer: hidden states of every row})."""
-    device = lm.device
-    captured = {layer: {"hidden": [], "attn": []} for layer in layers}
-    hooks = [hook for layer in layers for hook in lm._install_hooks(layer, None, captured[layer])]
-    try:
-        with lm.kernels(prefill=dense):
-            output = lm.model(input_ids=torch.tensor([ids], device=device),
-                              position_ids=torch.tensor([positions], device=device),
-                              attention_mask=additive_mask(visible, lm.dtype, device), past_key_values=arena,
-                              use_cache=True, logits_to_keep=torch.tensor(wanted))
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return output.logits[0].float(), {layer: captured[layer]["hidden"][0] for layer in layers}

@@ -9,37 +9,23 @@ It can also capture the hidden states of one layer and the attention rows of cho
 
 from __future__ import annotations
 
-import contextlib
 import time
 import warnings
-from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
 import torch
 
 from multidraft.errors import InvalidOptionError, PromptError
-from multidraft.models import fast_linear, native, quantized, static_runner
-from multidraft.models.device import configure_cuda
+from multidraft.models import quantized, runners, static_runner
+from multidraft.models.runners.base import ForwardOutput  # noqa: F401  (part of this module's API)
 from multidraft.models.attention_rows import AttentionQueries, install_query_hooks
-from multidraft.models.kv_cache import (KVCache, StaticKVCache, additive_mask, tree_ancestors,  # noqa: F401
-                                       tree_attention_mask, tree_depths)
-from multidraft.models.runner_choice import QUANTIZED_RUNNERS
-from multidraft.sampling import check_finite
+from multidraft.models.kv_cache import (KVCache, StaticKVCache, additive_mask, tree_attention_mask,  # noqa: F401
+                                       tree_depths)
 
-NATIVE = "native"          # the native forward (models/native.py) on a quantized model with 8-bit activations
-RUNNERS = ("auto", "eager", "fast", "static") + QUANTIZED_RUNNERS + (NATIVE,)
+RUNNERS = ("auto",) + tuple(runners.REGISTRY)
 # What "auto" picks for a model on GGUF blocks with 8-bit activations: the native forward where it supports the
 # architecture (its logits are the quantized-q8 runner's bits), else HF's modules (quantized-q8). The one switch.
 AUTO_NATIVE = True
-
-
-@dataclass
-class ForwardOutput:
-    logits: torch.Tensor                           # (T, V) float32, one row per new token
-    hidden: Optional[torch.Tensor] = None          # (T, d) of the captured layer
-    # eager: (num_heads_captured, T, kv_len) post-softmax weights; other kernels: AttentionQueries (rows on demand)
-    attention: Optional[Union[torch.Tensor, AttentionQueries]] = None
-    seconds: float = 0.0
 
 
 class LM:
@@ -47,7 +33,7 @@ class LM:
 
     def __init__(self, model, tokenizer, name: str = "model", info=None, runner: Optional[str] = None):
         self.model = model.eval()
-        self.runner = "eager"
+        self._runner: runners.Runner = runners.EagerRunner(self)
         self.tokenizer = tokenizer
         self.name = name
         self.info = info
@@ -61,7 +47,6 @@ class LM:
         self.context_length = int(getattr(text_config, "max_position_embeddings", 0) or 2048)
         self.eos_token_ids = self._eos_ids()
         self._decoder_layers = self._find_layers()
-        self._static, self._cpu_kernel, self._native = None, False, None
         self.static_capacity = static_runner.DEFAULT_CAPACITY
         # None: the model's own kind: for a model on GGUF blocks (models/quantized.py) "auto" keeps the activations it
         # was loaded with (and goes native in q8 where AUTO_NATIVE says so), else eager
@@ -69,11 +54,13 @@ class LM:
 
     # ----- runner choice -----
     def use_runner(self, runner: str = "auto", progress: bool = True) -> str:
-        """Pick how forwards run: "eager" (HF modeling as is), "fast" (CPU fp32: fast_linear.py's linears, a
-        small kernel for 1-16 rows and oneDNN beyond; CUDA: SDPA without the cuDNN backend), "static" (a preallocated KV cache
-        and fixed shape buckets, replayed as CUDA graphs on CUDA; on CPU with the fast kernel where it applies;
-        static_runner.py) or "auto" (fast where it was measured faster: a CPU whose best ISA is AVX2, in fp32;
-        and CUDA). Where a runner cannot run here it warns once and falls back. Returns the runner in use."""
+        """Pick how forwards run (one file each under models/runners/): "eager" (HF modeling as is), "fast" (CPU
+        fp32: fast_linear.py's linears, a small kernel for 1-16 rows and oneDNN beyond; CUDA: SDPA without the cuDNN
+        backend), "static" (a preallocated KV cache and fixed shape buckets, replayed as CUDA graphs on CUDA; on CPU
+        with the fast kernel where it applies; static_runner.py) or "auto" (fast where it was measured faster: a CPU
+        whose best ISA is AVX2, in fp32; and CUDA). A model on GGUF blocks takes "quantized", "quantized-q8" or
+        "native" (models/native.py; "auto" picks it on 8-bit activations, see AUTO_NATIVE). Where a runner cannot
+        run here it warns once and falls back. Returns the runner in use; `capabilities` says what it guarantees."""
         if runner not in RUNNERS:
             raise InvalidOptionError(f"unknown runner {runner!r}; use one of {', '.join(RUNNERS)}")
         started = time.perf_counter()
@@ -83,126 +70,56 @@ class LM:
             self.runner_setup_seconds = time.perf_counter() - started    # kernel build, graph capture: shown by bench
 
     @property
-    def native_forward(self) -> Optional[native.NativeForward]:
-        """The native forward when the runner is "native" (the engine's packed forward runs it too), else None."""
-        return self._native
-
-    @property
     def quantized(self) -> bool:
         """True when the model runs on GGUF blocks (models/quantized.py): chosen at load, it cannot be switched
         to another runner (but between "quantized" and "quantized-q8", its activations, it can)."""
         return hasattr(self.model, "gguf_weights")
 
     def _use_runner(self, runner: str, progress: bool) -> str:
-        if self.quantized:
-            return self._use_quantized(runner)
-        if runner in QUANTIZED_RUNNERS + (NATIVE,):
-            raise InvalidOptionError(f"the quantized runner is chosen when a model is loaded: "
-                                     f"multidraft.load_model({self.name!r}, runner={runner!r})")
-        fast_linear.uninstall(self.model)
-        self.runner, self._static, self._cpu_kernel = "eager", None, False
-        if runner == "eager":
-            return self.runner
-        if runner == "static":
-            return self._use_static(progress)
-        device = self.device.type
-        if device == "cuda":
-            # torch's default cuDNN SDPA backend made every multi-token forward ~3x slower on an H100 (gpu.md): the
-            # loader's one switch (off unless MULTIDRAFT_CUDNN_SDPA asks for it).
-            configure_cuda(self.device)
-            self.runner = "fast"
-            return self.runner
-        why_not = None
-        if device != "cpu":
-            why_not = f"no fast path on {device}"
-        elif self.dtype != torch.float32:
-            why_not = f"the fast CPU kernel is fp32 only (this model is {str(self.dtype).removeprefix('torch.')})"
-        elif runner == "auto" and str(torch.backends.cpu.get_cpu_capability()) != "AVX2":
-            return self.runner            # measured only on AVX2-only CPUs; elsewhere MKL/oneDNN are left alone
-        else:
-            why_not = fast_linear.kernel_unavailable_reason()
-        if why_not is None and fast_linear.load_kernel(progress=progress) is None:
-            why_not = fast_linear.kernel_unavailable_reason()
-        if why_not is not None:
-            if runner == "fast" or fast_linear.build_failure():     # "auto" says so too when the build failed
-                warnings.warn(f"multidraft: runner {runner!r} cannot be fast here: {why_not}; using the eager runner",
-                              RuntimeWarning, stacklevel=3)
-            return self.runner
-        fast_linear.install(self.model)
-        self.runner, self._cpu_kernel = "fast", True
-        return self.runner
-
-    def _use_quantized(self, runner: str) -> str:
-        """A model on GGUF blocks: its activations (fp32 or q8) and whether the native forward runs it."""
-        if runner not in ("auto",) + QUANTIZED_RUNNERS + (NATIVE,):
+        name = self._auto_runner() if runner == "auto" else runner
+        chosen = runners.REGISTRY[name]
+        if self.quantized and not chosen.quantized:
             raise InvalidOptionError(f"{self.name} runs on the quantized runner (GGUF blocks); for the {runner!r} "
                                      f"runner load it with multidraft.load_model(..., runner={runner!r})")
-        if runner != "auto":
-            quantized.set_activations(self.model, "fp32" if runner == "quantized" else "q8")
-        self._native = None
-        wants_native = runner == NATIVE or (runner == "auto" and AUTO_NATIVE
-                                            and quantized.runner_name(self.model) == "quantized-q8")
-        why_not = native.unsupported_reason(self.model) if wants_native else None
-        if wants_native and why_not is None:
-            self._native = native.NativeForward(self.model)
-            self.runner = NATIVE
-            return self.runner
-        if runner == NATIVE:
-            warnings.warn(f"multidraft: the native runner cannot serve {self.name}: {why_not}; using quantized-q8 "
-                          "(the same arithmetic on HF's modules)", RuntimeWarning, stacklevel=4)
-        self.runner = quantized.runner_name(self.model)
+        if chosen.quantized and not self.quantized:
+            raise InvalidOptionError(f"the quantized runner is chosen when a model is loaded: "
+                                     f"multidraft.load_model({self.name!r}, runner={runner!r})")
+        self._runner.deactivate()
+        self._runner = runners.EagerRunner(self)
+        self._runner = chosen(self).activate(progress, runner)
         return self.runner
 
-    def _use_static(self, progress: bool) -> str:
-        """Set up the static runner: the fast path underneath (cuDNN SDPA off / the CPU kernel where it runs), the
-        arena, a check against eager on a few tokens, and on CUDA the graphs. Any failure: one warning, eager."""
-        device = self.device.type
-        why_not = static_runner.unsupported_reason(self.model)
-        if why_not is None and device not in ("cpu", "cuda"):
-            why_not = f"no static runner on {device}"
-        if why_not is None:
-            self._use_runner("auto", progress)     # underneath: what "auto" picks (the CPU kernel, cuDNN SDPA off)
-            self._static = static_runner.StaticRunner(self.model, min(self.context_length, self.static_capacity))
-            self.runner = "static"
-            try:
-                why_not = self._check_static()
-                if why_not is None and device == "cuda":
-                    self._static.capture(progress)
-                    why_not = self._check_static()
-            except Exception as error:            # capture or an odd architecture: say it in one line, go eager
-                why_not = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        if why_not is None:
-            return self.runner
-        warnings.warn(f"multidraft: the static runner cannot serve {self.name}: {why_not}; using the eager runner",
-                      RuntimeWarning, stacklevel=3)
-        fast_linear.uninstall(self.model)
-        self.runner, self._static, self._cpu_kernel = "eager", None, False
-        return self._use_runner("fast", False) if device == "cuda" else self.runner
+    def _auto_runner(self) -> str:
+        """What "auto" means here: a model on GGUF blocks keeps the activations it has (and runs native in q8
+        where AUTO_NATIVE says so and the architecture allows); other models take the fast runner where it was
+        measured faster (it falls back to eager silently elsewhere)."""
+        if self.quantized:
+            name = quantized.runner_name(self.model)
+            return "native" if name == "quantized-q8" and AUTO_NATIVE else name
+        return "fast"
 
-    @torch.inference_mode()
-    def _check_static(self) -> Optional[str]:
-        """Compare static (and graph) logits with the eager cache on a short prefill, one step and a 2-node tree."""
-        ids = [i % self.vocab_size for i in (1, 5, 9, 3, 7)]
-        eager, static = KVCache(), self.new_cache()
-        if not isinstance(static, StaticKVCache):
-            return "its cache buffers are in use"
-        pairs = []
-        for step, parents in ((ids, None), ([2], None), ([4, 6], [-1, -1])):
-            pairs.append((self.forward(eager, step, parents=parents).logits,
-                          self.forward(static, step, parents=parents).logits))
-        tolerance = 1e-3 if self.dtype == torch.float32 else 0.1     # relative to the largest logit; 16-bit rounds
-        for expected, got in pairs:
-            error = float((expected - got).abs().max() / (expected.abs().max() + 1e-6))
-            if not bool(torch.isfinite(got).all()) or not error <= tolerance:
-                return f"its static-cache logits differ from eager ones (relative error {error:.2g})"
-        return None
+    @property
+    def runner(self) -> str:
+        """The name of the runner in use (`runner_object` is the runner itself)."""
+        return self._runner.name
+
+    @property
+    def runner_object(self) -> runners.Runner:
+        return self._runner
+
+    @property
+    def capabilities(self) -> runners.Capabilities:
+        """What the runner in use guarantees (batch/thread invariance, exact prefix reuse, captures, CUDA graphs)."""
+        return self._runner.capabilities
+
+    @property
+    def _static(self):
+        return self._runner.static
 
     def kernels(self, prefill: bool = False):
         """Context in which this model's forwards take the runner's kernels (a no-op for the eager runner).
         prefill: this forward starts an empty cache (the quantized runner may use a dense GEMM for it)."""
-        if self.quantized:
-            return quantized.prefill_gemm() if prefill else contextlib.nullcontext()
-        return fast_linear.active() if self._cpu_kernel and self.device.type == "cpu" else contextlib.nullcontext()
+        return self._runner.kernels(prefill)
 
     def unembedding(self, rows: torch.Tensor) -> torch.Tensor:
         """Rows of the output embedding (LM head) matrix: (len(rows), hidden) in the model's dtype."""
@@ -354,79 +271,13 @@ class LM:
         if visible is not None and isinstance(cache, StaticKVCache):
             raise InvalidOptionError("a forward with `visible` needs an eager cache: lm.new_cache(dynamic=True)")
 
-        if self._native is not None and not isinstance(cache, StaticKVCache):
-            result = self._run_native(cache, model_inputs, position_ids[0], parents if is_tree else None, visible,
+        result = self._runner.forward(cache, model_inputs, position_ids, parents if is_tree else None, visible,
                                       logits_rows, hidden_layer, attention_heads)
-        else:
-            result = self._run_hf(cache, model_inputs, position_ids, parents if is_tree else None, visible,
-                                  logits_rows, hidden_layer, attention_heads)
         if isinstance(result.attention, AttentionQueries) and attention_rows is not None:
             result.attention = result.attention.select_rows(attention_rows)
         elif result.attention is not None and attention_rows is not None:
             result.attention = result.attention[:, list(attention_rows)]
         result.seconds = time.perf_counter() - start
-        return result
-
-    def _run_hf(self, cache, model_inputs, position_ids, parents, visible, logits_rows, hidden_layer,
-                attention_heads) -> ForwardOutput:
-        """LM.forward on HF's modules (hooks capture hidden states and attention rows)."""
-        past, num_new = cache.length, position_ids.shape[1]
-        captured: dict[str, list] = {"hidden": [], "attn": []}
-        hooks = self._install_hooks(hidden_layer, attention_heads, captured)
-        try:
-            with self.kernels(prefill=past == 0):
-                if isinstance(cache, StaticKVCache):     # hooks are Python: those forwards run whole, not as graphs
-                    ids, embeds = (model_inputs[key][0] if key in model_inputs else None
-                                   for key in ("input_ids", "inputs_embeds"))
-                    logits = self._static.run(cache, ids, embeds, position_ids[0], parents, logits_rows,
-                                              whole=bool(hooks))
-                else:
-                    kwargs = {} if logits_rows is None else {"logits_to_keep": _logits_to_keep(logits_rows, num_new)}
-                    attention_mask = (additive_mask(visible[0], self.dtype, self.device) if visible is not None
-                                      else tree_attention_mask(parents, past, self.dtype, self.device)
-                                      if parents is not None else None)
-                    output = self.model(**model_inputs, past_key_values=cache.hf_cache, use_cache=True,
-                                        position_ids=position_ids, attention_mask=attention_mask, **kwargs)
-                    logits = output.logits[0].float()
-        finally:
-            for hook in hooks:
-                hook.remove()
-        check_finite(logits)
-        result = ForwardOutput(logits=logits)
-        if hidden_layer is not None:
-            result.hidden = captured["hidden"][0] if captured["hidden"] else None
-        if attention_heads:
-            rows = captured["attn"]
-            if isinstance(rows, AttentionQueries):
-                result.attention = rows
-            else:
-                if any(r is None for r in rows):
-                    raise InvalidOptionError(f"{self.name} returned no attention weights from its eager kernel; "
-                                             "pass heads=... of standard attention layers")
-                result.attention = torch.stack(rows)[..., : past + num_new]  # (heads, T, kv_len); static: slots
-        return result
-
-    def _run_native(self, cache, model_inputs, positions, parents, visible, logits_rows, hidden_layer,
-                    attention_heads) -> ForwardOutput:
-        """LM.forward on the native forward (models/native.py): the same captures, read from the forward itself."""
-        past, num_new = cache.length, positions.shape[0]
-        if visible is not None:
-            allowed = visible[0].to(torch.bool)
-        else:
-            allowed = torch.ones(num_new, past + num_new, dtype=torch.bool)
-            allowed[:, past:] = tree_ancestors(parents) if parents is not None else allowed[:, past:].tril()
-        self._check_hidden_layer(hidden_layer)
-        by_layer, order = self._heads_by_layer(attention_heads)
-        ids = model_inputs.get("input_ids")
-        embeds = model_inputs.get("inputs_embeds")
-        out = self._native.run(cache.hf_cache, None if ids is None else ids[0], None if embeds is None else embeds[0],
-                               positions, allowed, logits_rows, () if hidden_layer is None else (hidden_layer,),
-                               by_layer, prefill=past == 0)
-        check_finite(out.logits)
-        result = ForwardOutput(logits=out.logits, hidden=out.hidden.get(hidden_layer))
-        if order:
-            triples = [out.queries[layer][by_layer[layer].index(head)] for layer, head in order]
-            result.attention = AttentionQueries(*map(list, zip(*triples)))
         return result
 
     def _check_hidden_layer(self, hidden_layer: Optional[int]) -> None:
@@ -509,10 +360,3 @@ class LM:
     def prefill(self, token_ids: Sequence[int], **capture) -> tuple[KVCache, ForwardOutput]:
         cache = self.new_cache()
         return cache, self.forward(cache, token_ids, logits_rows=slice(-1, None), **capture)
-
-
-def _logits_to_keep(rows: slice, num_new: int):
-    if rows == slice(-1, None):
-        return 1
-    indices = list(range(num_new))[rows]
-    return torch.tensor(indices)
