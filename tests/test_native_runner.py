@@ -71,6 +71,12 @@ def _same_forwards(lm, steps):
                                                                                                   cache.length - 3,
                                                                                                   cache.length - 1])]
     out.append(lm.forward(cache, [9], hidden_layer=0, logits_rows=slice(-1, None)).hidden)
+    out.append(lm.forward(cache, inputs_embeds=lm.embed([12, 13])).logits)          # embeddings in (superposed)
+    past = cache.length                                     # the general form: a tree grown on cached tree nodes
+    allowed = torch.ones(3, past + 3, dtype=torch.bool)
+    allowed[:, past - 2] = False                            # no row sees the 13 above
+    allowed[1, past] = allowed[2, past + 1] = False
+    out.append(lm.forward(cache, [20, 21, 22], visible=(allowed, [past - 2, past - 1, past - 1])).logits)
     return out
 
 
