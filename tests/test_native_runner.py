@@ -159,17 +159,30 @@ def test_prefix_cache_reuse_on_native_gives_the_tokens_of_a_fresh_run():
     assert with_cache.token_ids == multidraft.generate(ours, second, method="suffix", max_new_tokens=20).token_ids
 
 
-def test_negative_control_another_rounding_around_the_linears_is_seen(monkeypatch):
-    """RMSNorm as x / sqrt(...) instead of HF's x * rsqrt(...): close, but not the same bits, so the bit checks
-    above can see a one-rounding difference in the arithmetic around the kernels."""
+def _rotary_fused(q, k, cos, signed_sin):
+    """Rotary as one fused multiply-add per value (x * cos + roll(x) * sin rounded once, not twice)."""
+    both = torch.cat((q, k), dim=1)
+    rolled = both.roll(both.shape[-1] // 2, dims=-1).double() * signed_sin.double()
+    both = torch.addcmul(rolled, both.double(), cos.double()).float()
+    return both[:, :q.shape[1]], both[:, q.shape[1]:]
+
+
+def _norm_divided(x, weight, eps):
+    """RMSNorm as x / sqrt(...) instead of HF's x * rsqrt(...)."""
+    return weight * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+@pytest.mark.parametrize("name,variant", [("_rms_norm", _norm_divided), ("_apply_rotary", _rotary_fused)])
+def test_negative_control_another_rounding_around_the_linears_is_seen(monkeypatch, name, variant):
+    """Another order of the fp32 operations around the kernels (the norm divided, the rotary rounded once): close,
+    but not the same bits, so the bit checks above see a one-rounding difference."""
     ours, reference = _pair("qwen2", "Q4_K")
     expected = reference.forward(KVCache(), PROMPT[:12]).logits
     assert torch.equal(ours.forward(KVCache(), PROMPT[:12]).logits, expected)
-    monkeypatch.setattr(native, "_rms_norm", lambda x, w, eps: w * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True)
-                                                                                    + eps)))
+    monkeypatch.setattr(native, name, variant)
     changed = ours.forward(KVCache(), PROMPT[:12]).logits
     assert not torch.equal(changed, expected)
-    assert float((changed - expected).abs().max()) <= 1e-3 * float(expected.abs().max())
+    assert float((changed - expected).abs().max()) <= 1e-2 * float(expected.abs().max())
 
 
 def test_unsupported_architectures_stay_on_hf_modules():

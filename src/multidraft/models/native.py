@@ -119,10 +119,13 @@ class NativeForward:
 
     # ----- the pieces, as HF computes them -----
     def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin (1, 1, T, D) of positions (T,): Qwen2/LlamaRotaryEmbedding.forward, then apply's unsqueeze."""
+        """cos and signed sin (1, 1, T, D) of positions (T,): Qwen2/LlamaRotaryEmbedding.forward's cos and sin,
+        with the sin's first half negated (see _apply_rotary)."""
         freqs = positions[None, :, None].float() * self.inv_freq
         emb = torch.cat((freqs, freqs), dim=-1)
-        return (emb.cos() * self.rotary_scaling)[:, None], (emb.sin() * self.rotary_scaling)[:, None]
+        cos, sin = emb.cos() * self.rotary_scaling, emb.sin() * self.rotary_scaling
+        half = sin.shape[-1] // 2
+        return cos[:, None], torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)[:, None]
 
     def _linear(self, weights: tuple, x: torch.Tensor, prefill: bool) -> torch.Tensor:
         return block_linear(weights[0], x, self.mode.activations, weights[1], prefill)
@@ -140,7 +143,7 @@ class NativeForward:
         out = NativeOutput(logits=torch.empty(0))
         x = (self.embedding.dequantize(input_ids.reshape(-1).cpu()) if embeds is None else embeds.float())[None]
         rows = x.shape[1]
-        cos, sin = self._rotary(positions)
+        cos, signed_sin = self._rotary(positions)
         shape = (1, rows, -1, self.head_dim)
         if 0 in hidden_layers:
             out.hidden[0] = x[0]
@@ -149,8 +152,7 @@ class NativeForward:
             q = self._linear(layer.q, h, prefill).view(shape).transpose(1, 2)
             k = self._linear(layer.k, h, prefill).view(shape).transpose(1, 2)
             v = self._linear(layer.v, h, prefill).view(shape).transpose(1, 2)
-            q = (q * cos) + (_rotate_half(q) * sin)
-            k = (k * cos) + (_rotate_half(k) * sin)
+            q, k = _apply_rotary(q, k, cos, signed_sin)
             keys, values = _store(cache, index, k, v)
             if visible.shape[1] != keys.shape[1]:       # an arena's slots past the mask's width: never visible
                 visible = torch.nn.functional.pad(visible, (0, keys.shape[1] - visible.shape[1]))
@@ -182,9 +184,14 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
     return weight * (x * torch.rsqrt(variance + eps))
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def _apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor):
+    """HF's apply_rotary_pos_emb, x * cos + rotate_half(x) * sin with rotate_half(x) = (-x2, x1), on queries and keys
+    at once: rotate_half(x) * sin = roll(x) * (-sin1, sin2) exactly (a product's sign is exact), so each value
+    goes through the same two roundings (the products, then their sum) in a third of the ops."""
+    heads = q.shape[1]
+    both = torch.cat((q, k), dim=1)
+    both = (both * cos) + (both.roll(both.shape[-1] // 2, dims=-1) * signed_sin)
+    return both[:, :heads], both[:, heads:]
 
 
 def _store(cache, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
