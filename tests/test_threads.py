@@ -92,7 +92,10 @@ def test_quantized_model_logits_do_not_depend_on_threads():
     from tests.test_quantized_runner import _tiny
     lm, _ = _tiny("llama", "Q4_K")
     ids = list(range(3, 40))
-    for runner in threads.THREAD_INVARIANT_RUNNERS:
+    from multidraft.models.runners import REGISTRY
+    invariant = [name for name, runner in REGISTRY.items() if runner.capabilities.thread_invariant]
+    assert {"quantized", "quantized-q8", "native"} <= set(invariant)
+    for runner in invariant:
         lm.use_runner(runner)
         outputs = [_at_threads(n, lambda: lm.prefill(ids)[1].logits.clone()) for n in (1, 2)]
         assert torch.equal(*outputs), runner
@@ -100,7 +103,9 @@ def test_quantized_model_logits_do_not_depend_on_threads():
 
 class _Model:
     def __init__(self, runner):
+        from multidraft.models.runners import REGISTRY
         self.runner = runner
+        self.capabilities = REGISTRY[runner].capabilities
 
 
 def test_default_is_auto_only_on_thread_invariant_runners(monkeypatch):

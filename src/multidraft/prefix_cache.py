@@ -55,16 +55,13 @@ class Reused:
 
 def reuse_refusal(lm) -> Optional[str]:
     """Why `lm` cannot reuse cached keys/values exactly, or None when it can."""
-    runner = getattr(lm, "runner", "")
-    if runner != "quantized-q8":
-        return (f"prefix_cache needs the quantized-q8 runner (batch-invariant in every forward, prefill included); "
-                f"{getattr(lm, 'name', 'this model')} runs on {runner!r}, where a reused prefix could change a "
-                "near-tie token: load it with runner='quantized-q8' or drop prefix_cache")
-    linears = [m for m in lm.model.modules() if getattr(m, "gguf_matrix", None) is not None]
-    if any(not m.gguf_matrix.has_q8_kernel for m in linears if isinstance(m, torch.nn.Linear)):
-        return ("prefix_cache needs every matrix of the GGUF in Q4_K or Q6_K (8-bit activations everywhere); this "
-                "model has others, whose prefill runs a dense GEMM: drop prefix_cache")
-    return None
+    capabilities = getattr(lm, "capabilities", None)
+    if capabilities is not None and capabilities.prefix_reusable:
+        return None
+    return (f"prefix_cache needs a runner whose every forward is batch-invariant, prefill included (quantized-q8 or "
+            f"native, with every matrix of the GGUF in Q4_K or Q6_K); {getattr(lm, 'name', 'this model')} runs on "
+            f"{getattr(lm, 'runner', '')!r}, where a reused prefix could change a near-tie token: load it with "
+            "runner='quantized-q8' or drop prefix_cache")
 
 
 class PrefixCache:

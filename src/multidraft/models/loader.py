@@ -20,7 +20,6 @@ from typing import Optional, Union
 from multidraft.errors import CorruptCacheError, InvalidOptionError, ModelNotFoundError, MultidraftError
 from multidraft.fsutil import sha256_file
 from multidraft.models import integrity, model_store, registry
-from multidraft.models.runner_choice import QUANTIZED_RUNNERS
 from multidraft.models.device import configure_cuda, parse_device
 from multidraft.models.offline import offline_env
 from multidraft.models.pulling import convert_gguf, pull  # noqa: F401  (pull is part of this module's API)
@@ -245,7 +244,9 @@ def load_model(name_or_path, dtype=None, device=None, runner: str = "auto", **kw
 def _wants_quantized(name_or_path, dtype, device, runner: str, kwargs) -> bool:
     """The quantized runner serves a GGUF-backed model on the CPU when asked ("quantized") or by default ("auto"
     with no dtype other than fp32 and HF's default attention). Any other choice keeps the HF folder's weights."""
-    if runner in QUANTIZED_RUNNERS:
+    from multidraft.models.runners import REGISTRY    # here: importing it loads torch
+
+    if getattr(REGISTRY.get(runner), "quantized", False):      # quantized, quantized-q8, native
         return True
     if runner != "auto" or kwargs.get("attn_implementation", "sdpa") != "sdpa":
         return False

@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 import torch
 
 from multidraft.errors import InvalidOptionError
-from multidraft.models.kv_cache import StaticArena, additive_mask, tree_ancestors, tree_depths
+from multidraft.models.kv_cache import StaticArena, tree_ancestors, tree_depths
 
 KV_ALIGN = 64          # the key range a forward reads is rounded up to this many slots (fewer distinct shapes)
 
@@ -203,27 +203,13 @@ def packed_forward(lm, arena: KVArena, segments: Sequence[Segment], dense: bool 
             visible[first:last, base: base + past] = True
             visible[first:last, base + past: base + past + n] = _ancestors(segment.parents, n)
         wanted += list(range(first, last)) if segment.all_logits else [last - 1]
-    device, dtype = lm.device, lm.dtype
-    mask = additive_mask(visible, dtype, device)
-
     layers = sorted({s.hidden_layer for s in segments if s.hidden_layer is not None})
-    captured = {layer: {"hidden": [], "attn": []} for layer in layers}
-    hooks = [hook for layer in layers for hook in lm._install_hooks(layer, None, captured[layer])]
-    arena.write_index = torch.tensor(slots, device=device)
+    arena.write_index = torch.tensor(slots, device=lm.device)
     arena.kv_limit = kv_limit
     arena.seen = max(0, kv_limit - total)
     arena.valid_slots = kv_limit
-    try:
-        # No dense-GEMM prefill on the quantized runner unless asked: a row's bits must not depend on its neighbours.
-        with lm.kernels(prefill=dense):
-            output = lm.model(input_ids=torch.tensor([ids], device=device),
-                              position_ids=torch.tensor([positions], device=device),
-                              attention_mask=mask, past_key_values=arena, use_cache=True,
-                              logits_to_keep=torch.tensor(wanted))
-    finally:
-        for hook in hooks:
-            hook.remove()
-    logits = output.logits[0].float()
+    # No dense-GEMM prefill on the quantized runner unless asked: a row's bits must not depend on its neighbours.
+    logits, hidden_by_layer = lm.runner_object.packed(arena, ids, positions, visible, wanted, layers, dense)
     seconds = time.perf_counter() - started
     results, offset = [], 0
     for segment, (first, last) in zip(segments, row_ranges):
@@ -232,7 +218,8 @@ def packed_forward(lm, arena: KVArena, segments: Sequence[Segment], dense: bool 
         offset += count
         hidden = None
         if segment.hidden_layer is not None:
-            hidden = captured[segment.hidden_layer]["hidden"][0][first:last]
+            hidden = hidden_by_layer[segment.hidden_layer][first:last]
         segment.cache.length += last - first
         results.append(SegmentOutput(rows, hidden, None, seconds))
     return results
+

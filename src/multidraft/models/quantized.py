@@ -112,11 +112,13 @@ def runner_name(model) -> str:
     return "quantized-q8" if model.gguf_mode.activations == "q8" else "quantized"
 
 
-def _linear_forward(self, x: torch.Tensor) -> torch.Tensor:
-    matrix: BlockMatrix = self.gguf_matrix
+def block_linear(matrix: BlockMatrix, x: torch.Tensor, activations: str, bias: Optional[torch.Tensor] = None,
+                 prefill: bool = False) -> torch.Tensor:
+    """x @ W^T (+ bias) on a matrix's blocks: the one linear of the quantized runners (HF modules and native.py).
+    q8 activations where the format has that kernel; in a prefill of many rows, a dense GEMM for the others."""
     rows = x.numel() // max(1, x.shape[-1])
-    q8 = self.gguf_mode.activations == "q8" and matrix.has_q8_kernel
-    if rows > PREFILL_GEMM_ROWS and getattr(_prefill, "active", False) and not q8:
+    q8 = activations == "q8" and matrix.has_q8_kernel
+    if rows > PREFILL_GEMM_ROWS and prefill and not q8:
         weight = matrix.dequantize()              # transient: one matrix at a time
         if fast_linear.ONEDNN:                    # faster than MKL's sgemm here (fast_path.md section 8)
             out = torch.ops.mkldnn._linear_pointwise(x.float(), weight, None, "none", [], "")
@@ -124,9 +126,13 @@ def _linear_forward(self, x: torch.Tensor) -> torch.Tensor:
             out = torch.nn.functional.linear(x.float(), weight)
     else:
         out = matrix.linear(x.float(), q8=q8)
-    if self.bias is not None:
-        out = out + self.bias
+    if bias is not None:
+        out = out + bias
     return out
+
+
+def _linear_forward(self, x: torch.Tensor) -> torch.Tensor:
+    return block_linear(self.gguf_matrix, x, self.gguf_mode.activations, self.bias, getattr(_prefill, "active", False))
 
 
 def _embedding_forward(self, input_ids: torch.Tensor) -> torch.Tensor:

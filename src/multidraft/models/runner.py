@@ -9,33 +9,23 @@ It can also capture the hidden states of one layer and the attention rows of cho
 
 from __future__ import annotations
 
-import contextlib
 import time
 import warnings
-from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
 import torch
 
 from multidraft.errors import InvalidOptionError, PromptError
-from multidraft.models import fast_linear, quantized, static_runner
-from multidraft.models.device import configure_cuda
+from multidraft.models import quantized, runners, static_runner
+from multidraft.models.runners.base import ForwardOutput  # noqa: F401  (part of this module's API)
 from multidraft.models.attention_rows import AttentionQueries, install_query_hooks
 from multidraft.models.kv_cache import (KVCache, StaticKVCache, additive_mask, tree_attention_mask,  # noqa: F401
                                        tree_depths)
-from multidraft.models.runner_choice import QUANTIZED_RUNNERS
-from multidraft.sampling import check_finite
 
-RUNNERS = ("auto", "eager", "fast", "static") + QUANTIZED_RUNNERS
-
-
-@dataclass
-class ForwardOutput:
-    logits: torch.Tensor                           # (T, V) float32, one row per new token
-    hidden: Optional[torch.Tensor] = None          # (T, d) of the captured layer
-    # eager: (num_heads_captured, T, kv_len) post-softmax weights; other kernels: AttentionQueries (rows on demand)
-    attention: Optional[Union[torch.Tensor, AttentionQueries]] = None
-    seconds: float = 0.0
+RUNNERS = ("auto",) + tuple(runners.REGISTRY)
+# What "auto" picks for a model on GGUF blocks with 8-bit activations: the native forward where it supports the
+# architecture (its logits are the quantized-q8 runner's bits), else HF's modules (quantized-q8). The one switch.
+AUTO_NATIVE = True
 
 
 class LM:
@@ -43,7 +33,7 @@ class LM:
 
     def __init__(self, model, tokenizer, name: str = "model", info=None, runner: Optional[str] = None):
         self.model = model.eval()
-        self.runner = "eager"
+        self._runner: runners.Runner = runners.EagerRunner(self)
         self.tokenizer = tokenizer
         self.name = name
         self.info = info
@@ -57,18 +47,20 @@ class LM:
         self.context_length = int(getattr(text_config, "max_position_embeddings", 0) or 2048)
         self.eos_token_ids = self._eos_ids()
         self._decoder_layers = self._find_layers()
-        self._static, self._cpu_kernel = None, False
         self.static_capacity = static_runner.DEFAULT_CAPACITY
-        # None: the model's own kind, quantized for a model on GGUF blocks (models/quantized.py), else eager
-        self.use_runner(runner or (quantized.runner_name(model) if self.quantized else "eager"))
+        # None: the model's own kind: for a model on GGUF blocks (models/quantized.py) "auto" keeps the activations it
+        # was loaded with (and goes native in q8 where AUTO_NATIVE says so), else eager
+        self.use_runner(runner or ("auto" if self.quantized else "eager"))
 
     # ----- runner choice -----
     def use_runner(self, runner: str = "auto", progress: bool = True) -> str:
-        """Pick how forwards run: "eager" (HF modeling as is), "fast" (CPU fp32: fast_linear.py's linears, a
-        small kernel for 1-16 rows and oneDNN beyond; CUDA: SDPA without the cuDNN backend), "static" (a preallocated KV cache
-        and fixed shape buckets, replayed as CUDA graphs on CUDA; on CPU with the fast kernel where it applies;
-        static_runner.py) or "auto" (fast where it was measured faster: a CPU whose best ISA is AVX2, in fp32;
-        and CUDA). Where a runner cannot run here it warns once and falls back. Returns the runner in use."""
+        """Pick how forwards run (one file each under models/runners/): "eager" (HF modeling as is), "fast" (CPU
+        fp32: fast_linear.py's linears, a small kernel for 1-16 rows and oneDNN beyond; CUDA: SDPA without the cuDNN
+        backend), "static" (a preallocated KV cache and fixed shape buckets, replayed as CUDA graphs on CUDA; on CPU
+        with the fast kernel where it applies; static_runner.py) or "auto" (fast where it was measured faster: a CPU
+        whose best ISA is AVX2, in fp32; and CUDA). A model on GGUF blocks takes "quantized", "quantized-q8" or
+        "native" (models/native.py; "auto" picks it on 8-bit activations, see AUTO_NATIVE). Where a runner cannot
+        run here it warns once and falls back. Returns the runner in use; `capabilities` says what it guarantees."""
         if runner not in RUNNERS:
             raise InvalidOptionError(f"unknown runner {runner!r}; use one of {', '.join(RUNNERS)}")
         started = time.perf_counter()
@@ -84,100 +76,50 @@ class LM:
         return hasattr(self.model, "gguf_weights")
 
     def _use_runner(self, runner: str, progress: bool) -> str:
-        if self.quantized:
-            if runner not in ("auto",) + QUANTIZED_RUNNERS:
-                raise InvalidOptionError(f"{self.name} runs on the quantized runner (GGUF blocks); for the {runner!r} "
-                                         f"runner load it with multidraft.load_model(..., runner={runner!r})")
-            if runner != "auto":
-                quantized.set_activations(self.model, "q8" if runner == "quantized-q8" else "fp32")
-            self.runner = quantized.runner_name(self.model)
-            return self.runner
-        if runner in QUANTIZED_RUNNERS:
+        name = self._auto_runner() if runner == "auto" else runner
+        chosen = runners.REGISTRY[name]
+        if self.quantized and not chosen.quantized:
+            raise InvalidOptionError(f"{self.name} runs on the quantized runner (GGUF blocks); for the {runner!r} "
+                                     f"runner load it with multidraft.load_model(..., runner={runner!r})")
+        if chosen.quantized and not self.quantized:
             raise InvalidOptionError(f"the quantized runner is chosen when a model is loaded: "
                                      f"multidraft.load_model({self.name!r}, runner={runner!r})")
-        fast_linear.uninstall(self.model)
-        self.runner, self._static, self._cpu_kernel = "eager", None, False
-        if runner == "eager":
-            return self.runner
-        if runner == "static":
-            return self._use_static(progress)
-        device = self.device.type
-        if device == "cuda":
-            # torch's default cuDNN SDPA backend made every multi-token forward ~3x slower on an H100 (gpu.md): the
-            # loader's one switch (off unless MULTIDRAFT_CUDNN_SDPA asks for it).
-            configure_cuda(self.device)
-            self.runner = "fast"
-            return self.runner
-        why_not = None
-        if device != "cpu":
-            why_not = f"no fast path on {device}"
-        elif self.dtype != torch.float32:
-            why_not = f"the fast CPU kernel is fp32 only (this model is {str(self.dtype).removeprefix('torch.')})"
-        elif runner == "auto" and str(torch.backends.cpu.get_cpu_capability()) != "AVX2":
-            return self.runner            # measured only on AVX2-only CPUs; elsewhere MKL/oneDNN are left alone
-        else:
-            why_not = fast_linear.kernel_unavailable_reason()
-        if why_not is None and fast_linear.load_kernel(progress=progress) is None:
-            why_not = fast_linear.kernel_unavailable_reason()
-        if why_not is not None:
-            if runner == "fast" or fast_linear.build_failure():     # "auto" says so too when the build failed
-                warnings.warn(f"multidraft: runner {runner!r} cannot be fast here: {why_not}; using the eager runner",
-                              RuntimeWarning, stacklevel=3)
-            return self.runner
-        fast_linear.install(self.model)
-        self.runner, self._cpu_kernel = "fast", True
+        self._runner.deactivate()
+        self._runner = runners.EagerRunner(self)
+        self._runner = chosen(self).activate(progress, runner)
         return self.runner
 
-    def _use_static(self, progress: bool) -> str:
-        """Set up the static runner: the fast path underneath (cuDNN SDPA off / the CPU kernel where it runs), the
-        arena, a check against eager on a few tokens, and on CUDA the graphs. Any failure: one warning, eager."""
-        device = self.device.type
-        why_not = static_runner.unsupported_reason(self.model)
-        if why_not is None and device not in ("cpu", "cuda"):
-            why_not = f"no static runner on {device}"
-        if why_not is None:
-            self._use_runner("auto", progress)     # underneath: what "auto" picks (the CPU kernel, cuDNN SDPA off)
-            self._static = static_runner.StaticRunner(self.model, min(self.context_length, self.static_capacity))
-            self.runner = "static"
-            try:
-                why_not = self._check_static()
-                if why_not is None and device == "cuda":
-                    self._static.capture(progress)
-                    why_not = self._check_static()
-            except Exception as error:            # capture or an odd architecture: say it in one line, go eager
-                why_not = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        if why_not is None:
-            return self.runner
-        warnings.warn(f"multidraft: the static runner cannot serve {self.name}: {why_not}; using the eager runner",
-                      RuntimeWarning, stacklevel=3)
-        fast_linear.uninstall(self.model)
-        self.runner, self._static, self._cpu_kernel = "eager", None, False
-        return self._use_runner("fast", False) if device == "cuda" else self.runner
+    def _auto_runner(self) -> str:
+        """What "auto" means here: a model on GGUF blocks keeps the activations it has (and runs native in q8
+        where AUTO_NATIVE says so and the architecture allows); other models take the fast runner where it was
+        measured faster (it falls back to eager silently elsewhere)."""
+        if self.quantized:
+            name = quantized.runner_name(self.model)
+            return "native" if name == "quantized-q8" and AUTO_NATIVE else name
+        return "fast"
 
-    @torch.inference_mode()
-    def _check_static(self) -> Optional[str]:
-        """Compare static (and graph) logits with the eager cache on a short prefill, one step and a 2-node tree."""
-        ids = [i % self.vocab_size for i in (1, 5, 9, 3, 7)]
-        eager, static = KVCache(), self.new_cache()
-        if not isinstance(static, StaticKVCache):
-            return "its cache buffers are in use"
-        pairs = []
-        for step, parents in ((ids, None), ([2], None), ([4, 6], [-1, -1])):
-            pairs.append((self.forward(eager, step, parents=parents).logits,
-                          self.forward(static, step, parents=parents).logits))
-        tolerance = 1e-3 if self.dtype == torch.float32 else 0.1     # relative to the largest logit; 16-bit rounds
-        for expected, got in pairs:
-            error = float((expected - got).abs().max() / (expected.abs().max() + 1e-6))
-            if not bool(torch.isfinite(got).all()) or not error <= tolerance:
-                return f"its static-cache logits differ from eager ones (relative error {error:.2g})"
-        return None
+    @property
+    def runner(self) -> str:
+        """The name of the runner in use (`runner_object` is the runner itself)."""
+        return self._runner.name
+
+    @property
+    def runner_object(self) -> runners.Runner:
+        return self._runner
+
+    @property
+    def capabilities(self) -> runners.Capabilities:
+        """What the runner in use guarantees (batch/thread invariance, exact prefix reuse, captures, CUDA graphs)."""
+        return self._runner.capabilities
+
+    @property
+    def _static(self):
+        return self._runner.static
 
     def kernels(self, prefill: bool = False):
         """Context in which this model's forwards take the runner's kernels (a no-op for the eager runner).
         prefill: this forward starts an empty cache (the quantized runner may use a dense GEMM for it)."""
-        if self.quantized:
-            return quantized.prefill_gemm() if prefill else contextlib.nullcontext()
-        return fast_linear.active() if self._cpu_kernel and self.device.type == "cpu" else contextlib.nullcontext()
+        return self._runner.kernels(prefill)
 
     def unembedding(self, rows: torch.Tensor) -> torch.Tensor:
         """Rows of the output embedding (LM head) matrix: (len(rows), hidden) in the model's dtype."""
@@ -329,42 +271,30 @@ class LM:
         if visible is not None and isinstance(cache, StaticKVCache):
             raise InvalidOptionError("a forward with `visible` needs an eager cache: lm.new_cache(dynamic=True)")
 
-        captured: dict[str, list] = {"hidden": [], "attn": []}
-        hooks = self._install_hooks(hidden_layer, attention_heads, captured)
-        try:
-            with self.kernels(prefill=past == 0):
-                if isinstance(cache, StaticKVCache):     # hooks are Python: those forwards run whole, not as graphs
-                    ids, embeds = (model_inputs[key][0] if key in model_inputs else None
-                                   for key in ("input_ids", "inputs_embeds"))
-                    logits = self._static.run(cache, ids, embeds, position_ids[0], parents if is_tree else None,
-                                              logits_rows, whole=bool(hooks))
-                else:
-                    kwargs = {} if logits_rows is None else {"logits_to_keep": _logits_to_keep(logits_rows, num_new)}
-                    attention_mask = (additive_mask(visible[0], self.dtype, self.device) if visible is not None
-                                      else tree_attention_mask(parents, past, self.dtype, self.device) if is_tree
-                                      else None)
-                    output = self.model(**model_inputs, past_key_values=cache.hf_cache, use_cache=True,
-                                        position_ids=position_ids, attention_mask=attention_mask, **kwargs)
-                    logits = output.logits[0].float()
-        finally:
-            for hook in hooks:
-                hook.remove()
-        check_finite(logits)
-        result = ForwardOutput(logits=logits)
-        if hidden_layer is not None:
-            result.hidden = captured["hidden"][0] if captured["hidden"] else None
-        if attention_heads:
-            rows = captured["attn"]
-            if isinstance(rows, AttentionQueries):
-                result.attention = rows if attention_rows is None else rows.select_rows(attention_rows)
-            else:
-                if any(r is None for r in rows):
-                    raise InvalidOptionError(f"{self.name} returned no attention weights from its eager kernel; "
-                                             "pass heads=... of standard attention layers")
-                stacked = torch.stack(rows)[..., : past + num_new]  # (num_heads_captured, T, kv_len); static: slots
-                result.attention = stacked if attention_rows is None else stacked[:, list(attention_rows)]
+        result = self._runner.forward(cache, model_inputs, position_ids, parents if is_tree else None, visible,
+                                      logits_rows, hidden_layer, attention_heads)
+        if isinstance(result.attention, AttentionQueries) and attention_rows is not None:
+            result.attention = result.attention.select_rows(attention_rows)
+        elif result.attention is not None and attention_rows is not None:
+            result.attention = result.attention[:, list(attention_rows)]
         result.seconds = time.perf_counter() - start
         return result
+
+    def _check_hidden_layer(self, hidden_layer: Optional[int]) -> None:
+        if hidden_layer is not None and not 0 <= hidden_layer <= self.num_layers:
+            raise InvalidOptionError(f"hidden layer {hidden_layer} does not exist: {self.name} has layers 0..{self.num_layers}")
+
+    def _heads_by_layer(self, attention_heads) -> tuple[dict[int, list[int]], list[tuple[int, int]]]:
+        """{layer: [heads]} and the requested order of (layer, head) pairs, each checked to exist."""
+        by_layer: dict[int, list[int]] = {}
+        order = []
+        for layer, head in attention_heads or ():
+            if not (0 <= layer < self.num_layers and 0 <= head < self.num_heads):
+                raise InvalidOptionError(f"attention head ({layer}, {head}) does not exist: {self.name} has "
+                                         f"{self.num_layers} layers x {self.num_heads} heads (0-based)")
+            by_layer.setdefault(layer, []).append(head)
+            order.append((layer, head))
+        return by_layer, order
 
     def _fit_static(self, cache, num_new: int):
         """The cache a forward uses: a static one past its capacity moves to the eager cache (one warning)."""
@@ -382,8 +312,7 @@ class LM:
     def _install_hooks(self, hidden_layer, attention_heads, captured):
         hooks = []
         if hidden_layer is not None:
-            if not 0 <= hidden_layer <= self.num_layers:
-                raise InvalidOptionError(f"hidden layer {hidden_layer} does not exist: {self.name} has layers 0..{self.num_layers}")
+            self._check_hidden_layer(hidden_layer)
             if hidden_layer == 0:
                 module = self.model.get_input_embeddings()
             else:
@@ -394,14 +323,7 @@ class LM:
                 captured["hidden"].append(tensor[0].detach().float())
             hooks.append(module.register_forward_hook(keep_hidden))
         if attention_heads:
-            by_layer: dict[int, list[int]] = {}
-            order = []
-            for layer, head in attention_heads:
-                if not (0 <= layer < self.num_layers and 0 <= head < self.num_heads):
-                    raise InvalidOptionError(f"attention head ({layer}, {head}) does not exist: {self.name} has "
-                                             f"{self.num_layers} layers x {self.num_heads} heads (0-based)")
-                by_layer.setdefault(layer, []).append(head)
-                order.append((layer, head))
+            by_layer, order = self._heads_by_layer(attention_heads)
             per_layer: dict = {}
             if self.attn_implementation != "eager":
                 # No weights from this kernel: keep the chosen heads' queries and keys instead (attention_rows.py).
@@ -438,10 +360,3 @@ class LM:
     def prefill(self, token_ids: Sequence[int], **capture) -> tuple[KVCache, ForwardOutput]:
         cache = self.new_cache()
         return cache, self.forward(cache, token_ids, logits_rows=slice(-1, None), **capture)
-
-
-def _logits_to_keep(rows: slice, num_new: int):
-    if rows == slice(-1, None):
-        return 1
-    indices = list(range(num_new))[rows]
-    return torch.tensor(indices)

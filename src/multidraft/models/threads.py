@@ -23,7 +23,6 @@ import time
 from typing import Optional, Union
 
 from multidraft.errors import InvalidOptionError
-from multidraft.models.runner_choice import QUANTIZED_RUNNERS
 
 
 def _cpu_times() -> Optional[tuple[float, float]]:
@@ -85,9 +84,6 @@ def parse_threads(text: str) -> Union[int, str]:
     return value
 
 
-THREAD_INVARIANT_RUNNERS = QUANTIZED_RUNNERS      # bits independent of the thread count (see above)
-
-
 def measure_default_threads(threads: Union[int, str, None]) -> Union[int, str, None]:
     """What --threads means before the model is loaded: a number or 'auto' as given; when not given, the auto count
     measured now (while this process idles), to be applied only if the model's runner allows (`apply_for_model`)."""
@@ -97,7 +93,7 @@ def measure_default_threads(threads: Union[int, str, None]) -> Union[int, str, N
 def apply_for_model(lm, planned) -> int:
     """Apply `measure_default_threads`'s plan once the runner is known; returns the thread count in use."""
     if isinstance(planned, tuple):              # not chosen by the user
-        return apply_threads(planned[1] if lm.runner in THREAD_INVARIANT_RUNNERS else None)
+        return apply_threads(planned[1] if lm.capabilities.thread_invariant else None)
     return apply_threads(planned)
 
 

@@ -1,0 +1,202 @@
+"""The native forward: Llama-family decoder layers written out over the GGUF blocks, no HF module in the loop.
+
+A quantized model (quantized.py) runs HF's modeling code: per token and layer, a dozen Python modules, hooks,
+mask builders and cache objects around the kernels. This forward reads the same blocks and small tensors out of
+that model once and runs a token with one loop over the layers: embeddings (dequantize), RMSNorm, the q/k/v
+linears (+ Qwen2's biases), rotary, grouped-query attention over the KV cache (the batch-invariant kernel), the
+o linear, the gated SiLU MLP and the LM head.
+
+Exactness. Around the linears it performs the very fp32 operations HF's modeling_llama / modeling_qwen2 perform,
+in the same order and on the same shapes (RMSNorm: x * rsqrt(mean(x^2) + eps), then weight *; rotary: positions x
+inv_freq, cat, cos/sin x attention_scaling, q*cos + rotate_half(q)*sin; residual + branch; silu(gate) * up), and
+the linears and attention are the same kernel calls (quantized.block_linear, gguf_kernels.attention). So its
+logits are the quantized runner's bits for the same tokens and activations mode, alone, in a verify, in a tree
+or in the engine's packed forward (tests/test_native_runner.py checks it bit for bit), and every property the
+quantized runner has (batch and thread invariance, exact prefix reuse in q8) carries over.
+
+Supported: Qwen2 and Llama configs (SmolLM2 is one) with SiLU MLPs, full causal attention and a rotary whose
+frequencies do not depend on the sequence (default, linear, llama3, yarn). Anything else (Gemma3, sliding windows,
+dynamic rotary) gets `unsupported_reason` and stays on HF's modules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import torch
+
+from multidraft.models import gguf_kernels
+from multidraft.models.kv_cache import StaticArena
+from multidraft.models.quantized import block_linear
+
+ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
+STATIC_ROTARY = ("default", "linear", "llama3", "yarn")      # inv_freq fixed at load
+
+
+def unsupported_reason(model) -> Optional[str]:
+    """Why the native forward cannot run `model` (a quantized model), or None when it can."""
+    from multidraft.models.static_runner import unsupported_reason as attention_reason
+
+    if not hasattr(model, "gguf_weights"):
+        return "it runs on GGUF blocks only (load the model with a quantized runner)"
+    name = type(model).__name__
+    if name not in ARCHITECTURES:
+        return f"{name} is not one of the native architectures ({', '.join(ARCHITECTURES)})"
+    config = model.config
+    why = attention_reason(model)
+    if why is not None:
+        return why
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"its MLP uses {config.hidden_act}, not silu"
+    rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+    if rope not in STATIC_ROTARY:
+        return f"its rotary ({rope}) changes with the sequence"
+    base = model.model
+    if getattr(base.rotary_emb, "inv_freq", None) is None:
+        return "its rotary has no fixed frequencies"
+    for layer in base.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        for linear in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj):
+            if getattr(linear, "gguf_matrix", None) is None:
+                return "a linear is not on GGUF blocks"
+        if getattr(attn, "q_norm", None) is not None or getattr(attn, "sliding_window", None):
+            return "its attention has per-head norms or a sliding window"
+    if getattr(model.lm_head, "gguf_matrix", None) is None:
+        return "its LM head is not on GGUF blocks"
+    return None
+
+
+@dataclass
+class _Layer:
+    """One decoder layer's weights: (matrix, bias) per linear, (weight, eps) per norm."""
+
+    attn_norm: tuple
+    q: tuple
+    k: tuple
+    v: tuple
+    o: tuple
+    mlp_norm: tuple
+    gate: tuple
+    up: tuple
+    down: tuple
+
+
+def _linear(module) -> tuple:
+    return module.gguf_matrix, module.bias
+
+
+def _norm(module) -> tuple:
+    return module.weight, float(module.variance_epsilon)
+
+
+@dataclass
+class NativeOutput:
+    logits: torch.Tensor                                   # (rows kept, V)
+    hidden: dict = field(default_factory=dict)             # layer -> (T, d), as HF's hidden_states[layer]
+    queries: dict = field(default_factory=dict)            # layer -> [(queries (T, D), keys (S, D), scaling)] per head
+
+
+class NativeForward:
+    """The forward of one quantized Llama-family model (check `unsupported_reason` first)."""
+
+    def __init__(self, model):
+        base = model.model
+        self.mode = model.gguf_mode                         # shared with the HF modules: "fp32" or "q8" activations
+        self.embedding = base.embed_tokens.gguf_matrix
+        self.layers = [_Layer(_norm(layer.input_layernorm), _linear(layer.self_attn.q_proj),
+                              _linear(layer.self_attn.k_proj), _linear(layer.self_attn.v_proj),
+                              _linear(layer.self_attn.o_proj), _norm(layer.post_attention_layernorm),
+                              _linear(layer.mlp.gate_proj), _linear(layer.mlp.up_proj), _linear(layer.mlp.down_proj))
+                       for layer in base.layers]
+        self.final_norm = _norm(base.norm)
+        self.head = _linear(model.lm_head)
+        self.inv_freq = base.rotary_emb.inv_freq.float()
+        self.rotary_scaling = base.rotary_emb.attention_scaling
+        attn = base.layers[0].self_attn
+        self.head_dim, self.scaling = int(attn.head_dim), float(attn.scaling)
+        self.num_heads = int(model.config.num_attention_heads)
+
+    # ----- the pieces, as HF computes them -----
+    def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and signed sin (1, 1, T, D) of positions (T,): Qwen2/LlamaRotaryEmbedding.forward's cos and sin,
+        with the sin's first half negated (see _apply_rotary)."""
+        freqs = positions[None, :, None].float() * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos() * self.rotary_scaling, emb.sin() * self.rotary_scaling
+        half = sin.shape[-1] // 2
+        return cos[:, None], torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)[:, None]
+
+    def _linear(self, weights: tuple, x: torch.Tensor, prefill: bool) -> torch.Tensor:
+        return block_linear(weights[0], x, self.mode.activations, weights[1], prefill)
+
+    # ----- the forward -----
+    @torch.inference_mode()
+    def run(self, cache, input_ids: Optional[torch.Tensor], embeds: Optional[torch.Tensor], positions: torch.Tensor,
+            visible: torch.Tensor, keep_rows=None, hidden_layers: Sequence[int] = (),
+            heads_by_layer: Optional[dict] = None, prefill: bool = False) -> NativeOutput:
+        """New rows (input_ids (T,) or embeds (T, d)) at `positions` (T,), appended to `cache` (HF's DynamicCache,
+        or a StaticArena with its write_index set); visible (T, S) bool: which cached/new keys each row sees, S the
+        keys the cache holds after this forward (an arena: at least its kv_limit). keep_rows: rows that get logits
+        (a slice or index tensor; None: all). Captures: hidden states after the given layers (0 = embeddings) and,
+        per layer, the post-rotary queries of the chosen heads with the layer's keys."""
+        out = NativeOutput(logits=torch.empty(0))
+        x = (self.embedding.dequantize(input_ids.reshape(-1).cpu()) if embeds is None else embeds.float())[None]
+        rows = x.shape[1]
+        cos, signed_sin = self._rotary(positions)
+        shape = (1, rows, -1, self.head_dim)
+        if 0 in hidden_layers:
+            out.hidden[0] = x[0]
+        for index, layer in enumerate(self.layers):
+            h = _rms_norm(x, *layer.attn_norm)
+            q = self._linear(layer.q, h, prefill).view(shape).transpose(1, 2)
+            k = self._linear(layer.k, h, prefill).view(shape).transpose(1, 2)
+            v = self._linear(layer.v, h, prefill).view(shape).transpose(1, 2)
+            q, k = _apply_rotary(q, k, cos, signed_sin)
+            keys, values = _store(cache, index, k, v)
+            if visible.shape[1] != keys.shape[1]:       # an arena's slots past the mask's width: never visible
+                visible = torch.nn.functional.pad(visible, (0, keys.shape[1] - visible.shape[1]))
+            attn = gguf_kernels.attention(q[0].float(), keys, values, visible, self.scaling)
+            x = x + self._linear(layer.o, attn.reshape(1, rows, -1), prefill)
+            h = _rms_norm(x, *layer.mlp_norm)
+            h = torch.nn.functional.silu(self._linear(layer.gate, h, prefill)) * self._linear(layer.up, h, prefill)
+            x = x + self._linear(layer.down, h, prefill)
+            if index + 1 in hidden_layers:
+                out.hidden[index + 1] = x[0]
+            if heads_by_layer and index in heads_by_layer:
+                out.queries[index] = self._queries(q, keys, heads_by_layer[index])
+        x = _rms_norm(x, *self.final_norm)
+        if keep_rows is not None:
+            x = x[:, keep_rows]
+        out.logits = self._linear(self.head, x, prefill)[0]
+        return out
+
+    def _queries(self, q: torch.Tensor, keys: torch.Tensor, heads: Sequence[int]) -> list:
+        """What attention_rows' hooks keep: per head (its queries (T, D), its KV head's keys (S, D), scaling)."""
+        groups = self.num_heads // keys.shape[0]
+        shared = {kv: keys[kv] for kv in {head // groups for head in heads}}        # one object per KV head
+        return [(q[0, head], shared[head // groups], self.scaling) for head in heads]
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Qwen2RMSNorm / LlamaRMSNorm in fp32: weight * (x * rsqrt(mean(x^2) + eps))."""
+    variance = x.pow(2).mean(-1, keepdim=True)
+    return weight * (x * torch.rsqrt(variance + eps))
+
+
+def _apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor):
+    """HF's apply_rotary_pos_emb, x * cos + rotate_half(x) * sin with rotate_half(x) = (-x2, x1), on queries and keys
+    at once: rotate_half(x) * sin = roll(x) * (-sin1, sin2) exactly (a product's sign is exact), so each value
+    goes through the same two roundings (the products, then their sum) in a third of the ops."""
+    heads = q.shape[1]
+    both = torch.cat((q, k), dim=1)
+    both = (both * cos) + (both.roll(both.shape[-1] // 2, dims=-1) * signed_sin)
+    return both[:, :heads], both[:, heads:]
+
+
+def _store(cache, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Append this forward's keys/values (1, KVH, T, D) to the cache; the layer's keys and values (KVH, S, D)."""
+    keys, values = cache.update(k, v, layer)
+    if isinstance(cache, StaticArena):               # its whole buffer: contiguous, so the kernel copies nothing
+        return cache.keys[layer][0], cache.values[layer][0]
+    return keys[0], values[0]

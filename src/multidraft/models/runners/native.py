@@ -1,0 +1,64 @@
+"""The native runner: the quantized-q8 model run by models/native.py's forward (no HF module in the loop), for the
+architectures it supports; elsewhere it falls back to quantized-q8 (the same arithmetic on HF's modules)."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from multidraft.models import native
+from multidraft.models.attention_rows import AttentionQueries
+from multidraft.models.kv_cache import tree_ancestors
+from multidraft.models.runners.base import ForwardOutput, Runner
+from multidraft.models.runners.quantized_q8 import QuantizedQ8Runner
+from multidraft.sampling import check_finite
+
+
+class NativeRunner(QuantizedQ8Runner):
+    name = "native"
+
+    def __init__(self, lm):
+        super().__init__(lm)
+        self.native: native.NativeForward = None
+
+    def activate(self, progress: bool, requested: str) -> Runner:
+        below = "auto" if requested == "auto" else "quantized-q8"      # auto: the activations the model has
+        why_not = native.unsupported_reason(self.lm.model)
+        if why_not is not None:
+            if requested == self.name:
+                warnings.warn(f"multidraft: the native runner cannot serve {self.lm.name}: {why_not}; using "
+                              "quantized-q8 (the same arithmetic on HF's modules)", RuntimeWarning, stacklevel=4)
+            return QuantizedQ8Runner(self.lm).activate(progress, below)
+        super().activate(progress, below)
+        self.native = native.NativeForward(self.lm.model)
+        return self
+
+    def forward(self, cache, model_inputs, position_ids, parents, visible, logits_rows, hidden_layer,
+                attention_heads):
+        """LM.forward on the native forward: the same captures, read from the forward itself."""
+        lm = self.lm
+        positions = position_ids[0]
+        past, num_new = cache.length, positions.shape[0]
+        if visible is not None:
+            allowed = visible[0].to(torch.bool)
+        else:
+            allowed = torch.ones(num_new, past + num_new, dtype=torch.bool)
+            allowed[:, past:] = tree_ancestors(parents) if parents is not None else allowed[:, past:].tril()
+        lm._check_hidden_layer(hidden_layer)
+        by_layer, order = lm._heads_by_layer(attention_heads)
+        ids, embeds = model_inputs.get("input_ids"), model_inputs.get("inputs_embeds")
+        out = self.native.run(cache.hf_cache, None if ids is None else ids[0], None if embeds is None else embeds[0],
+                              positions, allowed, logits_rows, () if hidden_layer is None else (hidden_layer,),
+                              by_layer, prefill=past == 0)
+        check_finite(out.logits)
+        result = ForwardOutput(logits=out.logits, hidden=out.hidden.get(hidden_layer))
+        if order:
+            triples = [out.queries[layer][by_layer[layer].index(head)] for layer, head in order]
+            result.attention = AttentionQueries(*map(list, zip(*triples)))
+        return result
+
+    def packed(self, arena, ids, positions, visible, wanted, layers, dense):
+        output = self.native.run(arena, torch.tensor(ids), None, torch.tensor(positions), visible,
+                                 torch.tensor(wanted), layers, prefill=dense)
+        return output.logits, output.hidden

@@ -1,0 +1,23 @@
+"""The quantized runner: HF's modules over the GGUF's own blocks with fp32 activations (models/quantized.py).
+Batch- and thread-invariant (a prefill of more than PREFILL_GEMM_ROWS rows takes a dense GEMM: the same one in
+every method's prefill, but not reusable from a prefix cache)."""
+
+from __future__ import annotations
+
+from multidraft.models import quantized
+from multidraft.models.runners.base import Capabilities, Runner
+
+
+class QuantizedRunner(Runner):
+    name = "quantized"
+    quantized = True
+    activations = "fp32"
+    capabilities = Capabilities(batch_invariant=True, thread_invariant=True)
+
+    def activate(self, progress: bool, requested: str) -> Runner:
+        if requested != "auto":
+            quantized.set_activations(self.lm.model, self.activations)
+        return self
+
+    def kernels(self, prefill: bool = False):
+        return quantized.prefill_gemm() if prefill else super().kernels(prefill)

@@ -1,0 +1,235 @@
+"""The native forward (models/native.py): the quantized runner's logits bit for bit, without HF's modules.
+
+Each check compares the native runner with the quantized runner on HF's modules (same GGUF, same activations) on
+the same tokens: a prefill, verifies of 2..40 rows, a tree, captures, the engine's packed forward, 1 and 2
+threads. A negative control shows the comparison sees a one-rounding change in the fp32 arithmetic around the
+linears.
+"""
+
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+import multidraft
+from multidraft.models import gguf_kernels, native
+from multidraft.models.kv_cache import KVCache
+from multidraft.models.packed import KVArena, Segment, packed_forward
+from tests.tiny_gguf import write_tiny_gguf
+from tests.tiny_models import make_tokenizer
+
+pytestmark = pytest.mark.skipif(not gguf_kernels.load(progress=False),
+                                reason=f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
+
+# (arch, block format): Qwen2 with its q/k/v biases on 8-bit activations, Llama on Q6_K (8-bit) and on Q4_1
+# (fp32 activations: its prefills of more than 64 rows take the dense GEMM, the native forward must too).
+CASES = [("qwen2", "Q4_K"), ("llama", "Q6_K"), ("llama", "Q4_1")]
+PROMPT = [(7 * i + 3) % 60 + 1 for i in range(70)]          # longer than PREFILL_GEMM_ROWS
+
+
+def _pair(arch, type_name):
+    """(native LM, quantized-q8 LM on HF's modules) of one tiny GGUF model."""
+    from multidraft.models.quantized import load_quantized_model
+    from multidraft.models.runner import LM
+
+    folder = Path(tempfile.mkdtemp(prefix=f"tiny-native-{arch}-{type_name}-"))
+    path = write_tiny_gguf(folder, arch, type_name, seed=3)
+    with pytest.warns(RuntimeWarning, match="change nothing") if type_name == "Q4_1" else _nothing():
+        ours = LM(load_quantized_model(folder, path), make_tokenizer(), name="tiny", runner="native")
+        reference = LM(load_quantized_model(folder, path), make_tokenizer(), name="tiny", runner="quantized-q8")
+    assert (ours.runner, reference.runner) == ("native", "quantized-q8")
+    return ours, reference
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.fixture(scope="module", params=CASES, ids=["-".join(c) for c in CASES])
+def pair(request):
+    return _pair(*request.param)
+
+
+def _threads(count):
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    return previous
+
+
+def _same_forwards(lm, steps):
+    """Logits of a fixed sequence of forwards (prefill, chain steps, a verify, a tree with captures)."""
+    cache = KVCache()
+    out = [lm.forward(cache, PROMPT).logits, lm.forward(cache, [4]).logits, lm.forward(cache, steps).logits]
+    tree = lm.forward(cache, [4, 50, 17, 51, 30], parents=[-1, -1, 0, 0, 2], hidden_layer=2,
+                      attention_heads=[(0, 1), (1, 3), (1, 0)])
+    out += [tree.logits, tree.hidden, tree.attention.weights(4, list(range(cache.length - 5)) + [cache.length - 5,
+                                                                                                  cache.length - 3,
+                                                                                                  cache.length - 1])]
+    out.append(lm.forward(cache, [9], hidden_layer=0, logits_rows=slice(-1, None)).hidden)
+    out.append(lm.forward(cache, inputs_embeds=lm.embed([12, 13])).logits)          # embeddings in (superposed)
+    past = cache.length                                     # the general form: a tree grown on cached tree nodes
+    allowed = torch.ones(3, past + 3, dtype=torch.bool)
+    allowed[:, past - 2] = False                            # no row sees the 13 above
+    allowed[1, past] = allowed[2, past + 1] = False
+    out.append(lm.forward(cache, [20, 21, 22], visible=(allowed, [past - 2, past - 1, past - 1])).logits)
+    return out
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_native_logits_and_captures_are_the_quantized_runners_bits(pair, threads):
+    ours, reference = pair
+    previous = _threads(threads)
+    try:
+        steps = [(5 * i + 2) % 60 + 1 for i in range(23)]
+        got, expected = _same_forwards(ours, steps), _same_forwards(reference, steps)
+    finally:
+        torch.set_num_threads(previous)
+    for index, (a, b) in enumerate(zip(got, expected)):
+        assert torch.equal(a, b), index
+
+
+def test_native_is_batch_invariant_alone_in_verifies_and_trees_at_1_and_2_threads(pair):
+    ours, _ = pair
+    steps = [(11 * i + 5) % 60 + 1 for i in range(40)]
+    previous = _threads(1)
+    try:
+        alone = KVCache()
+        ours.forward(alone, PROMPT[:20])
+        single = torch.cat([ours.forward(alone, [token]).logits for token in steps])
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            for rows in (2, 3, 8, 17, 40):
+                cache = KVCache()
+                ours.forward(cache, PROMPT[:20])
+                assert torch.equal(ours.forward(cache, steps[:rows]).logits, single[:rows]), (count, rows)
+            cache = KVCache()
+            ours.forward(cache, PROMPT[:20])
+            tree = ours.forward(cache, [steps[0], 50, steps[1], 51, steps[2]], parents=[-1, -1, 0, 0, 2]).logits
+            assert torch.equal(tree[[0, 2, 4]], single[:3])
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_packed_forward_on_native_is_the_single_request_bits(pair):
+    """The engine's packed forward runs the same native forward: a request's logits are the bits it gets alone
+    (and the quantized runner's in the same packing)."""
+    ours, reference = pair
+    prompt = PROMPT[:40]
+    alone = KVCache()
+    ours.forward(alone, prompt)
+    single = [ours.forward(alone, [token]).logits[0] for token in (4, 17, 30)]
+    results = []
+    for lm in (ours, reference):
+        arena = KVArena(1024)
+        mine, other = arena.allocate(200), arena.allocate(200)
+        packed_forward(lm, arena, [Segment(other, [3, 4, 5, 6, 7], None, False), Segment(mine, prompt, None, False)])
+        rows = []
+        for token in (4, 17, 30):
+            out = packed_forward(lm, arena, [Segment(other, [9, 10, 11], [-1, 0, 0], hidden_layer=1),
+                                             Segment(mine, [token], hidden_layer=1)])
+            rows.append((out[1].logits[0], out[1].hidden, out[0].logits))
+        results.append(rows)
+    for (logits, hidden, others), (ref_logits, ref_hidden, ref_others), expected in zip(*results, single):
+        assert torch.equal(logits, expected) and torch.equal(logits, ref_logits)
+        assert torch.equal(hidden, ref_hidden) and torch.equal(others, ref_others)
+
+
+@pytest.mark.parametrize("method", ["pld", "suffix", "pld_plus"])
+def test_lossless_methods_on_native_give_its_greedy_tokens(pair, method):
+    ours, reference = pair
+    for text in ["the cat sat on the mat and the cat sat on", "a dog ran on the mat . a dog ran"]:
+        greedy = multidraft.generate(ours, text, method="greedy", max_new_tokens=40, temperature=0).token_ids
+        assert multidraft.generate(ours, text, method=method, max_new_tokens=40, temperature=0).token_ids == greedy
+        assert multidraft.generate(reference, text, method="greedy", max_new_tokens=40,
+                                   temperature=0).token_ids == greedy
+
+
+def test_prefix_cache_reuse_on_native_gives_the_tokens_of_a_fresh_run():
+    ours, _ = _pair("qwen2", "Q4_K")
+    cache = multidraft.PrefixCache()
+    one = multidraft.generate(ours, PROMPT, method="suffix", max_new_tokens=20, prefix_cache=cache)
+    second = PROMPT + list(one.token_ids) + [4, 8, 15, 16, 23, 42]
+    with_cache = multidraft.generate(ours, second, method="suffix", max_new_tokens=20, prefix_cache=cache)
+    assert with_cache.stats.prefix_reused_tokens > len(PROMPT)
+    assert with_cache.token_ids == multidraft.generate(ours, second, method="suffix", max_new_tokens=20).token_ids
+
+
+def _rotary_fused(q, k, cos, signed_sin):
+    """Rotary as one fused multiply-add per value (x * cos + roll(x) * sin rounded once, not twice)."""
+    both = torch.cat((q, k), dim=1)
+    rolled = both.roll(both.shape[-1] // 2, dims=-1).double() * signed_sin.double()
+    both = torch.addcmul(rolled, both.double(), cos.double()).float()
+    return both[:, :q.shape[1]], both[:, q.shape[1]:]
+
+
+def _norm_divided(x, weight, eps):
+    """RMSNorm as x / sqrt(...) instead of HF's x * rsqrt(...)."""
+    return weight * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+@pytest.mark.parametrize("name,variant", [("_rms_norm", _norm_divided), ("_apply_rotary", _rotary_fused)])
+def test_negative_control_another_rounding_around_the_linears_is_seen(monkeypatch, name, variant):
+    """Another order of the fp32 operations around the kernels (the norm divided, the rotary rounded once): close,
+    but not the same bits, so the bit checks above see a one-rounding difference."""
+    ours, reference = _pair("qwen2", "Q4_K")
+    expected = reference.forward(KVCache(), PROMPT[:12]).logits
+    assert torch.equal(ours.forward(KVCache(), PROMPT[:12]).logits, expected)
+    monkeypatch.setattr(native, name, variant)
+    changed = ours.forward(KVCache(), PROMPT[:12]).logits
+    assert not torch.equal(changed, expected)
+    assert float((changed - expected).abs().max()) <= 1e-2 * float(expected.abs().max())
+
+
+def test_unsupported_architectures_stay_on_hf_modules():
+    ours, _ = _pair("qwen2", "Q4_K")
+    assert native.unsupported_reason(ours.model) is None
+    ours.model.config.hidden_act = "gelu"
+    try:
+        assert "gelu" in native.unsupported_reason(ours.model)
+        with pytest.warns(RuntimeWarning, match="native runner cannot serve"):
+            assert ours.use_runner("native") == "quantized-q8"
+    finally:
+        ours.model.config.hidden_act = "silu"
+    assert ours.use_runner("native") == "native" and ours.capabilities.prefix_reusable
+    assert ours.use_runner("quantized") == "quantized" and not ours.capabilities.prefix_reusable
+
+
+# ---------------------------------------------------------------- the real model
+
+
+@pytest.fixture(scope="module")
+def smollm_pair():
+    import os
+
+    from multidraft.errors import ModelNotFoundError
+    from multidraft.models.loader import load_model
+    try:
+        ours = load_model("smollm2-135m", runner="native")
+        reference = load_model("smollm2-135m", runner="quantized-q8")
+    except ModelNotFoundError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"SmolLM2-135M not pulled: {exc}")
+    if ours.runner != "native":
+        pytest.skip("this SmolLM2 pull predates kept GGUF files")
+    return ours, reference
+
+
+@pytest.mark.real_model
+def test_smollm_native_equals_quantized_q8_and_keeps_greedy(smollm_pair):
+    ours, reference = smollm_pair
+    ids = ours.encode("def fibonacci(n):\n    if n < 2:")
+    a, b = KVCache(), KVCache()
+    assert torch.equal(ours.forward(a, ids).logits, reference.forward(b, ids).logits)
+    assert torch.equal(ours.forward(a, [13, 14, 15], parents=[-1, 0, 0]).logits,
+                       reference.forward(b, [13, 14, 15], parents=[-1, 0, 0]).logits)
+    prompt = "x = [1, 2, 3]\ny = [v * 2 for v in x]\n"
+    greedy = multidraft.generate(ours, prompt, method="greedy", max_new_tokens=24, temperature=0).token_ids
+    assert multidraft.generate(reference, prompt, method="greedy", max_new_tokens=24, temperature=0).token_ids == greedy
+    for method in ("pld", "suffix"):
+        assert multidraft.generate(ours, prompt, method=method, max_new_tokens=24, temperature=0).token_ids == greedy
