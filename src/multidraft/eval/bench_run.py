@@ -148,6 +148,8 @@ def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
                reference: Optional[list[list[int]]] = None, artifacts=None) -> Iterator[dict]:
     """Yield one row per method for `item`; `reference` is the baseline's per-turn token ids if already known."""
     import torch
+
+    from multidraft.models import gguf_kernels
     for method in methods:
         row = {"kind": "row", "task": item.task, "prompt_id": item.id, "method": method.label, "name": method.name,
                "peer": method.peer, "lossless": method.lossless, "temperature": method.temperature or 0.0,
@@ -155,6 +157,7 @@ def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
                "threads": torch.get_num_threads(),
                "dtype": str(lm.dtype).removeprefix("torch."), "device": str(lm.device),
                "runner": getattr(lm, "runner", "eager"), "runner_setup_s": getattr(lm, "runner_setup_seconds", 0.0),
+               "isa": gguf_kernels.isa() if getattr(lm, "runner", "") == "quantized-q8" else None,   # 8-bit path
                "draft_length": config.draft_length}
         try:
             row.update(run_method(lm, draft_lm, item, method, config, quality=_needs_quality(method),
