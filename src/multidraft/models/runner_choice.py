@@ -2,14 +2,14 @@
 import)."""
 
 QUANTIZED_RUNNERS = ("quantized", "quantized-q8")     # a model on GGUF blocks, fp32 or 8-bit activations
-RUNNER_CHOICES = ("auto",) + QUANTIZED_RUNNERS + ("eager", "fast", "static")
+RUNNER_CHOICES = ("auto",) + QUANTIZED_RUNNERS + ("native", "eager", "fast", "static")
 RUNNER_HELP = ("auto: on a CPU, a model with a GGUF behind it (a pulled alias, a .gguf file) runs on its GGUF blocks "
                "with llama.cpp's 8-bit activations on Q4_K/Q6_K matrices (quantized-q8: integer dot products, "
                "batch-invariant and the same bits on every x86 instruction set, so every lossless method gives "
-               "greedy's tokens); quantized: the same blocks with fp32 activations (the reference, slower, opt-in); "
-               "other models the fast "
-               "runner where it is measured faster (fp32 on an AVX2-only CPU; CUDA), else eager; static: a static KV "
-               "cache in shape buckets, CUDA graphs on a GPU")
+               "greedy's tokens), through our own decoder layers for Qwen2 and Llama-family models (native: the "
+               "same bits, no HF module between two tokens); quantized: the same blocks with fp32 activations (the "
+               "reference, slower, opt-in); other models the fast runner where it is measured faster (fp32 on an "
+               "AVX2-only CPU; CUDA), else eager; static: a static KV cache in shape buckets, CUDA graphs on a GPU")
 
 
 def add_runner_argument(parser, peers_note: bool = False) -> None:
