@@ -8,16 +8,16 @@ attention rows) kept the model until its whole decode ended, past its 504: every
 Tiny models with a slowed forward (a pre-hook sleeps) make each generation long; the real-model version is
 `test_a_long_beam_past_its_deadline_frees_the_model_real`."""
 
-import json
 import socket
 import threading
 import time
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
 from multidraft.server import ServerConfig, ServerThread, create_app
+from tests.installed import load_smollm
+from tests.test_fault_server import raw_request
 from tests.test_server_api import metric
 from tests.tiny_models import make_tiny_lm, perturbed_copy, random_heads
 
@@ -84,15 +84,6 @@ def body_of(name, **extra):
     options = dict(METHODS[name])
     method = options.pop("method", name)
     return {"prompt": PROMPT, "max_tokens": 1000, "method": method, **options, **extra}
-
-
-def raw_request(url, body: dict) -> socket.socket:
-    parts = urlsplit(url)
-    sock = socket.create_connection((parts.hostname, parts.port), timeout=10)
-    data = json.dumps(body).encode()
-    sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                 f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
-    return sock
 
 
 def wait_for(condition, seconds, what):
@@ -195,12 +186,7 @@ def test_engine_cancel_stops_a_request_running_alone_within_a_layer():
 @pytest.fixture(scope="module")
 def default_smollm():
     """SmolLM2-135M as `multidraft serve --model smollm2-135m` loads it (the default runner)."""
-    from multidraft.errors import ModelNotFoundError
-    from multidraft.models.loader import load_model
-    try:
-        return load_model("smollm2-135m")
-    except ModelNotFoundError as exc:
-        pytest.skip(f"SmolLM2-135M not pulled: {exc}")
+    return load_smollm()
 
 
 @pytest.mark.real_model

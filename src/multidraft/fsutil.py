@@ -115,35 +115,32 @@ def _folder_lock(folder: Path):
         os.close(fd)             # closing releases the lock
 
 
-def _hold(folder: Path):
-    """An exclusive lock on `folder` (its fd: close it to release; None without flock), held by a writer on its
-    temporary so that `remove_stale_partials` never removes a live writer's; a killed process releases it."""
+def _try_exclusive(folder: Path):
+    """(fd, locked): `folder` opened and a non-blocking exclusive flock tried on it; (None, False) without flock."""
     try:
         import fcntl
         fd = os.open(folder, os.O_RDONLY)
     except (ImportError, OSError):
-        return None
+        return None, False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd, True
     except OSError:
-        pass
-    return fd
+        return fd, False
+
+
+def _hold(folder: Path):
+    """An exclusive lock on `folder` (its fd: close it to release; None without flock), held by a writer on its
+    temporary so that `remove_stale_partials` never removes a live writer's; a killed process releases it."""
+    return _try_exclusive(folder)[0]
 
 
 def _abandoned(folder: Path) -> bool:
     """No live process holds `folder` (see `_hold`); False where that cannot be known (no flock)."""
-    try:
-        import fcntl
-        fd = os.open(folder, os.O_RDONLY)
-    except (ImportError, OSError):
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except OSError:
-        return False
-    finally:
+    fd, locked = _try_exclusive(folder)
+    if fd is not None:
         os.close(fd)
+    return locked
 
 
 def remove_stale_partials(folder, name: str = "*") -> int:
