@@ -23,7 +23,8 @@ def lm():
 
 @pytest.fixture(scope="module")
 def server(lm):
-    app = create_app(lm, ServerConfig(max_queue=4, max_n=4, max_tokens=64, max_prompt_tokens=100))
+    # One request at a time (ModelWorker): hold_worker occupies the model thread with a raw Job of its own.
+    app = create_app(lm, ServerConfig(max_queue=4, max_n=4, max_tokens=64, max_prompt_tokens=100, max_num_seqs=1))
     with ServerThread(app) as running:
         running.app = app
         yield running

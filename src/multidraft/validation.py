@@ -253,7 +253,7 @@ def token_ids(value: Sequence, vocab_size: int) -> list[int]:
     ids = []
     for index, token in enumerate(value):
         if not _is_int(token) or not 0 <= token < vocab_size:
-            raise PromptError(f"token id {token!r:.40} at position {index} is not in the model's vocabulary "
+            raise PromptError(f"token id {token!r:.40} at position {index} is outside the vocabulary "
                               f"(ids are integers 0..{vocab_size - 1})")
         ids.append(int(token))
     return ids
@@ -270,6 +270,8 @@ def prompt(value, vocab_size: int, tokenizer=None):
         return text("the prompt", value)
     if is_token_id_list(value):
         return token_ids(value, vocab_size)
+    if isinstance(value, (list, tuple)) and not value:
+        raise PromptError("the prompt is empty: it holds no token ids and no chat messages")
     if isinstance(value, (list, tuple)):
         return messages(value, tokenizer)
     raise PromptError(f"a prompt must be text, a list of chat messages or token ids, not {type(value).__name__}")

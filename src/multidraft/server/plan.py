@@ -10,6 +10,7 @@ How n choices are made (one place, so the page and the API agree):
 
 from __future__ import annotations
 
+import re
 import secrets
 from dataclasses import dataclass
 from typing import Optional
@@ -98,12 +99,40 @@ class Outcome:
     calls: int
 
 
-def build_plan(request, config: ServerConfig, draft_lm=None, suffix_store=None, named=None) -> Plan:
+def build_plan(request, config: ServerConfig, draft_lm=None, suffix_store=None, named=None, *,
+               suffix_stores=None, client: Optional[str] = None) -> Plan:
     """Check limits and options before the request is queued; raises ApiError(400). The library builds and checks
-    the `Request`s; the server adds only its caps, its allow-list, its artifacts (`named`: kind -> {name: value},
-    default config.artifacts) and its suffix store."""
+    the `Request`s (sampling within the server's bounds: Request.build(http=True)); the server adds only its caps,
+    its allow-list, its artifacts (`named`: kind -> {name: value}, default config.artifacts) and its suffix store
+    (`suffix_store`, or the one of `suffix_stores` for `client` when the method drafts from one)."""
     named = config.artifacts if named is None else named
     chat = isinstance(request, ChatRequest)
+    prompts, max_tokens = _prompts_and_budget(request, config, chat)
+    if not 1 <= request.n <= config.max_n:
+        raise ApiError(400, f"'n' must be between 1 and {config.max_n} (serve --max-n), got {request.n}", param="n")
+    stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
+    if len(stop) > MAX_STOP_STRINGS:
+        raise ApiError(400, f"'stop' holds {len(stop)} strings; at most {MAX_STOP_STRINGS} are allowed", param="stop")
+    if any(isinstance(s, str) and len(s) > MAX_STOP_LENGTH for s in stop):
+        raise ApiError(400, f"a stop string is longer than {MAX_STOP_LENGTH} characters", param="stop")
+    method = request.method or config.default_method
+    if suffix_stores is not None:
+        suffix_store = suffix_store_for(method, suffix_stores, client)
+    options = _options(request, method, config, draft_lm, suffix_store, named)
+    try:
+        requests = [Request.build(prompt, method, max_new_tokens=max_tokens, temperature=request.temperature,
+                                  top_p=request.top_p, top_k=request.top_k, seed=request.seed, stop=stop,
+                                  chat=chat, draft_length=config.draft_length, options=options, http=True)
+                    for prompt in prompts]
+    except PromptError as exc:
+        raise ApiError(400, str(exc), param="messages" if chat else "prompt") from None
+    except InvalidOptionError as exc:    # an option's row check ("method 'x': ..."), sampling, the temperature rules
+        raise ApiError(400, str(exc), param=_param_of_message(str(exc))) from None
+    return Plan(requests, chat, request.n, request.stream)
+
+
+def _prompts_and_budget(request, config: ServerConfig, chat: bool) -> tuple[list, int]:
+    """The request's prompts (chat: its messages as one prompt) and its max_tokens within the server's cap."""
     if chat:
         if not request.messages:
             raise ApiError(400, "'messages' must hold at least one message", param="messages")
@@ -118,27 +147,17 @@ def build_plan(request, config: ServerConfig, draft_lm=None, suffix_store=None, 
         max_tokens = request.max_tokens
     if max_tokens is None:
         max_tokens = config.default_max_tokens if not chat else config.max_tokens
-    if max_tokens < 1:
+    if max_tokens < 1:                   # named as the request names it (the library says max_new_tokens)
         raise ApiError(400, f"'max_tokens' must be >= 1, got {max_tokens}", param="max_tokens")
     if max_tokens > config.max_tokens:
         raise ApiError(400, f"'max_tokens' is {max_tokens}; this server allows at most {config.max_tokens} "
                             f"(serve --max-tokens)", param="max_tokens")
-    if not 1 <= request.n <= config.max_n:
-        raise ApiError(400, f"'n' must be between 1 and {config.max_n} (serve --max-n), got {request.n}", param="n")
-    stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
-    if len(stop) > MAX_STOP_STRINGS:
-        raise ApiError(400, f"'stop' holds {len(stop)} strings; at most {MAX_STOP_STRINGS} are allowed", param="stop")
-    for name in ("temperature", "top_p", "top_k", "seed"):     # the library's rule table, with the server's bounds
-        value = getattr(request, name)
-        if value is not None or name != "temperature":
-            try:
-                validation.sampling_value(name, value, http=True)
-            except InvalidOptionError as exc:
-                raise ApiError(400, str(exc), param=name) from None
-    if any(len(s) > MAX_STOP_LENGTH for s in stop):
-        raise ApiError(400, f"a stop string is longer than {MAX_STOP_LENGTH} characters", param="stop")
+    return prompts, max_tokens
 
-    method = request.method or config.default_method
+
+def _options(request, method: str, config: ServerConfig, draft_lm, suffix_store, named) -> dict:
+    """The method options a request may set (the allow-list, caps, artifact names) plus what the server supplies:
+    its draft model, n as the number of one pass's outputs, its suffix store."""
     try:
         spec = get_method(method)
         given = dict(request.model_extra or {})
@@ -157,19 +176,17 @@ def build_plan(request, config: ServerConfig, draft_lm=None, suffix_store=None, 
         options[spec.outputs_option] = request.n
     if suffix_store is not None and "store" in spec.specs:
         options["store"] = suffix_store
-    try:
-        requests = [Request.build(prompt, method, max_new_tokens=max_tokens, temperature=request.temperature,
-                                  top_p=request.top_p, top_k=request.top_k, seed=request.seed, stop=stop,
-                                  chat=chat, draft_length=config.draft_length, options=options)
-                    for prompt in prompts]
-    except PromptError as exc:
-        raise ApiError(400, str(exc), param="messages" if chat else "prompt") from None
-    except InvalidOptionError as exc:           # an option's row check ("method 'x': ..."), or the temperature rules
-        message = str(exc)
-        param = "method" if message.startswith("method '") else "stop" if message.startswith("stop") else \
-            "temperature" if "temperature" in message else None
-        raise ApiError(400, message, param=param) from None
-    return Plan(requests, chat, request.n, request.stream)
+    return options
+
+
+def _param_of_message(message: str) -> Optional[str]:
+    """The request field a library message is about: a quoted field it starts with ("'top_p' must be ..."), else
+    the method, the stop strings or the temperature rules."""
+    match = re.match(r"'([a-z_]+)' ", message)
+    if match:
+        return match.group(1)
+    return "method" if message.startswith("method '") else "stop" if message.startswith("stop") else \
+        "temperature" if "temperature" in message else None
 
 
 def suffix_store_for(method: str, stores, client: Optional[str]):
@@ -196,14 +213,8 @@ def _prompts(prompt, config: ServerConfig) -> list:
 
 
 def _encode(lm, request: Request, config: ServerConfig) -> list[int]:
-    """The prompt's ids, encoded once: the server's own limits, then the library's checks (context length)."""
-    prompt = request.prompt
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
-        bad = [t for t in prompt if not 0 <= t < lm.vocab_size]
-        if bad:
-            raise PromptError(f"token id {bad[0]} is outside the vocabulary (0..{lm.vocab_size - 1})")
-    elif isinstance(prompt, list) and not prompt:
-        raise PromptError("a prompt holds no tokens")
+    """The prompt's ids, encoded once and checked by the library (vocabulary, chat roles, context length), within
+    the server's own limit on prompt tokens."""
     ids = request.encode(lm)
     if len(ids) > config.max_prompt_tokens:
         raise PromptError(f"the prompt has {len(ids)} tokens; this server allows at most {config.max_prompt_tokens} "
