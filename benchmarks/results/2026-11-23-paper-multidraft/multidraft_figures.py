@@ -3,7 +3,7 @@ per-token acceptance of each scheme against the draft temperature (the paper's F
 against the second draft's temperature (Fig. 4, non-identical drafts).
 
     .venv/bin/python benchmarks/results/2026-11-23-paper-multidraft/multidraft_figures.py benchmarks/results/2026-11-23-paper-multidraft/selection_paper_qwen.json \
-        --out benchmarks/papers/multidraft_qwen
+        --out benchmarks/results/2026-11-23-paper-multidraft/multidraft_qwen
 """
 
 from __future__ import annotations

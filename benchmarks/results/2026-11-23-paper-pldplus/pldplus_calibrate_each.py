@@ -7,7 +7,7 @@ every task; prompts whose file exists are skipped. Pool them with
 Each record is what `induction.calibrate` (the CLI's function) gives for that one prompt.
 
     OMP_NUM_THREADS=1 python benchmarks/results/2026-11-23-paper-pldplus/pldplus_calibrate_each.py --model qwen2.5-coder-1.5b \
-        --prompts 7 --gen-len 128 --out benchmarks/papers/results/pldplus_cal_qwen15
+        --prompts 7 --gen-len 128 --out benchmarks/results/2026-11-23-paper-pldplus/pldplus_cal_qwen15
 """
 
 from __future__ import annotations

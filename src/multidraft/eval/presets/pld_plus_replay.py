@@ -7,7 +7,7 @@ Why: with 3 prompts per task the wall-clock bench cannot separate drafters that 
 runs takes 20 minutes. A lossless drafter's output is fixed (the greedy text), so how it drafts can be replayed
 exactly from one greedy run per prompt plus one full forward that records the artifacts PLD+ ranks with (hidden
 states of a few layers, the selected heads' attention rows). The replay counts verification steps and prices each
-with the measured cost of an n-token forward (`--cost`, from benchmarks/forward_cost.py); it times nothing.
+with the measured cost of an n-token forward (`--cost`, from `multidraft bench micro forward-cost`); it times nothing.
 Greedy costs one step per token, so `tokens / cost` is the speedup the step count predicts (drafting time ignored).
 Chat prompts are replayed per turn (turn 2's prompt holds the greedy turn-1 answer, as in the bench).
 """
