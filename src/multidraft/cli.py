@@ -11,7 +11,7 @@ from multidraft import generate_cli
 from multidraft.blockwise import cli as heads_cli
 from multidraft.data import cli as data_cli
 from multidraft.errors import MultidraftError
-from multidraft.eval import bench_cli
+from multidraft.eval import bench_cli, check_cli
 from multidraft.models import cli as models_cli
 from multidraft.ngram import cli as ngram_cli
 from multidraft.pldplus import cli as pldplus_cli
@@ -19,7 +19,8 @@ from multidraft.server import cli as server_cli
 
 # The command groups, in the order `multidraft --help` lists them. Every one is imported above: a missing or
 # renamed module fails at import, it never makes a command vanish.
-COMMAND_MODULES = (models_cli, generate_cli, data_cli, ngram_cli, pldplus_cli, server_cli, bench_cli, heads_cli)
+COMMAND_MODULES = (models_cli, generate_cli, data_cli, ngram_cli, pldplus_cli, server_cli, bench_cli, check_cli,
+                   heads_cli)
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
