@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from multidraft.selection import select
 from multidraft.eval.bench_args import THREADS_HELP, add_threads_argument, apply_threads
 from multidraft.eval.timing import median_seconds
+from multidraft.selection import select
 
 
 def make_laws(vocab_size: int, num_drafts: int, identical: bool, seed: int):
