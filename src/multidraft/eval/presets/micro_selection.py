@@ -52,7 +52,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    apply_threads(args.threads)
+    args.threads = apply_threads(args.threads)
     schemes = ["speculative", "specinfer", "spectr", "is", "is_lp", "is_lp_truncated"]
     print(f"V = {args.vocab}, {args.rounds} rounds of {args.calls} calls per cell (median), {args.threads} thread(s); microseconds per select() call")
     for identical in (True, False):
