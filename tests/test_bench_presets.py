@@ -157,3 +157,15 @@ def test_quantized_bits_write_then_check(tmp_path, capsys):
     models = [json.loads(line) for line in out.splitlines() if line.startswith('{"model"')]
     assert len(models) == len(presets.module("check", "quantized-bits").MODELS)
     assert all(m["chain_equals_singles"] and m["tree_equals_singles"] for m in models)
+
+
+def test_foundation_table_counts_a_row_that_differs(capsys):
+    """Negative control of the equality column the end-to-end test reads: a differing row is counted, not assumed."""
+    from multidraft.eval.presets import foundation
+    row = lambda equal: {m: {"tokens": 4, "seconds": 1.0, "mal": 1.0, "equal": equal}
+                         for m in ("hf_greedy", "greedy", "hf_prompt_lookup", "pld")}
+    rows = [row(True), row(True)]
+    rows[1]["pld"]["equal"] = False
+    foundation.print_summary(rows)
+    table = {line.split("|")[1].strip(): line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")}
+    assert table["pld"].rstrip().endswith("| 1/2 |") and table["greedy"].rstrip().endswith("| 2/2 |")

@@ -34,9 +34,10 @@ def add_model_options(parser, model: str | None = DEFAULT_MODEL, runner: bool = 
 
 
 def load_from_args(args, name: str | None = None, **kwargs):
-    """Apply --threads, then load `name` (default --model) with the --dtype / --runner / --device given."""
+    """Apply --threads (args.threads then holds the count in use, for the reports), then load `name` (default
+    --model) with the --dtype / --runner / --device given."""
     import multidraft
-    apply_threads(getattr(args, "threads", None))
+    args.threads = apply_threads(getattr(args, "threads", None))
     options = {"dtype": dtype_choice(getattr(args, "dtype", "auto")), "device": getattr(args, "device", None),
                "runner": getattr(args, "runner", "auto")}
     options.update(kwargs)

@@ -36,14 +36,14 @@ from multidraft.drafters.prompt_lookup import PromptLookupDrafter
 from multidraft.drafters.suffix import SuffixDrafter
 from multidraft.eval import llama_cpp_peer
 from multidraft.eval.agentic import AGENT_TASKS
+from multidraft.eval.bench_args import add_model_options, load_from_args
 from multidraft.eval.bench_methods import resolve_methods
 from multidraft.eval.bench_run import _hf_generate
-from multidraft.eval.drafter_replay import cost_curve, replay
 from multidraft.eval.bootstrap import bootstrap_ci, pooled_ratio_ci, ratio_of_sums
+from multidraft.eval.drafter_replay import cost_curve, replay
 from multidraft.eval.tasks import load_task
-from multidraft.suffix import SuffixStore
-from multidraft.eval.bench_args import add_model_options, load_from_args
 from multidraft.eval.timing import Span
+from multidraft.suffix import SuffixStore
 
 ROWS = ("greedy", "suffix", "suffix_req", "pld_plus", "pld", "hf_prompt_lookup", llama_cpp_peer.GREEDY,
         llama_cpp_peer.PROMPT_LOOKUP)

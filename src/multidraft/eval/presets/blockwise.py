@@ -20,9 +20,9 @@ import multidraft
 from multidraft.blockwise import load_heads
 from multidraft.blockwise.drafter import BlockwiseStrategy, NeuralScorer, NGramScorer
 from multidraft.blockwise.evaluation import OfflineRun, analyse, h_max
-from multidraft.ngram.resolve import resolve_ngram
 from multidraft.eval.bench_args import add_model_options, load_from_args
 from multidraft.eval.timing import Span
+from multidraft.ngram.resolve import resolve_ngram
 
 
 def prompts(task: str, limit: int):

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from multidraft.selection import select
 from multidraft.eval.bench_args import THREADS_HELP, add_threads_argument, apply_threads
 from multidraft.eval.timing import median_seconds
+from multidraft.selection import select
 
 
 def make_laws(vocab_size: int, num_drafts: int, identical: bool, seed: int):
@@ -52,7 +52,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    apply_threads(args.threads)
+    args.threads = apply_threads(args.threads)
     schemes = ["speculative", "specinfer", "spectr", "is", "is_lp", "is_lp_truncated"]
     print(f"V = {args.vocab}, {args.rounds} rounds of {args.calls} calls per cell (median), {args.threads} thread(s); microseconds per select() call")
     for identical in (True, False):

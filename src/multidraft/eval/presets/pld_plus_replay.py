@@ -22,10 +22,10 @@ import torch
 
 import multidraft
 from multidraft.drafters.prompt_lookup import lookup
+from multidraft.eval.bench_args import add_model_options, load_from_args
 from multidraft.eval.tasks import INPUT_GUIDED_TASKS, VALIDATION_TASKS, load_task
 from multidraft.pldplus import calibration as heads_mod
 from multidraft.pldplus.ranking import candidates, rank_attention, rank_hidden
-from multidraft.eval.bench_args import add_model_options, load_from_args
 
 LAYERS = (4, 8, 12, 16, 20, 24)
 

@@ -23,8 +23,8 @@ import signal
 import subprocess
 import sys
 
-from multidraft.eval.presets.serve_load import code_edit_prompts, run_stream_load, start_server
 from multidraft.eval.bench_args import add_model_argument
+from multidraft.eval.presets.serve_load import code_edit_prompts, run_stream_load, start_server
 
 CONFIGS = {
     "plain-1t": ["--threads", "1"],

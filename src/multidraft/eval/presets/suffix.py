@@ -24,11 +24,11 @@ import subprocess
 from collections import defaultdict
 
 import multidraft
-from multidraft.eval.tasks import _stdlib_functions, load_task
-from multidraft.suffix import SuffixStore
-from multidraft.eval.hf_peers import hf_prompt_lookup
-from multidraft.eval.timing import Span
 from multidraft.eval.bench_args import add_model_options, load_from_args
+from multidraft.eval.hf_peers import hf_prompt_lookup
+from multidraft.eval.tasks import _stdlib_functions, load_task
+from multidraft.eval.timing import Span
+from multidraft.suffix import SuffixStore
 
 TYPE_HINTS = "Add type hints to every parameter and to the return value of this function. Return the complete function."
 AGENT_STEPS = [
