@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from multidraft import generate_cli
+from multidraft.cli_parser import OneLineErrorParser
 from multidraft.blockwise import cli as heads_cli
 from multidraft.data import cli as data_cli
 from multidraft.errors import MultidraftError
@@ -21,15 +22,6 @@ from multidraft.server import cli as server_cli
 # renamed module fails at import, it never makes a command vanish.
 COMMAND_MODULES = (models_cli, generate_cli, data_cli, ngram_cli, pldplus_cli, server_cli, bench_cli, check_cli,
                    heads_cli)
-
-
-class OneLineErrorParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (what is wrong and where to look) and exit status 2.
-
-    Sub-command parsers inherit this class (add_subparsers builds them with the parent's class)."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

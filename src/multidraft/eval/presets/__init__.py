@@ -59,7 +59,7 @@ def prog(group: str, name: str) -> str:
 
 def build_parser(group: str, name: str) -> argparse.ArgumentParser:
     """The preset's full parser (importing its module)."""
-    from multidraft.cli import OneLineErrorParser
+    from multidraft.cli_parser import OneLineErrorParser
     preset = module(group, name)
     parser = OneLineErrorParser(prog=prog(group, name), description=preset.__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
