@@ -66,6 +66,22 @@ class KVCache:
             layer.values = layer.values.index_select(-2, index)
 
 
+def keep_slots(buffers: list, length: int, prefix_length: int, extra_positions: Sequence[int]) -> int:
+    """`keep` on per-layer slot buffers (1, kv_heads, slots, head_dim) holding `length` valid slots: copy the kept
+    later slots down behind [0, prefix_length), in order; the new length."""
+    extra = [int(p) for p in extra_positions]
+    if any(p >= length or p < prefix_length for p in extra) or prefix_length > length:
+        raise ValueError(f"cannot keep positions {extra} after {prefix_length} of a cache of {length}")
+    moved = [(src, prefix_length + i) for i, src in enumerate(extra) if src != prefix_length + i]
+    if moved and buffers:
+        device = buffers[0].device
+        source = torch.tensor([s for s, _ in moved], device=device)
+        target = torch.tensor([t for _, t in moved], device=device)
+        for buffer in buffers:                 # index_select copies first, so overlapping slots are safe
+            buffer.index_copy_(2, target, buffer.index_select(2, source))
+    return prefix_length + len(extra)
+
+
 class GrowingKVCache:
     """One generation's keys/values in per-layer buffers (1, kv_heads, slots, head_dim) written in place, for the
     native forward: a token appends into spare slots instead of HF's torch.cat of the whole cache (a copy of every
@@ -121,16 +137,7 @@ class GrowingKVCache:
 
     @torch.inference_mode()
     def keep(self, prefix_length: int, extra_positions: Sequence[int]) -> None:
-        extra = [int(p) for p in extra_positions]
-        if any(p >= self._length or p < prefix_length for p in extra) or prefix_length > self._length:
-            raise ValueError(f"cannot keep positions {extra} after {prefix_length} of a cache of {self._length}")
-        moved = [(src, prefix_length + i) for i, src in enumerate(extra) if src != prefix_length + i]
-        if moved:
-            source = torch.tensor([s for s, _ in moved])
-            target = torch.tensor([t for _, t in moved])
-            for buffer in self.keys + self.values:    # index_select copies first, so overlapping slots are safe
-                buffer.index_copy_(2, target, buffer.index_select(2, source))
-        self._length = prefix_length + len(extra)
+        self._length = keep_slots(self.keys + self.values, self._length, prefix_length, extra_positions)
 
     def prefix_tensors(self, length: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         return ([keys[:, :, :length].clone() for keys in self.keys],
@@ -242,18 +249,7 @@ class StaticKVCache:
     def keep(self, prefix_length: int, extra_positions: Sequence[int]) -> None:
         if self.dynamic is not None:
             return self.dynamic.keep(prefix_length, extra_positions)
-        extra = [int(p) for p in extra_positions]
-        if any(p >= self._length or p < prefix_length for p in extra) or prefix_length > self._length:
-            raise ValueError(f"cannot keep positions {extra} after {prefix_length} of a cache of {self._length}")
-        moved = [(src, prefix_length + i) for i, src in enumerate(extra) if src != prefix_length + i]
-        if moved and self.arena.keys:
-            device = self.arena.keys[0].device
-            source = torch.tensor([s for s, _ in moved], device=device)
-            target = torch.tensor([t for _, t in moved], device=device)
-            for buffers in (self.arena.keys, self.arena.values):
-                for buffer in buffers:         # index_select copies first, so overlapping slots are safe
-                    buffer.index_copy_(2, target, buffer.index_select(2, source))
-        self._length = prefix_length + len(extra)
+        self._length = keep_slots(self.arena.keys + self.arena.values, self._length, prefix_length, extra_positions)
 
     @torch.inference_mode()
     def spill(self) -> KVCache:
