@@ -27,8 +27,9 @@ import torch
 import multidraft
 from multidraft.errors import InvalidOptionError
 from multidraft.models.runner import LM
+from multidraft.models.runner_choice import QUANTIZED_RUNNERS
 
-GGUF_RUNNERS = ("quantized", "quantized-q8", "native")
+GGUF_RUNNERS = QUANTIZED_RUNNERS + ("native",)
 Q8_RUNNERS = ("quantized-q8", "native")                  # the runners an --isa path applies to
 
 
