@@ -68,7 +68,8 @@ test-fast: $(STAMP)
 # same GGUF) on 2 real code edits, 64 new tokens. Our columns run on the quantized runner (--runner auto: the GGUF's
 # own blocks; the first run builds its CPU kernels once, ~1-2 min; `make llama` builds llama-cpp-python once, ~8-17
 # min). The full per-task tables go to bench-out/demo/report.md. A second run (model, kernels and llama-cpp-python
-# already there) took 5 min 35 s on an idle 2-core AVX2 CPU (benchmarks/reports/gguf_kernel.md, section 7).
+# already there) took 5 min 35 s on an idle 2-core AVX2 CPU
+# (benchmarks/results/2026-11-25-gguf-kernel/README.md, section 7).
 demo: $(STAMP)
 	@$(MAKE) --no-print-directory llama || echo "make demo: llama-cpp-python did not build or install; the llama.cpp \
 	rows will say so"

@@ -1,5 +1,5 @@
-"""Pieces behind benchmarks/papers/bpd.md: the paper's cost model (Table 11), the h ablation by head slicing,
-and per-step oracle bounds for every strategy, local rescoring included (bpd.md §8 19-20, 26)."""
+"""Pieces behind benchmarks/results/2026-11-23-paper-bpd/README.md: the paper's cost model (Table 11), the h ablation
+by head slicing, and per-step oracle bounds for every strategy, local rescoring included (bpd.md §8 19-20, 26)."""
 
 import pytest
 import torch

@@ -22,6 +22,7 @@ import pytest
 
 from multidraft.errors import CorruptCacheError
 from multidraft.models import integrity, loader, model_store
+from tests.installed import missing
 from tests.test_models_loader import FAKE, fake, home, models_cli, tiny_hf_folder  # noqa: F401  (fixtures)
 
 HINT = f"multidraft models pull {FAKE} --force"
@@ -192,7 +193,7 @@ def test_the_real_smollm_cache_passes_the_cheap_checks():
     """The cache every test uses (pulled before manifests had times) still counts as pulled; read-only here."""
     folder = Path(os.path.expanduser("~/.cache/multidraft/models/smollm2-135m"))
     if not folder.is_dir():
-        pytest.skip("smollm2-135m not pulled")
+        missing(f"smollm2-135m is not pulled (no {folder})", "models-data")
     assert integrity.folder_problem(folder) is None
 
 

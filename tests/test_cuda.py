@@ -1,6 +1,6 @@
 """Every method, heads training, PLD+ calibration, the n-gram paths, the bench and the server on a real CUDA GPU.
 
-Skipped without one (CI has none): the CPU-side guard is tests/test_device.py, and `python benchmarks/gpu_check.py`
+Skipped without one (CI has none): the CPU-side guard is tests/test_device.py, and `multidraft check gpu`
 checks a GPU box end to end. In fp32 every lossless method must give greedy's tokens exactly; lossy ones must
 run and give valid output. Models are the tiny random ones of the other tests, moved to the GPU.
 """
@@ -15,7 +15,7 @@ from tests.tiny_models import make_tiny_lm, random_heads
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU (CI has none); tests/test_device.py checks device placement "
-                                       "on the CPU and benchmarks/gpu_check.py checks a GPU machine end to end")
+                                       "on the CPU and `multidraft check gpu` checks a GPU machine end to end")
 
 PROMPTS = ["the cat sat on the mat and the cat sat on the", "def x ( y ) : return x + 1 def x ( y ) :", "a"]
 HEADS = [(0, 1), (1, 2), (1, 3)]

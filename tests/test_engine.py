@@ -16,6 +16,7 @@ from multidraft.decoders.draft_length import DraftLength, ForwardCosts, batch_de
 from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.models.kv_cache import KVCache
 from multidraft.models.packed import KVArena, Segment, packed_forward
+from tests.installed import require_quantized_kernels
 from tests.tiny_models import make_tiny_lm, random_heads
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -281,9 +282,7 @@ def test_batched_speculative_sampling_keeps_the_target_law():
 
 @pytest.fixture(scope="module")
 def quantized_lm():
-    from multidraft.models import gguf_kernels
-    if not gguf_kernels.load(progress=False):
-        pytest.skip(f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
+    require_quantized_kernels()
     from tests.test_quantized_runner import _tiny
     return _tiny("qwen2", "Q4_K")[0]
 

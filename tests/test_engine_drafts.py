@@ -19,6 +19,7 @@ from multidraft.batched_drafts import DraftBatch
 from multidraft.drafters.base import run_alone
 from multidraft.drafters.draft_session import DraftSession
 from multidraft.types import DecodeStats
+from tests.installed import require_quantized_kernels
 from tests.tiny_models import make_tiny_lm, perturbed_copy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -142,9 +143,7 @@ def test_draft_regions_are_returned(target, draft):
 
 
 def _quantized_pair(runner: str):
-    from multidraft.models import gguf_kernels
-    if not gguf_kernels.load(progress=False):
-        pytest.skip(f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
+    require_quantized_kernels()
     from tests.test_quantized_runner import _tiny
 
     target, draft = _tiny("qwen2", "Q4_K")[0], _tiny("qwen2", "Q6_K")[0]      # the same weights: a close draft

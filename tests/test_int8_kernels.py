@@ -3,7 +3,9 @@ bit, at every row count and thread count.
 
 - Each path this CPU has, plus the VNNI template with vpdpbusd emulated in AVX2, against the scalar reference.
 - The scalar reference against a plain numpy replica of the canonical arithmetic (integer sums, then one fused
-  multiply-add per super-block), and a negative control: the same sums with an epilogue in another order differ.
+  multiply-add per block), and a negative control: the same sums with an epilogue in another order differ.
+- Every format with an 8-bit kernel: Q4_K / Q6_K (activations per 256 values) and Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0
+  (per 32; widths that are not multiples of 256, as SmolLM2's 576).
 - The real VNNI paths run where the CPU has them (skipped elsewhere, the reason naming the flag).
 """
 
@@ -18,8 +20,14 @@ from tests.tiny_gguf import random_blocks
 
 pytestmark = pytest.mark.skipif(not gguf_kernels.load(progress=False),
                                 reason=f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
-TYPES = {"Q4_K": 12, "Q6_K": 14}
-WIDTH, OUTPUTS = 768, 45                 # three super-blocks; 45 outputs: not a multiple of 16, 64 or the split
+TYPES = {"Q4_K": 12, "Q6_K": 14, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8}
+K_TYPES = ("Q4_K", "Q6_K")
+OUTPUTS = 45                             # not a multiple of 16, 64 or the thread split
+
+
+def _width(type_name):
+    """Three super-blocks for the K formats; 18 blocks of 32 (SmolLM2's 576: not a multiple of 256) for the others."""
+    return 768 if type_name in K_TYPES else 576
 
 
 def _paths_here():
@@ -28,8 +36,9 @@ def _paths_here():
 
 def _data(type_name, seed, rows=40):
     rng = np.random.default_rng(seed)
-    blocks = torch.from_numpy(random_blocks(type_name, OUTPUTS, WIDTH, rng, scale=0.05))
-    x = torch.randn(rows, WIDTH, generator=torch.Generator().manual_seed(seed)) * torch.logspace(-2, 1, rows)[:, None]
+    blocks = torch.from_numpy(random_blocks(type_name, OUTPUTS, _width(type_name), rng, scale=0.05))
+    x = (torch.randn(rows, _width(type_name), generator=torch.Generator().manual_seed(seed))
+         * torch.logspace(-2, 1, rows)[:, None])
     return blocks, x
 
 
@@ -43,7 +52,7 @@ def test_every_path_is_the_scalar_reference_at_every_row_and_thread_count(type_n
     if gguf_kernels.missing_flag(path):
         pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
     blocks, x = _data(type_name, 3)
-    type_id = TYPES[type_name]
+    type_id, WIDTH = TYPES[type_name], _width(type_name)
     threads = torch.get_num_threads()
     try:
         for count in (1, 2):
@@ -61,9 +70,9 @@ def test_every_path_is_the_scalar_reference_at_every_row_and_thread_count(type_n
 def test_a_row_alone_equals_the_row_inside_forty(type_name):
     blocks, x = _data(type_name, 4)
     for path in _paths_here():
-        full = gguf_kernels.linear_q8_on(x, blocks, TYPES[type_name], WIDTH, path)
+        full = gguf_kernels.linear_q8_on(x, blocks, TYPES[type_name], _width(type_name), path)
         for row in (0, 7, 39):
-            alone = gguf_kernels.linear_q8_on(x[row:row + 1], blocks, TYPES[type_name], WIDTH, path)
+            alone = gguf_kernels.linear_q8_on(x[row:row + 1], blocks, TYPES[type_name], _width(type_name), path)
             assert torch.equal(_bits(alone[0]), _bits(full[row])), (path, row)
 
 
@@ -71,16 +80,16 @@ def test_the_default_path_is_the_best_one_here_and_passed_its_self_check():
     assert gguf_kernels.isa() in _paths_here() and gguf_kernels.isa() != "scalar"
     assert gguf_kernels.self_check(gguf_kernels.isa())
     blocks, x = _data("Q4_K", 5, rows=6)
-    assert torch.equal(gguf_kernels.linear_q8(x, blocks, 12, WIDTH),
-                       gguf_kernels.linear_q8_on(x, blocks, 12, WIDTH, gguf_kernels.isa()))
+    assert torch.equal(gguf_kernels.linear_q8(x, blocks, 12, 768),
+                       gguf_kernels.linear_q8_on(x, blocks, 12, 768, gguf_kernels.isa()))
 
 
 # ---------------------------------------------------------------- the canonical arithmetic, written in numpy
 
 
-def _quantize(x):
-    """The one activation quantizer: per 256 values, q = round-half-even(x * (127 / max|x|)), d = max|x| / 127."""
-    groups = x.numpy().reshape(x.shape[0], -1, 256).astype(np.float32)
+def _quantize(x, block=256):
+    """The one activation quantizer: per `block` values, q = round-half-even(x * (127 / max|x|)), d = max|x| / 127."""
+    groups = x.numpy().reshape(x.shape[0], -1, block).astype(np.float32)
     top = np.abs(groups).max(-1)
     d = top / np.float32(127)
     scale = np.float32(127) / top
@@ -101,8 +110,28 @@ def _k4_scales(packed):
     return sc, mn
 
 
+def _integer_sums32(type_name, blocks, q):
+    """(isum, xsum, d_w, m_w) per (m, n, block) / (n, block) of a 32-value format. Its integers (Q4_0 q - 8, Q5_0
+    q - 16, Q4_1 / Q5_1 q, Q8_0 the byte) come from gguf-py's dequantize of the same blocks with d = 1 and m = 0."""
+    raw = blocks.numpy().reshape(OUTPUTS, _width(type_name) // 32, -1)
+    unit = raw.copy()
+    unit[..., 0:2] = np.array([1.0], np.float16).view(np.uint8)
+    has_min = type_name in ("Q4_1", "Q5_1")
+    if has_min:
+        unit[..., 2:4] = 0
+    values = gguf.quants.dequantize(unit.reshape(OUTPUTS, -1), gguf.GGMLQuantizationType[type_name])
+    values = values.reshape(OUTPUTS, -1, 32).astype(np.int64)
+    isum = np.einsum("nbl,mbl->mnb", values, q)
+    xsum = np.broadcast_to(q.sum(-1)[:, None, :], isum.shape)
+    fp16 = lambda at: raw[..., at:at + 2].copy().view(np.float16)[..., 0]
+    return isum, xsum, fp16(0), fp16(2) if has_min else None
+
+
 def _integer_sums(type_name, blocks, q):
     """(isum, msum, d_w, dmin) per (m, n, sb) / (n, sb): the exact integer parts of the canonical arithmetic."""
+    if type_name not in K_TYPES:
+        return _integer_sums32(type_name, blocks, q)
+    WIDTH = _width(type_name)
     raw = blocks.numpy().reshape(OUTPUTS, WIDTH // 256, -1)
     if type_name == "Q4_K":
         sc, mn = _k4_scales(raw[..., 4:16])
@@ -140,26 +169,37 @@ def _epilogue(type_name, isum, msum, dx, dw, dmin, fused=True):
             total = _fma32(scale, isum[..., sb].astype(np.float32), total)
         else:                                          # another order: multiply, round, then add
             total = (scale * isum[..., sb].astype(np.float32)).astype(np.float32) + total
-        if type_name == "Q4_K":
+        if dmin is not None:
             mscale = (dx[:, None, sb] * dmin[None, :, sb].astype(np.float32)).astype(np.float32)
             mins = _fma32(mscale, msum[..., sb].astype(np.float32), mins)
-    return total - mins
+    if type_name in ("Q4_1", "Q5_1"):                # values d * q + m
+        return total + mins
+    return total - mins if type_name == "Q4_K" else total
 
 
 @pytest.mark.parametrize("type_name", list(TYPES))
 def test_the_kernels_compute_the_canonical_arithmetic_and_another_order_differs(type_name):
     blocks, x = _data(type_name, 6, rows=9)
-    q, dx = _quantize(x)
+    WIDTH = _width(type_name)
+    q, dx = _quantize(x, 256 if type_name in K_TYPES else 32)
     isum, msum, dw, dmin = _integer_sums(type_name, blocks, q)
     assert np.abs(isum).max() < 2**31 and np.abs(msum).max() < 2**31
     canonical = torch.from_numpy(_epilogue(type_name, isum, msum, dx, dw, dmin))
     for path in _paths_here():
         got = gguf_kernels.linear_q8_on(x, blocks, TYPES[type_name], WIDTH, path)
         assert torch.equal(_bits(got), _bits(canonical)), path
-    # Negative control: the same exact integer sums with the epilogue in another order give other bits.
+    # Negative controls: the same exact integer sums with the epilogue in another order give other bits, and so
+    # does the right epilogue over activations quantized per 64 values instead of 32 (32-value formats).
+    got = _bits(gguf_kernels.linear_q8(x, blocks, TYPES[type_name], WIDTH))
     other = torch.from_numpy(_epilogue(type_name, isum, msum, dx, dw, dmin, fused=False))
-    assert not torch.equal(_bits(gguf_kernels.linear_q8(x, blocks, TYPES[type_name], WIDTH)), _bits(other))
-    assert torch.allclose(other, canonical, rtol=1e-4, atol=1e-6)            # ... though close: same model
+    assert not torch.equal(got, _bits(other))
+    if type_name not in K_TYPES:
+        q64, dx64 = _quantize(x, 64)
+        isum64, msum64, _, _ = _integer_sums(type_name, blocks, q64.reshape(q.shape))
+        coarse = _epilogue(type_name, isum64, msum64, np.repeat(dx64, 2, axis=1), dw, dmin)
+        assert not torch.equal(got, _bits(torch.from_numpy(coarse)))
+    scale = float(canonical.abs().max())                                  # ... though close: same model
+    assert torch.allclose(other, canonical, rtol=1e-4, atol=1e-6 * scale)
 
 
 # ---------------------------------------------------------------- MULTIDRAFT_ISA
@@ -194,9 +234,11 @@ def test_forced_path_runs_the_model_arithmetic(monkeypatch, path):
     try:
         _choose_with(monkeypatch, path)
         assert gguf_kernels.isa() == path
-        blocks, x = _data("Q6_K", 8, rows=17)
-        assert torch.equal(gguf_kernels.linear_q8(x, blocks, 14, WIDTH),
-                           gguf_kernels.linear_q8_on(x, blocks, 14, WIDTH, "scalar"))
+        for type_name in ("Q6_K", "Q4_1"):
+            blocks, x = _data(type_name, 8, rows=17)
+            width = _width(type_name)
+            assert torch.equal(gguf_kernels.linear_q8(x, blocks, TYPES[type_name], width),
+                               gguf_kernels.linear_q8_on(x, blocks, TYPES[type_name], width, "scalar"))
     finally:
         monkeypatch.delenv("MULTIDRAFT_ISA")
         gguf_kernels._choose_isa()

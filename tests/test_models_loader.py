@@ -14,6 +14,7 @@ from multidraft.errors import CorruptCacheError, InvalidOptionError, ModelNotFou
 from multidraft.models import loader, model_store, registry
 from multidraft.models import pulling as pull_module
 from multidraft.models.registry import Chunk, ModelSpec
+from tests.installed import missing
 
 
 def models_cli(argv) -> int:
@@ -367,7 +368,7 @@ def test_loading_never_touches_the_network(home, tiny_hf_folder, monkeypatch):
 @pytest.mark.real_model
 def test_load_smollm2():
     if not model_store.alias_status("smollm2-135m").ok:
-        pytest.skip("smollm2-135m is not pulled; run `multidraft models pull smollm2-135m`")
+        missing("smollm2-135m is not pulled (`multidraft models pull smollm2-135m`)", "models-data")
     model, tokenizer, info = loader.load_hf_model("smollm2-135m")
     assert info.vocab_family == "smollm2" and info.vocab_size == 49152 and info.is_chat
     assert info.context_length == 8192 and info.architecture == "llama"

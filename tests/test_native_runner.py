@@ -22,9 +22,10 @@ from tests.tiny_models import make_tokenizer
 pytestmark = pytest.mark.skipif(not gguf_kernels.load(progress=False),
                                 reason=f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
 
-# (arch, block format): Qwen2 with its q/k/v biases on 8-bit activations, Llama on Q6_K (8-bit) and on Q4_1
-# (fp32 activations: its prefills of more than 64 rows take the dense GEMM, the native forward must too).
-CASES = [("qwen2", "Q4_K"), ("llama", "Q6_K"), ("llama", "Q4_1")]
+# (arch, block format): Qwen2 with its q/k/v biases on 8-bit activations, Llama on Q6_K (8-bit) and on Q5_K
+# (no 8-bit kernel, so fp32 activations: its prefills of more than 64 rows take the dense GEMM, the native forward
+# must too).
+CASES = [("qwen2", "Q4_K"), ("llama", "Q6_K"), ("llama", "Q5_K")]
 PROMPT = [(7 * i + 3) % 60 + 1 for i in range(70)]          # longer than PREFILL_GEMM_ROWS
 
 
@@ -35,7 +36,7 @@ def _pair(arch, type_name):
 
     folder = Path(tempfile.mkdtemp(prefix=f"tiny-native-{arch}-{type_name}-"))
     path = write_tiny_gguf(folder, arch, type_name, seed=3)
-    with pytest.warns(RuntimeWarning, match="change nothing") if type_name == "Q4_1" else _nothing():
+    with pytest.warns(RuntimeWarning, match="change nothing") if type_name == "Q5_K" else _nothing():
         ours = LM(load_quantized_model(folder, path), make_tokenizer(), name="tiny", runner="native")
         reference = LM(load_quantized_model(folder, path), make_tokenizer(), name="tiny", runner="quantized-q8")
     assert (ours.runner, reference.runner) == ("native", "quantized-q8")
@@ -62,8 +63,9 @@ def _threads(count):
 
 
 def _same_forwards(lm, steps):
-    """Logits of a fixed sequence of forwards (prefill, chain steps, a verify, a tree with captures)."""
-    cache = KVCache()
+    """Logits of a fixed sequence of forwards (prefill, chain steps, a verify, a tree with captures), on the
+    runner's own cache (the native runner's GrowingKVCache)."""
+    cache = lm.new_cache()
     out = [lm.forward(cache, PROMPT).logits, lm.forward(cache, [4]).logits, lm.forward(cache, steps).logits]
     tree = lm.forward(cache, [4, 50, 17, 51, 30], parents=[-1, -1, 0, 0, 2], hidden_layer=2,
                       attention_heads=[(0, 1), (1, 3), (1, 0)])
@@ -233,3 +235,50 @@ def test_smollm_native_equals_quantized_q8_and_keeps_greedy(smollm_pair):
     assert multidraft.generate(reference, prompt, method="greedy", max_new_tokens=24, temperature=0).token_ids == greedy
     for method in ("pld", "suffix"):
         assert multidraft.generate(ours, prompt, method=method, max_new_tokens=24, temperature=0).token_ids == greedy
+
+
+def test_growing_cache_gives_the_dynamic_caches_bits_across_growth_keep_and_prefix_reuse(monkeypatch):
+    """The native runner's in-place cache (GrowingKVCache) against HF's DynamicCache on the same runner: a prefill
+    up to its first buffer's edge, a verify that makes it grow, a tree whose accepted path is kept (slots move),
+    captures taken before a later forward overwrites the buffer, and a prefix copied out and loaded back."""
+    from multidraft.models.kv_cache import GrowingKVCache
+
+    monkeypatch.setattr(GrowingKVCache, "MIN_SLOTS", 64)     # the tiny model's context is 256
+    ours, _ = _pair("qwen2", "Q4_K")
+    prompt = [(13 * i + 7) % 60 + 1 for i in range(GrowingKVCache.MIN_SLOTS - 3)]
+    results = []
+    for cache in (ours.new_cache(), KVCache()):
+        out = [ours.forward(cache, prompt).logits, ours.forward(cache, list(range(1, 11))).logits]  # grows
+        tree = ours.forward(cache, [4, 50, 17, 51, 30], parents=[-1, -1, 0, 0, 2], attention_heads=[(1, 0)])
+        cache.keep(cache.length - 5, [cache.length - 5, cache.length - 3, cache.length - 1])
+        out.append(ours.forward(cache, [9, 10]).logits)
+        out.append(tree.attention.weights(4, list(range(cache.length - 7)) + [cache.length - 7, cache.length - 5,
+                                                                               cache.length - 3]))
+        keys, values = cache.prefix_tensors(cache.length)
+        fresh = ours.new_cache() if isinstance(cache, GrowingKVCache) else KVCache()
+        fresh.load_prefix(keys, values, cache.length - 2)
+        out.append(ours.forward(fresh, [9, 10, 11]).logits)
+        results.append((type(cache).__name__, out))
+    (growing, got), (_, expected) = results
+    assert growing == "GrowingKVCache"
+    for index, (a, b) in enumerate(zip(got, expected)):
+        assert torch.equal(a, b), index
+
+
+def test_growing_cache_negative_control_growth_without_copy_is_seen(monkeypatch):
+    """A buffer that grows without copying the old rows gives other logits: the comparison above can fail."""
+    from multidraft.models.kv_cache import GrowingKVCache
+
+    def grown_empty(self, buffer, needed):
+        return buffer.new_zeros((*buffer.shape[:2], 1 << (needed - 1).bit_length(), buffer.shape[3]))
+
+    monkeypatch.setattr(GrowingKVCache, "MIN_SLOTS", 64)     # the tiny model's context is 256
+    ours, _ = _pair("qwen2", "Q4_K")
+    prompt = [(13 * i + 7) % 60 + 1 for i in range(GrowingKVCache.MIN_SLOTS - 3)]
+    dynamic = KVCache()
+    ours.forward(dynamic, prompt)
+    expected = ours.forward(dynamic, list(range(1, 11))).logits
+    monkeypatch.setattr(GrowingKVCache, "_grown", grown_empty)
+    cache = ours.new_cache()
+    ours.forward(cache, prompt)
+    assert not torch.equal(ours.forward(cache, list(range(1, 11))).logits, expected)

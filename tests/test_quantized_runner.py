@@ -151,9 +151,9 @@ def test_q8_linear_gives_a_row_the_same_bits_in_any_group_slice_and_thread(type_
 
 
 def test_q8_linear_refuses_other_formats():
-    raw = random_blocks("Q4_1", 4, 256, np.random.default_rng(0))
+    raw = random_blocks("Q5_K", 4, 256, np.random.default_rng(0))          # Q5_K: no 8-bit kernel
     with pytest.raises(RuntimeError, match="Q4_K"):
-        gguf_kernels.linear_q8(torch.randn(1, 256), torch.from_numpy(raw), 3, 256)
+        gguf_kernels.linear_q8(torch.randn(1, 256), torch.from_numpy(raw), 13, 256)
 
 
 @pytest.mark.parametrize("arch,type_name", [("llama", "Q4_1"), ("qwen2", "Q4_K"), ("qwen2", "Q6_K"),
@@ -248,11 +248,12 @@ def test_q8_runner_is_batch_invariant_prefill_included_and_lossless():
 def test_auto_activations_are_q8_where_a_matrix_has_an_8_bit_kernel():
     from multidraft.models import quantized
 
-    for type_name, runner in (("Q4_K", "quantized-q8"), ("Q6_K", "quantized-q8"), ("Q8_0", "quantized")):
+    for type_name, runner in (("Q4_K", "quantized-q8"), ("Q6_K", "quantized-q8"), ("Q8_0", "quantized-q8"),
+                              ("Q4_1", "quantized-q8"), ("BF16", "quantized")):
         folder = Path(tempfile.mkdtemp(prefix=f"tiny-gguf-auto-{type_name}-"))
         path = write_tiny_gguf(folder, "qwen2", type_name, seed=3)
         with warnings.catch_warnings():
-            warnings.simplefilter("error")                 # Q8_0: fp32 activations, silently (nothing to warn about)
+            warnings.simplefilter("error")                 # BF16: fp32 activations, silently (nothing to warn about)
             model = quantized.load_quantized_model(folder, path, activations="auto")
         assert quantized.runner_name(model) == runner, type_name
 
@@ -297,17 +298,21 @@ def smollm_quantized():
 
 
 @pytest.mark.real_model
-def test_smollm_auto_runner_is_quantized_and_close_to_the_fp32_folder(smollm_quantized, smollm):
+def test_smollm_auto_runner_is_q8_and_close_to_the_fp32_folder(smollm_quantized, smollm):
     import multidraft
+    from multidraft.models.runner import AUTO_NATIVE
 
-    # The default choice on a CPU: its GGUF's Q4_1 / Q8_0 matrices have no 8-bit kernel, so fp32 activations.
-    assert multidraft.load_model("smollm2-135m").runner == "quantized"
+    # The default choice on a CPU: its GGUF's Q4_1 / Q8_0 matrices have 8-bit kernels (activations per 32 values).
+    default = multidraft.load_model("smollm2-135m")
+    assert default.runner == ("native" if AUTO_NATIVE else "quantized-q8")
     ids = smollm.encode("def fibonacci(n):\n    if n < 2:")
-    ours = smollm_quantized.forward(KVCache(), ids).logits
     folder = smollm.forward(KVCache(), ids).logits                 # the bf16-rounded folder, in fp32
-    # The folder rounds every weight to bf16; the runner uses the GGUF's exact values: close, not equal.
-    assert float((ours - folder).abs().max()) <= 0.03 * float(folder.abs().max())
-    assert (ours.argmax(-1) == folder.argmax(-1)).float().mean() >= 0.9
+    for lm in (smollm_quantized, default):
+        ours = lm.forward(KVCache(), ids).logits
+        # The folder rounds every weight to bf16; the runners use the GGUF's exact values (and q8 8-bit
+        # activations): close, not equal.
+        assert float((ours - folder).abs().max()) <= 0.03 * float(folder.abs().max()), lm.runner
+        assert (ours.argmax(-1) == folder.argmax(-1)).float().mean() >= 0.9, lm.runner
 
 
 @pytest.mark.real_model

@@ -1,6 +1,6 @@
 """The "auto" alphabets of classical IS and the truncated LP, on the wide flat laws where a guessed cost budget cut
 them short and lost to SpecInfer (issue #33): V = 3,000, no top-p, two drafts (is auto 0.570 against SpecInfer 0.713
-before). The budgets now come from a measured cost (benchmarks/reports/selection_is_cost.log)."""
+before). The budgets now come from a measured cost (benchmarks/results/2026-11-23-selection/selection_is_cost.log)."""
 
 import numpy as np
 import pytest
@@ -14,7 +14,8 @@ VOCAB = 3000
 
 
 def flat_laws(top_p, identical, seed=1):
-    """Zipf-shaped target logits at low sharpness (a flat law) and a noisy draft, as benchmarks/selection_laws.py."""
+    """Zipf-shaped target logits at low sharpness (a flat law) and a noisy draft, as
+    benchmarks/results/2026-11-23-selection/selection_laws.py."""
     rng = np.random.default_rng(seed)
     target_logits = 0.8 * (-1.1 * np.log(rng.permutation(VOCAB) + 1) + 0.5 * rng.standard_normal(VOCAB))
     draft_logits = torch.from_numpy(target_logits + rng.standard_normal(VOCAB))

@@ -19,7 +19,8 @@ detectable TV 0.048-0.050 under the top-k and top-k + top-p warps (39-49 outcome
 0.32-0.46, most of it the mass of the pooled rare outcomes; 1,500 runs 0.08-0.21), checked by
 `test_fast_runs_detect_a_total_variation_error_of_0_05`; the heavy grid sizes N per warp the
 same way (top-p alone has 143 outcomes and needs 7,500 runs). The whole grid ran once (16 CPU cores of a lent
-machine, torch 2.11, every cell at 7,500 runs, 2 min 38 s): `benchmarks/reports/selection_loop_law_grid.log`, every
+machine, torch 2.11, every cell at 7,500 runs, 2 min 38 s):
+`benchmarks/results/2026-11-23-selection/selection_loop_law_grid.log`, every
 scheme x warp p >= 0.024 and every target-redraw control p = 0; the old sizes' grid
 (`selection_loop_law_grid_old_sizes.log`, 1,500 runs) had three correct cells at p = 0.005-0.009.
 

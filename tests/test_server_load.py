@@ -2,9 +2,6 @@
 is a 200 or a deliberate 429 (queue full; the client retries after a pause), every request ends in a 200,
 the server's own counters agree, and it keeps serving."""
 
-import importlib.util
-from pathlib import Path
-
 import httpx
 import pytest
 
@@ -15,11 +12,8 @@ pytestmark = pytest.mark.slow
 
 
 def load_benchmark_module():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "server_load.py"
-    spec = importlib.util.spec_from_file_location("server_load", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from multidraft.eval.presets import serve_load     # `multidraft bench serve load`
+    return serve_load
 
 
 def counter(text, name, **labels):

@@ -1,5 +1,5 @@
-"""Helpers of the Superposed Decoding paper evaluation (benchmarks/papers/superposed_paper.py): splits,
-equal-length truncation, the n-gram-only baseline, the linearity probe (Eq. 8), repetition curves."""
+"""Helpers of the Superposed Decoding paper evaluation
+(benchmarks/results/2026-11-23-paper-superposed/superposed_paper.py): splits, equal-length truncation, the n-gram-only baseline, the linearity probe (Eq. 8), repetition curves."""
 
 import math
 

@@ -5,6 +5,7 @@ import torch
 
 from multidraft.errors import InvalidOptionError
 from multidraft.models import threads
+from tests.installed import require_quantized_kernels
 
 
 def fake_stat(monkeypatch, cpus, busy_share):
@@ -74,8 +75,7 @@ def test_quantized_linears_give_the_same_bits_at_any_thread_count(type_name):
     from multidraft.models import gguf_kernels
     from tests.tiny_gguf import random_blocks
 
-    if not gguf_kernels.load(progress=False):
-        pytest.skip(f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
+    require_quantized_kernels()
     type_id = int(gguf.GGMLQuantizationType[type_name])
     blocks = torch.from_numpy(random_blocks(type_name, 300, 512, np.random.default_rng(1), scale=0.05))
     x = torch.randn(7, 512)
@@ -86,9 +86,7 @@ def test_quantized_linears_give_the_same_bits_at_any_thread_count(type_name):
 
 
 def test_quantized_model_logits_do_not_depend_on_threads():
-    from multidraft.models import gguf_kernels
-    if not gguf_kernels.load(progress=False):
-        pytest.skip(f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
+    require_quantized_kernels()
     from tests.test_quantized_runner import _tiny
     lm, _ = _tiny("llama", "Q4_K")
     ids = list(range(3, 40))

@@ -8,10 +8,11 @@ import argparse
 import sys
 
 from multidraft import generate_cli
+from multidraft.cli_parser import OneLineErrorParser
 from multidraft.blockwise import cli as heads_cli
 from multidraft.data import cli as data_cli
 from multidraft.errors import MultidraftError
-from multidraft.eval import bench_cli
+from multidraft.eval import bench_cli, check_cli
 from multidraft.models import cli as models_cli
 from multidraft.ngram import cli as ngram_cli
 from multidraft.pldplus import cli as pldplus_cli
@@ -19,16 +20,8 @@ from multidraft.server import cli as server_cli
 
 # The command groups, in the order `multidraft --help` lists them. Every one is imported above: a missing or
 # renamed module fails at import, it never makes a command vanish.
-COMMAND_MODULES = (models_cli, generate_cli, data_cli, ngram_cli, pldplus_cli, server_cli, bench_cli, heads_cli)
-
-
-class OneLineErrorParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (what is wrong and where to look) and exit status 2.
-
-    Sub-command parsers inherit this class (add_subparsers builds them with the parent's class)."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+COMMAND_MODULES = (models_cli, generate_cli, data_cli, ngram_cli, pldplus_cli, server_cli, bench_cli, check_cli,
+                   heads_cli)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,13 +1,16 @@
-"""`multidraft bench` (run a benchmark) and `multidraft bench report DIR` (rebuild its report)."""
+"""`multidraft bench` (run a benchmark), `bench report DIR` (rebuild its report), the presets (`bench <preset>`,
+`bench micro <name>`, `bench serve <name>`: eval/presets/) and `multidraft check <name>`."""
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import Optional
 
 from multidraft import validation
 from multidraft.errors import InvalidOptionError
-from multidraft.eval import forward_cost_cli
+from multidraft.eval import forward_cost_cli, presets
+from multidraft.eval.bench_args import add_model_argument
 from multidraft.decoders.draft_length import add_draft_length_argument
 from multidraft.models.runner_choice import add_dtype_argument, add_runner_argument, dtype_choice
 from multidraft.models.device import add_device_argument
@@ -22,7 +25,7 @@ def register(subparsers) -> None:
         description="Run every method and HF generate() (plain, prompt lookup, assisted) on the same prompts, "
                     "interleaved per prompt. Writes OUT/results.jsonl (resumable), OUT/report.md and PNG plots. "
                     "Lossy methods are marked in the report.")
-    parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="target model: alias, HF folder or GGUF")
+    add_model_argument(parser)
     parser.add_argument("--draft", help="draft model for speculative / multi_draft / mtad and HF assisted generation")
     parser.add_argument("--tasks", default="code_edit",
                         help="comma-separated: code_edit, summarize, text_edit, chat, humaneval, autocomplete, agent_edit, agent_fix, "
@@ -50,12 +53,35 @@ def register(subparsers) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run_bench_command)
 
-    sub = parser.add_subparsers(dest="bench_command", metavar="{report,forward-cost}")
+    sub = parser.add_subparsers(dest="bench_command", metavar="PRESET")
     report = sub.add_parser("report", help="rebuild report.md and plots from DIR/results.jsonl",
                             description="Rebuild DIR/report.md and the PNG plots from DIR/results.jsonl alone.")
     report.add_argument("dir")
     report.set_defaults(func=run_report_command)
-    forward_cost_cli.register(sub)
+    presets.register(sub, "")
+    _group(sub, "micro", "micro-benchmarks: one part of the work at a time", forward_cost_cli.register)
+    _group(sub, "serve", "the HTTP server under load (local server, Ray Serve)")
+    forward_cost_cli.register(sub)          # `bench forward-cost`: the old name of `bench micro forward-cost`
+
+
+def register_check(subparsers) -> None:
+    """`multidraft check <name>`: correctness checks of a machine (GPU, bits across runners and CPUs)."""
+    _group(subparsers, "check", "check this machine: the GPU end to end, the same bits across runners and CPUs",
+           command="check")
+
+
+def _group(sub, group: str, help_text: str, extra=None, command: Optional[str] = None) -> None:
+    parser = sub.add_parser(command or group, help=help_text, description=help_text)
+    names = parser.add_subparsers(dest=f"{group}_command", metavar="NAME")
+    if extra is not None:
+        extra(names)
+    presets.register(names, group)
+    parser.set_defaults(func=lambda args: _usage(parser))
+
+
+def _usage(parser) -> int:
+    parser.print_help()
+    return 2
 
 
 def parse_method_options(pairs: list[str]) -> dict[str, dict]:

@@ -157,7 +157,7 @@ def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
                "threads": torch.get_num_threads(),
                "dtype": str(lm.dtype).removeprefix("torch."), "device": str(lm.device),
                "runner": getattr(lm, "runner", "eager"), "runner_setup_s": getattr(lm, "runner_setup_seconds", 0.0),
-               "isa": gguf_kernels.isa() if getattr(lm, "runner", "") == "quantized-q8" else None,   # 8-bit path
+               "isa": gguf_kernels.isa() if getattr(lm, "runner", "") in ("quantized-q8", "native") else None,
                "draft_length": config.draft_length}
         try:
             row.update(run_method(lm, draft_lm, item, method, config, quality=_needs_quality(method),

@@ -27,6 +27,10 @@ import torch
 import multidraft
 from multidraft.errors import InvalidOptionError
 from multidraft.models.runner import LM
+from multidraft.models.runner_choice import QUANTIZED_RUNNERS
+
+GGUF_RUNNERS = QUANTIZED_RUNNERS + ("native",)
+Q8_RUNNERS = ("quantized-q8", "native")                  # the runners an --isa path applies to
 
 
 def random_model(shape: str, layers: int, dtype: str = "float32", device: str = "cpu") -> LM:
@@ -66,7 +70,7 @@ def runner_views(lm: Optional[LM], runners: list[str], model: Optional[str], dty
     context); the quantized runner is its own model (the GGUF's blocks)."""
     views = {}
     for runner in sorted(runners, key=lambda r: r != "eager"):
-        if runner.startswith("quantized"):            # quantized, quantized-q8: each its own model (mapped blocks)
+        if is_gguf_runner(runner):              # quantized, quantized-q8, native: each its own model (mapped blocks)
             base = runner.split("@")[0]
             same = next((v for r, v in views.items() if r.split("@")[0] == base), None)
             views[runner] = same if same is not None else multidraft.load_model(model, runner=base)
@@ -75,6 +79,11 @@ def runner_views(lm: Optional[LM], runners: list[str], model: Optional[str], dty
                 lm = multidraft.load_model(model, dtype=dtype, runner="eager")
             views[runner] = LM(lm.model, lm.tokenizer, name=lm.name, runner=runner)
     return views
+
+
+def is_gguf_runner(runner: str) -> bool:
+    """A runner over the GGUF's blocks (its own model), not HF's weights."""
+    return runner.split("@")[0] in GGUF_RUNNERS
 
 
 def read_bandwidth(threads: int, megabytes: int = 1024) -> float:
@@ -231,7 +240,7 @@ def runner_labels(runners: list[str], isa: str) -> list[str]:
         paths = [p.strip() for p in isa.split(",") if p.strip()]
     labels = []
     for runner in runners:
-        labels += [f"{runner}@{p}" for p in paths] if runner == "quantized-q8" else [runner]
+        labels += [f"{runner}@{p}" for p in paths] if runner in Q8_RUNNERS else [runner]
     return labels
 
 
@@ -247,7 +256,7 @@ def run(args) -> int:
     if args.random:
         lm = random_model(args.random, args.layers, args.dtype, args.device or "cpu")
     else:
-        lm = None if all(r.startswith("quantized") for r in runners) else multidraft.load_model(
+        lm = None if all(is_gguf_runner(r) for r in runners) else multidraft.load_model(
             args.model, dtype=args.dtype, device=args.device, runner="eager")
     views = runner_views(lm, runners, args.model, args.dtype)
     bandwidth = None if args.no_bandwidth else read_bandwidth(args.threads)

@@ -3,8 +3,9 @@ batch-invariant, built once with the system's C++ compiler like the fast runner'
 
 Ops (torch.ops.multidraft_gguf):
 - linear(x (..., K) fp32, blocks (N, row_bytes) uint8, type, K) -> (..., N): x @ W^T with W the blocks' values;
-- linear_q8(x, blocks, type, K): the same with x quantized per row and 256 values to int8 (llama.cpp's arithmetic;
-  Q4_K and Q6_K, K a multiple of 256), on the instruction-set path chosen at load (`isa()`; kernels/q8_linear.inc);
+- linear_q8(x, blocks, type, K): the same with x quantized per row to int8, per 256 values for Q4_K / Q6_K and per 32
+  for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (llama.cpp's arithmetic), on the instruction-set path chosen at load (`isa()`;
+  kernels/q8_linear.inc);
 - dequantize(blocks, type, K, ids) -> (len(ids), K) fp32: chosen rows of W (embedding lookups, prefill GEMM);
 - attention(q (H, T, D), k (KVH, S, D), v, visible (T, S) bool, scaling) -> (T, H, D).
 """
@@ -28,8 +29,12 @@ from multidraft.models import fast_linear
 NATIVE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 12: "Q4_K", 13: "Q5_K",
                 14: "Q6_K", 30: "BF16"}
 
-# Types with an 8-bit-activation kernel (runner "quantized-q8").
-Q8_TYPES = {12: "Q4_K", 14: "Q6_K"}
+# Types with an 8-bit-activation kernel (runner "quantized-q8"): activations quantized per 256 values for the K
+# formats, per 32 for the others. Q5_K has none (no model we ship uses it): it computes with fp32 activations.
+Q8_TYPES = {2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K"}
+# Each Q8 type's (values per block, bytes per block, offsets of its fp16 scale fields).
+BLOCK_LAYOUTS = {2: (32, 18, (0,)), 3: (32, 20, (0, 2)), 6: (32, 22, (0,)), 7: (32, 24, (0, 2)), 8: (32, 34, (0,)),
+                 12: (256, 144, (0, 2)), 14: (256, 210, (208,))}
 
 _lock = threading.Lock()
 _loaded = False
@@ -144,9 +149,9 @@ def use_isa(path: Optional[str] = None, label: str = "") -> str:
 
 
 def random_blocks(type_id: int, rows: int, width: int, generator: torch.Generator) -> torch.Tensor:
-    """Random Q4_K / Q6_K blocks with finite, moderate fp16 scales (every other byte random): test data."""
-    size, scale_offsets = {12: (144, (0, 2)), 14: (210, (208,))}[type_id]
-    superblocks = width // 256
+    """Random blocks of a Q8_TYPES format with finite, moderate fp16 scales (every other byte random): test data."""
+    values, size, scale_offsets = BLOCK_LAYOUTS[type_id]
+    superblocks = width // values
     blocks = torch.randint(0, 256, (rows, superblocks, size), generator=generator, dtype=torch.uint8)
     for offset in scale_offsets:
         scales = (torch.rand(rows, superblocks, generator=generator) * 0.05 + 0.001).to(torch.float16)
@@ -155,7 +160,7 @@ def random_blocks(type_id: int, rows: int, width: int, generator: torch.Generato
 
 
 def self_check(path: str, max_rows: int = 40) -> bool:
-    """True when `path` gives the scalar reference's bits on random Q4_K and Q6_K blocks, 1..max_rows rows."""
+    """True when `path` gives the scalar reference's bits on random blocks of every Q8 type, 1..max_rows rows."""
     generator = torch.Generator().manual_seed(1234)
     width, outputs = 512, 37
     for type_id in Q8_TYPES:

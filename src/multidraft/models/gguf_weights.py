@@ -46,7 +46,8 @@ class BlockMatrix:
     @property
     def has_q8_kernel(self) -> bool:
         """Whether `linear(x, q8=True)` quantizes the activations (else it computes them in fp32)."""
-        return self.type_id in gguf_kernels.Q8_TYPES and self.width % 256 == 0
+        layout = gguf_kernels.BLOCK_LAYOUTS.get(self.type_id)
+        return layout is not None and self.width % layout[0] == 0
 
     def linear(self, x: torch.Tensor, q8: bool = False) -> torch.Tensor:
         if q8 and self.has_q8_kernel:

@@ -66,6 +66,91 @@ class KVCache:
             layer.values = layer.values.index_select(-2, index)
 
 
+def keep_slots(buffers: list, length: int, prefix_length: int, extra_positions: Sequence[int]) -> int:
+    """`keep` on per-layer slot buffers (1, kv_heads, slots, head_dim) holding `length` valid slots: copy the kept
+    later slots down behind [0, prefix_length), in order; the new length."""
+    extra = [int(p) for p in extra_positions]
+    if any(p >= length or p < prefix_length for p in extra) or prefix_length > length:
+        raise ValueError(f"cannot keep positions {extra} after {prefix_length} of a cache of {length}")
+    moved = [(src, prefix_length + i) for i, src in enumerate(extra) if src != prefix_length + i]
+    if moved and buffers:
+        device = buffers[0].device
+        source = torch.tensor([s for s, _ in moved], device=device)
+        target = torch.tensor([t for _, t in moved], device=device)
+        for buffer in buffers:                 # index_select copies first, so overlapping slots are safe
+            buffer.index_copy_(2, target, buffer.index_select(2, source))
+    return prefix_length + len(extra)
+
+
+class GrowingKVCache:
+    """One generation's keys/values in per-layer buffers (1, kv_heads, slots, head_dim) written in place, for the
+    native forward: a token appends into spare slots instead of HF's torch.cat of the whole cache (a copy of every
+    layer's keys and values per token). The buffers double when full. Slots past `length` hold stale rows of
+    cropped drafts; the forward's mask never shows them, and the attention kernel skips keys a row cannot see.
+
+    The native runner writes a forward's rows at [length, length + T) in every layer (`update`), then moves
+    `length` on (`advance`)."""
+
+    MIN_SLOTS = 256
+
+    def __init__(self):
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self._length = 0
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    @property
+    def hf_cache(self):
+        raise TypeError("the native runner's KV cache has no HF DynamicCache; ask lm.new_cache(dynamic=True)")
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer: int):
+        """Write (1, KVH, T, D) rows at [length, length + T) of `layer`; that layer's whole buffers."""
+        end = self._length + key_states.shape[2]
+        if layer == len(self.keys):
+            slots = max(self.MIN_SLOTS, 1 << (end - 1).bit_length())
+            self.keys.append(key_states.new_zeros((*key_states.shape[:2], slots, key_states.shape[3])))
+            self.values.append(value_states.new_zeros((*value_states.shape[:2], slots, value_states.shape[3])))
+        elif end > self.keys[layer].shape[2]:
+            self.keys[layer] = self._grown(self.keys[layer], end)
+            self.values[layer] = self._grown(self.values[layer], end)
+        self.keys[layer][:, :, self._length:end] = key_states
+        self.values[layer][:, :, self._length:end] = value_states
+        return self.keys[layer], self.values[layer]
+
+    def _grown(self, buffer: torch.Tensor, needed: int) -> torch.Tensor:
+        slots = 1 << (needed - 1).bit_length()
+        grown = buffer.new_zeros((*buffer.shape[:2], slots, buffer.shape[3]))
+        grown[:, :, : self._length] = buffer[:, :, : self._length]
+        return grown
+
+    def advance(self, num_new: int) -> None:
+        """After a forward wrote `num_new` rows into every layer."""
+        self._length += int(num_new)
+
+    def crop(self, length: int) -> None:
+        if length > self._length or length < 0:
+            raise ValueError(f"cannot crop a cache of {self._length} positions to {length}")
+        self._length = int(length)
+
+    @torch.inference_mode()
+    def keep(self, prefix_length: int, extra_positions: Sequence[int]) -> None:
+        self._length = keep_slots(self.keys + self.values, self._length, prefix_length, extra_positions)
+
+    def prefix_tensors(self, length: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        return ([keys[:, :, :length].clone() for keys in self.keys],
+                [values[:, :, :length].clone() for values in self.values])
+
+    def load_prefix(self, keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], length: int) -> None:
+        if self._length:
+            raise ValueError("load_prefix needs an empty cache")
+        for layer, (k, v) in enumerate(zip(keys, values)):
+            self.update(k[:, :, :length], v[:, :, :length], layer)
+        self._length = int(length)
+
+
 class _LayerView:
     """What attention-row hooks read of a cache layer (`.keys`): a copy of the valid slots, since the static
     buffers are overwritten in place by later forwards."""
@@ -164,18 +249,7 @@ class StaticKVCache:
     def keep(self, prefix_length: int, extra_positions: Sequence[int]) -> None:
         if self.dynamic is not None:
             return self.dynamic.keep(prefix_length, extra_positions)
-        extra = [int(p) for p in extra_positions]
-        if any(p >= self._length or p < prefix_length for p in extra) or prefix_length > self._length:
-            raise ValueError(f"cannot keep positions {extra} after {prefix_length} of a cache of {self._length}")
-        moved = [(src, prefix_length + i) for i, src in enumerate(extra) if src != prefix_length + i]
-        if moved and self.arena.keys:
-            device = self.arena.keys[0].device
-            source = torch.tensor([s for s, _ in moved], device=device)
-            target = torch.tensor([t for _, t in moved], device=device)
-            for buffers in (self.arena.keys, self.arena.values):
-                for buffer in buffers:         # index_select copies first, so overlapping slots are safe
-                    buffer.index_copy_(2, target, buffer.index_select(2, source))
-        self._length = prefix_length + len(extra)
+        self._length = keep_slots(self.arena.keys + self.arena.values, self._length, prefix_length, extra_positions)
 
     @torch.inference_mode()
     def spill(self) -> KVCache:

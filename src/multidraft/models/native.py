@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 import torch
 
 from multidraft.models import gguf_kernels
-from multidraft.models.kv_cache import StaticArena
+from multidraft.models.kv_cache import GrowingKVCache, StaticArena
 from multidraft.models.quantized import block_linear
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
@@ -136,13 +136,13 @@ class NativeForward:
             visible: torch.Tensor, keep_rows=None, hidden_layers: Sequence[int] = (),
             heads_by_layer: Optional[dict] = None, prefill: bool = False) -> NativeOutput:
         """New rows (input_ids (T,) or embeds (T, d)) at `positions` (T,), appended to `cache` (HF's DynamicCache,
-        or a StaticArena with its write_index set); visible (T, S) bool: which cached/new keys each row sees, S the
+        a GrowingKVCache (the caller advances it after) or a StaticArena with its write_index set); visible (T, S) bool: which cached/new keys each row sees, S the
         keys the cache holds after this forward (an arena: at least its kv_limit). keep_rows: rows that get logits
         (a slice or index tensor; None: all). Captures: hidden states after the given layers (0 = embeddings) and,
         per layer, the post-rotary queries of the chosen heads with the layer's keys."""
         out = NativeOutput(logits=torch.empty(0))
         x = (self.embedding.dequantize(input_ids.reshape(-1).cpu()) if embeds is None else embeds.float())[None]
-        rows = x.shape[1]
+        rows, width = x.shape[1], visible.shape[1]
         cos, signed_sin = self._rotary(positions)
         shape = (1, rows, -1, self.head_dim)
         if 0 in hidden_layers:
@@ -164,7 +164,9 @@ class NativeForward:
             if index + 1 in hidden_layers:
                 out.hidden[index + 1] = x[0]
             if heads_by_layer and index in heads_by_layer:
-                out.queries[index] = self._queries(q, keys, heads_by_layer[index])
+                # a GrowingKVCache's buffer is written in place by later forwards: the capture keeps a copy
+                seen = keys[:, :width].clone() if isinstance(cache, GrowingKVCache) else keys
+                out.queries[index] = self._queries(q, seen, heads_by_layer[index])
         x = _rms_norm(x, *self.final_norm)
         if keep_rows is not None:
             x = x[:, keep_rows]
@@ -197,6 +199,6 @@ def _apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, signed_si
 def _store(cache, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Append this forward's keys/values (1, KVH, T, D) to the cache; the layer's keys and values (KVH, S, D)."""
     keys, values = cache.update(k, v, layer)
-    if isinstance(cache, StaticArena):               # its whole buffer: contiguous, so the kernel copies nothing
+    if isinstance(cache, (StaticArena, GrowingKVCache)):  # whole buffers: contiguous, so the kernel copies nothing
         return cache.keys[layer][0], cache.values[layer][0]
     return keys[0], values[0]

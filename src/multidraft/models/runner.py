@@ -212,8 +212,10 @@ class LM:
     # ----- forward passes -----
     def new_cache(self, dynamic: bool = False) -> Union[KVCache, StaticKVCache]:
         """A cache for one generation: the static runner's (unless `dynamic` or its buffers are taken) or HF's."""
-        static = self._static.new_cache() if self._static is not None and not dynamic else None
-        return static if static is not None else KVCache()
+        if dynamic:
+            return KVCache()
+        static = self._static.new_cache() if self._static is not None else None
+        return static if static is not None else self._runner.new_cache()
 
     def embed(self, token_ids) -> torch.Tensor:
         return self.model.get_input_embeddings()(torch.as_tensor(token_ids, device=self.device))

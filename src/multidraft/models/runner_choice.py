@@ -4,7 +4,7 @@ import)."""
 QUANTIZED_RUNNERS = ("quantized", "quantized-q8")     # a model on GGUF blocks, fp32 or 8-bit activations
 RUNNER_CHOICES = ("auto",) + QUANTIZED_RUNNERS + ("native", "eager", "fast", "static")
 RUNNER_HELP = ("auto: on a CPU, a model with a GGUF behind it (a pulled alias, a .gguf file) runs on its GGUF blocks "
-               "with llama.cpp's 8-bit activations on Q4_K/Q6_K matrices (quantized-q8: integer dot products, "
+               "with llama.cpp's 8-bit activations (quantized-q8, on Q4_K/Q6_K/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 matrices: integer dot products, "
                "batch-invariant and the same bits on every x86 instruction set, so every lossless method gives "
                "greedy's tokens), through our own decoder layers for Qwen2 and Llama-family models (native: the "
                "same bits, no HF module between two tokens); quantized: the same blocks with fp32 activations (the "

@@ -25,7 +25,8 @@ keeps the largest M within a budget set from the measured cost of a term (the wh
 K = 2, ~340 at K = 3, ~100 at K = 4 on a 49k vocabulary).
 A smaller alphabet only moves target mass to the exact fallback draw of §3.7. The truncated LP's "auto" alphabet
 is the target's support up to 3,072 tokens (measured ~0.1 s a position; the paper's M = 40 capped its acceptance
-at q(top 40) on wide supports: benchmarks/reports/selection_paper.md); pass alphabet_size=40 for the paper's setting.
+at q(top 40) on wide supports: benchmarks/results/2026-11-23-selection/README.md); pass alphabet_size=40 for the
+paper's setting.
 The paper's "IS" (seed 002: truncated LP, s = 5, M = 40) is `is_lp_truncated`; `is` is the classical
 importance-sampling baseline of its §3.2.
 

@@ -25,11 +25,11 @@ DEFAULT_ALPHABET_SIZE = 40
 DEFAULT_FREE_TOKENS = 5
 # Classical IS's exact law sums, for each of the n symbols a draft can propose, over the distinct sums of the other
 # K - 1 drafts' weights: about n * C(n + K - 2, K - 1) terms for identical drafts (sums of a multiset coincide) and
-# K n^K otherwise. Measured (benchmarks/selection_is_alphabet.py --cost, process CPU time, one thread, AVX2 EPYC;
-# benchmarks/reports/selection_is_cost.log): 1.5-6 ns a term (the old budget assumed 80 ns, a guess, and so cut the
-# alphabet of a 3,000-token flat law to ~1,400 tokens at K = 2 and lost to SpecInfer there, issue #33). This budget
-# is ~0.06-0.14 s a position and keeps the whole support of a 3,000-token law at K = 2 (identical drafts on a
-# 49k vocabulary: 4,471 tokens at K = 2, 340 at K = 3, 102 at K = 4; different drafts 3,161 / 187 / 46).
+# K n^K otherwise. Measured (benchmarks/results/2026-11-23-selection/selection_is_alphabet.py --cost, process CPU
+# time, one thread, AVX2 EPYC; selection_is_cost.log beside it): 1.5-6 ns a term (the old budget assumed 80 ns,
+# a guess, and so cut the alphabet of a 3,000-token flat law to ~1,400 tokens at K = 2 and lost to SpecInfer there,
+# issue #33). This budget is ~0.06-0.14 s a position and keeps the whole support of a 3,000-token law at K = 2
+# (identical drafts on a 49k vocabulary: 4,471 tokens at K = 2, 340 at K = 3, 102 at K = 4; different drafts 3,161 / 187 / 46).
 CLASSICAL_IS_TERM_BUDGET = 20_000_000
 # "auto" alphabet of the truncated LP: the target's support, at most this many tokens. A stage costs O(M^2) (pair
 # masses plus an s-token LP), measured 10 ms a position at M = 1,024, 45 ms at 2,048, 0.12 s at 3,000 (same log;

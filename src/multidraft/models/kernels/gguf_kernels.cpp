@@ -586,9 +586,56 @@ at::Tensor gguf_dequantize(const at::Tensor& blocks, int64_t type, int64_t K, co
 
 // ---------------------------------------------------------------- attention
 
+// One (head, row)'s dot products with its visible keys, four keys at a time (independent accumulators for
+// instruction-level parallelism); each key's own arithmetic is the same: 8 fp32 lanes of fused multiply-adds over
+// d, a horizontal sum, then the tail.
+inline void key_scores(const float* qr, const float* kbase, int64_t D, const int64_t* keys, int64_t n, float scale,
+                       float* scores) {
+  const int64_t D8 = D & ~int64_t(7);
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const float* kr[4] = {kbase + keys[i] * D, kbase + keys[i + 1] * D, kbase + keys[i + 2] * D,
+                          kbase + keys[i + 3] * D};
+    __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t d = 0; d < D8; d += 8) {
+      const __m256 qv = _mm256_loadu_ps(qr + d);
+      for (int j = 0; j < 4; ++j) a[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[j] + d), a[j]);
+    }
+    for (int j = 0; j < 4; ++j) {
+      float dot = hsum(a[j]);
+      for (int64_t d = D8; d < D; ++d) dot = std::fma(qr[d], kr[j][d], dot);
+      scores[i + j] = dot * scale;
+    }
+  }
+  for (; i < n; ++i) {
+    const float* kr = kbase + keys[i] * D;
+    __m256 a = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D8; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d), _mm256_loadu_ps(kr + d), a);
+    float dot = hsum(a);
+    for (int64_t d = D8; d < D; ++d) dot = std::fma(qr[d], kr[d], dot);
+    scores[i] = dot * scale;
+  }
+}
+
+// out[d] = sum over kept keys i, in order, of p[i] * v_i[d] (one fused multiply-add per key and lane, from 0),
+// for W x 8 lanes held in registers across all keys.
+template <int W>
+inline void weighted_values(const float* vbase, int64_t D, const int64_t* keys, const float* p, int64_t n,
+                            float* out) {
+  __m256 a[W];
+  for (int j = 0; j < W; ++j) a[j] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; ++i) {
+    const __m256 pv = _mm256_set1_ps(p[i]);
+    const float* vr = vbase + keys[i] * D;
+    for (int j = 0; j < W; ++j) a[j] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 8 * j), a[j]);
+  }
+  for (int j = 0; j < W; ++j) _mm256_storeu_ps(out + 8 * j, a[j]);
+}
+
 // q (H, T, D), k and v (KVH, S, D), visible (T, S) bool -> (T, H, D). Per (head, query row): scores over the
 // visible keys in key order, softmax with a sequential sum, values accumulated in key order. Nothing depends on
-// T or on the keys a row cannot see, so a row gets the same bits in any forward that gives it the same keys.
+// T or on the keys a row cannot see, so a row gets the same bits in any forward that gives it the same keys (and
+// a cache may hand over spare, masked slots past its length at no cost but the mask's scan).
 at::Tensor invariant_attention(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                                const at::Tensor& visible_in, double scaling) {
   auto q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
@@ -612,33 +659,23 @@ at::Tensor invariant_attention(const at::Tensor& q_in, const at::Tensor& k_in, c
     std::vector<float> acc(D);
     for (int64_t job = b; job < e; ++job) {
       const int64_t h = job / T, t = job % T, kv = h / group;
-      const float* qr = qp + (h * T + t) * D;
       int64_t n = 0;
-      float best = -INFINITY;
-      for (int64_t s = 0; s < S; ++s) {
-        if (!mp[t * S + s]) continue;
-        const float* kr = kp + (kv * S + s) * D;
-        __m256 a = _mm256_setzero_ps();
-        for (int64_t d = 0; d < D8; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(qr + d), _mm256_loadu_ps(kr + d), a);
-        float dot = hsum(a);
-        for (int64_t d = D8; d < D; ++d) dot = std::fma(qr[d], kr[d], dot);
-        const float score = dot * scale;
-        scores[n] = score;
-        keys[n++] = s;
-        best = std::max(best, score);
-      }
+      for (int64_t s = 0; s < S; ++s)
+        if (mp[t * S + s]) keys[n++] = s;
       float* o = op + (t * H + h) * D;
       if (n == 0) { std::fill(o, o + D, 0.f); continue; }
+      key_scores(qp + (h * T + t) * D, kp + kv * S * D, D, keys.data(), n, scale, scores.data());
+      const float best = *std::max_element(scores.begin(), scores.begin() + n);
       float total = 0.f;
       for (int64_t i = 0; i < n; ++i) { scores[i] = std::exp(scores[i] - best); total += scores[i]; }
-      std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t i = 0; i < n; ++i) {
-        const float p = scores[i];
-        const float* vr = vp + (kv * S + keys[i]) * D;
-        const __m256 pv = _mm256_set1_ps(p);
-        for (int64_t d = 0; d < D8; d += 8)
-          _mm256_storeu_ps(acc.data() + d, _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + d), _mm256_loadu_ps(acc.data() + d)));
-        for (int64_t d = D8; d < D; ++d) acc[d] = std::fma(p, vr[d], acc[d]);
+      const float* vbase = vp + kv * S * D;
+      int64_t d0 = 0;
+      for (; d0 + 64 <= D8; d0 += 64) weighted_values<8>(vbase + d0, D, keys.data(), scores.data(), n, acc.data() + d0);
+      for (; d0 < D8; d0 += 8) weighted_values<1>(vbase + d0, D, keys.data(), scores.data(), n, acc.data() + d0);
+      for (int64_t d = D8; d < D; ++d) {
+        float lane = 0.f;
+        for (int64_t i = 0; i < n; ++i) lane = std::fma(scores[i], vbase[keys[i] * D + d], lane);
+        acc[d] = lane;
       }
       const float inv = 1.f / total;
       for (int64_t d = 0; d < D; ++d) o[d] = acc[d] * inv;

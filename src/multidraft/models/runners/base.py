@@ -16,7 +16,7 @@ import torch
 
 from multidraft.errors import InvalidOptionError
 from multidraft.models.attention_rows import AttentionQueries
-from multidraft.models.kv_cache import StaticKVCache, additive_mask, tree_attention_mask
+from multidraft.models.kv_cache import KVCache, StaticKVCache, additive_mask, tree_attention_mask
 from multidraft.sampling import check_finite
 
 
@@ -60,6 +60,10 @@ class Runner:
     def kernels(self, prefill: bool = False):
         """Context in which the model's HF modules take this runner's kernels."""
         return contextlib.nullcontext()
+
+    def new_cache(self):
+        """A cache for one generation's forwards on this runner (LM.new_cache; the static runner's comes first)."""
+        return KVCache()
 
     @property
     def static(self):

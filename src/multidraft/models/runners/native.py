@@ -9,7 +9,7 @@ import torch
 
 from multidraft.models import native
 from multidraft.models.attention_rows import AttentionQueries
-from multidraft.models.kv_cache import tree_ancestors
+from multidraft.models.kv_cache import GrowingKVCache, tree_ancestors
 from multidraft.models.runners.base import ForwardOutput, Runner
 from multidraft.models.runners.quantized_q8 import QuantizedQ8Runner
 from multidraft.sampling import check_finite
@@ -34,6 +34,10 @@ class NativeRunner(QuantizedQ8Runner):
         self.native = native.NativeForward(self.lm.model)
         return self
 
+    def new_cache(self):
+        """Keys and values written in place (no torch.cat of the whole cache per token)."""
+        return GrowingKVCache() if self.native is not None else super().new_cache()
+
     def forward(self, cache, model_inputs, position_ids, parents, visible, logits_rows, hidden_layer,
                 attention_heads):
         """LM.forward on the native forward: the same captures, read from the forward itself."""
@@ -48,9 +52,12 @@ class NativeRunner(QuantizedQ8Runner):
         lm._check_hidden_layer(hidden_layer)
         by_layer, order = lm._heads_by_layer(attention_heads)
         ids, embeds = model_inputs.get("input_ids"), model_inputs.get("inputs_embeds")
-        out = self.native.run(cache.hf_cache, None if ids is None else ids[0], None if embeds is None else embeds[0],
-                              positions, allowed, logits_rows, () if hidden_layer is None else (hidden_layer,),
-                              by_layer, prefill=past == 0)
+        growing = isinstance(cache, GrowingKVCache)
+        out = self.native.run(cache if growing else cache.hf_cache, None if ids is None else ids[0],
+                              None if embeds is None else embeds[0], positions, allowed, logits_rows,
+                              () if hidden_layer is None else (hidden_layer,), by_layer, prefill=past == 0)
+        if growing:
+            cache.advance(num_new)
         check_finite(out.logits)
         result = ForwardOutput(logits=out.logits, hidden=out.hidden.get(hidden_layer))
         if order:
