@@ -16,11 +16,12 @@ What batches: every method of the one loop (pld, pld_plus with rank_by hidden/fi
 multi_draft, mtad, bild, blockwise) and greedy / sample (a drafter that proposes nothing). The draft models batch
 too (multidraft.batched_drafts): every request's proposal runs as a generator of the draft forwards it needs, and
 the forwards of one depth level of all requests using one draft model go through one packed forward over a KV
-arena of that draft model (each request's draft session in a region of it). What runs alone, between steps,
-through `generate_request`: methods with their own decoder (beam, superposed) and drafters that capture attention
-rows (pld_plus rank_by="attention"). Such a request is watched inside its forwards (multidraft.forward_watch): before
-every decoder layer, `Engine.cancel` or the request's `check` (a server's deadline) stops it, so the model is free
-for the others within one layer.
+arena of that draft model (each request's draft session in a region of it). What cannot share the packed forward
+runs through `generate_request` (engine/solo.py): methods with their own decoder (beam, superposed) take turns with the
+batch, one of their forwards per step, so the batched requests keep emitting tokens between them; drafters that
+capture attention rows (pld_plus rank_by="attention") run whole, between steps. Such a request is watched inside its
+forwards (multidraft.forward_watch): before every decoder layer, `Engine.cancel` or the request's `check` (a server's
+deadline) stops it, so the model is free for the others within one layer.
 
 Scheduling: FIFO admission up to `max_num_seqs` running requests while the arena has a free region for the request
 (prompt + max_new_tokens + `draft_room` slots: the KV memory is bounded by `kv_slots`; a draft-model request also
@@ -57,13 +58,16 @@ from multidraft.engine.entry import Entry
 from multidraft.engine.metrics import EngineMetrics
 from multidraft.engine.plan import StepPlan
 from multidraft.engine.scheduler import Scheduler
-from multidraft.engine.solo import run_solo
+from multidraft.engine.solo import SoloRun
 from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.models.packed import KVArena, unsupported_reason
 from multidraft.prefix_cache import PrefixCache, check_prefix_cache
 from multidraft.request import Request
 from multidraft.types import Generation
 
+# The parts, one job each: engine/scheduler.py (queue, admission, prefill chunks, a request's end), engine/plan.py
+# (which rows of which request go in this step's forwards, and their outputs), decoders/draft_budget.py (the global
+# draft budget), engine/solo.py (requests with their own decoder), engine/metrics.py (counters).
 __all__ = ["Engine", "EngineMetrics", "generate_batch"]
 
 class Engine:
@@ -150,14 +154,24 @@ class Engine:
         return entry.result
 
     def step(self) -> list[int]:
-        """Admit what fits, run one packed forward for every running request, verify; returns the ids that
-        finished (or failed, or were cancelled) in this step."""
+        """Admit what fits, run one packed forward for every running request and verify, then one forward of each
+        request with its own decoder; returns the ids that finished (or failed, or were cancelled) in this step."""
         finished = self.scheduler.drop_cancelled()
-        self.scheduler.admit(finished, lambda entry, done: run_solo(self.lm, self.artifacts, self.metrics, entry,
-                                                                     done))
+        self.scheduler.admit(finished, self._start_solo)
         if self.scheduler.running:
             self.plan.run(finished)
+        for entry in list(self.scheduler.solo):
+            if entry.solo.advance():
+                self.scheduler.solo.remove(entry)
+                finished.append(entry.id)
         return finished
+
+    def _start_solo(self, entry: Entry, finished: list[int]) -> None:
+        entry.solo = SoloRun(self.lm, self.artifacts, self.metrics, entry)
+        if entry.solo.start():
+            finished.append(entry.id)
+        else:
+            self.scheduler.solo.append(entry)
 
     def run(self) -> None:
         """Step until every submitted request is finished."""

@@ -26,6 +26,7 @@ class Scheduler:
         self.lock = threading.Lock()           # submit / cancel / take may come from other threads than step
         self.waiting: deque[Entry] = deque()
         self.running: list[Entry] = []         # requests of the packed forward
+        self.solo: list[Entry] = []            # requests with their own decoder, one forward per step (solo.py)
         self.entries: dict[int, Entry] = {}
         self._next_id = 0
 
@@ -49,7 +50,7 @@ class Scheduler:
 
     def has_work(self) -> bool:
         with self.lock:
-            return bool(self.waiting or self.running)
+            return bool(self.waiting or self.running or self.solo)
 
     def take(self, request_id: int) -> Entry:
         with self.lock:
@@ -86,7 +87,7 @@ class Scheduler:
         """FIFO while a request fits; a request with its own decoder goes to `own_decoder`."""
         while True:
             with self.lock:
-                if not self.waiting or len(self.running) >= self.max_num_seqs:
+                if not self.waiting or len(self.running) + len(self.solo) >= self.max_num_seqs:
                     break
                 entry = self.waiting[0]
                 region = None

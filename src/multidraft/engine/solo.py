@@ -1,10 +1,20 @@
 """Requests that cannot share a forward (beam, superposed, pld_plus with attention rows): their own decoder, through
 `generate_request`, watched before every layer of its forwards so that a cancel or the request's `check` (a server's
-deadline) stops it within one layer."""
+deadline) stops it within one layer.
+
+Beam and superposed interleave with the batch: the decoder runs in a thread of its own that waits before each of its
+model forwards until the engine's next step lets it through, so each engine step runs at most one of its forwards and
+the batched requests keep stepping in between. The turns are strict (the engine thread waits while the decoder thread
+runs and the other way round), so the model never runs two forwards at once, callbacks never run concurrently with
+the engine, and the decoders need no change: their tokens are the same as alone. pld_plus with attention rows runs
+whole in its first turn: its capture hooks are installed on the model's layers inside `lm.forward`, before the point
+where the turn is taken, so the batch's forward would feed them."""
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Optional
 
 from multidraft.engine.entry import Entry
 from multidraft.engine.metrics import EngineMetrics
@@ -18,31 +28,86 @@ class StopSolo(BaseException):
     `except Exception` of a decoder turns it into an error)."""
 
 
-def run_solo(lm, artifacts, metrics: EngineMetrics, entry: Entry, finished: list[int]) -> None:
-    """The whole request now, between two steps."""
-    from multidraft.api import generate_request
-    p, tokens, started = entry.prepared, [], time.perf_counter()
-    metrics.num_requests_alone += 1
+class SoloRun:
+    """One request's own decoder, one forward per `advance` (whole at `start` when it may not interleave)."""
 
-    def on_token(token_id):
-        tokens.append(token_id)
-        if p.output.on_token is not None:
-            p.output.on_token(token_id)
-    handles = watch_layers([lm], lambda: check_solo(entry))
-    try:
-        entry.result = generate_request(lm, entry.request, on_token, p.prompt_ids, artifacts)
-        metrics.generation_tokens_total += len(entry.result.token_ids)
-    except StopSolo:
-        p.stats.generated_tokens, p.stats.stop_reason = len(tokens), "cancelled"
-        p.stats.total_time = time.perf_counter() - started
-        entry.result = Generation(text=lm.decode(tokens), token_ids=tokens, stats=p.stats)
-    except BaseException as error:
-        reraise_fatal(error)
-        entry.error = error
-    finally:
-        for handle in handles:
-            handle.remove()
-    finished.append(entry.id)
+    def __init__(self, lm, artifacts, metrics: EngineMetrics, entry: Entry):
+        self.lm, self.artifacts, self.metrics, self.entry = lm, artifacts, metrics, entry
+        self.interleaved = entry.pair is None            # its own decoder (beam, superposed): no capture hooks
+        self.done = False
+        self._turn = threading.Semaphore(0)     # released by the engine: run up to the next forward
+        self._rest = threading.Semaphore(0)     # released by the decoder thread: it waits at a forward, or is done
+        self._fatal: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._main, name=f"multidraft-solo-{entry.id}", daemon=True)
+        self._handles: list = []
+
+    def start(self) -> bool:
+        """Run up to its first forward (or to its end); True when done."""
+        self.metrics.num_requests_alone += 1
+        model = getattr(self.lm, "model", None)
+        if self.interleaved and hasattr(model, "register_forward_pre_hook"):
+            self._handles.append(model.register_forward_pre_hook(lambda _module, _args: self._wait_turn()))
+        self._handles += watch_layers([self.lm], self._check)
+        self._thread.start()
+        return self._wait_rest()
+
+    def advance(self) -> bool:
+        """Let it run one forward (a cancelled request stops before it); True when done."""
+        if self.done:
+            return True
+        self._turn.release()
+        return self._wait_rest()
+
+    def _wait_rest(self) -> bool:
+        self._rest.acquire()
+        if self._fatal is not None:             # an interrupt inside the decoder thread goes on up in the engine's
+            raise self._fatal
+        return self.done
+
+    def _check(self) -> None:
+        """Before every layer: the decoder thread's own forwards only (the batch's run on the engine's thread)."""
+        if self._mine():
+            check_solo(self.entry)
+
+    def _mine(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def _wait_turn(self) -> None:
+        """Before each forward of the model, in the decoder thread only: wait for the engine's next step."""
+        if not self._mine():
+            return
+        self._rest.release()
+        self._turn.acquire()
+        check_solo(self.entry)
+        self.metrics.num_alone_forwards += 1
+
+    def _main(self) -> None:
+        from multidraft.api import generate_request
+        entry, tokens, started = self.entry, [], time.perf_counter()
+        p = entry.prepared
+
+        def on_token(token_id):
+            tokens.append(token_id)
+            if p.output.on_token is not None:
+                p.output.on_token(token_id)
+        try:
+            entry.result = generate_request(self.lm, entry.request, on_token, p.prompt_ids, self.artifacts)
+            self.metrics.generation_tokens_total += len(entry.result.token_ids)
+        except StopSolo:
+            p.stats.generated_tokens, p.stats.stop_reason = len(tokens), "cancelled"
+            p.stats.total_time = time.perf_counter() - started
+            entry.result = Generation(text=self.lm.decode(tokens), token_ids=tokens, stats=p.stats)
+        except BaseException as error:
+            entry.error = error
+            try:
+                reraise_fatal(error)
+            except BaseException as fatal:
+                self._fatal = fatal
+        finally:
+            for handle in self._handles:
+                handle.remove()
+            self.done = True
+            self._rest.release()
 
 
 def check_solo(entry: Entry) -> None:

@@ -1,0 +1,74 @@
+"""Requests with their own decoder (beam) take turns with the batch (engine/solo.py): one of their forwards per engine
+step, the batched requests emitting tokens in between; outputs equal their alone outputs; a cancel stops them within
+one step. Counted in steps and forwards, never timed."""
+
+import pytest
+
+import multidraft
+from multidraft import Engine, Request
+from tests.tiny_models import make_tiny_lm
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+BEAM_PROMPT = "the cat sat on the mat and the cat sat on"
+OTHER_PROMPT = "def x ( y ) : return x ( y ) + 1 if x"
+
+
+@pytest.fixture(scope="module")
+def lm():
+    lm = make_tiny_lm("qwen2", seed=1)
+    lm.eos_token_ids = set()            # fixed lengths: the requests overlap for many steps
+    return lm
+
+
+def _beam():
+    return Request.build(BEAM_PROMPT, "beam", max_new_tokens=10, options=dict(num_beams=3))
+
+
+def _other(method):
+    return Request.build(OTHER_PROMPT, method, max_new_tokens=24)
+
+
+def _trace(engine, ids, tokens):
+    """Per step: (beam forwards so far, tokens the other request has emitted so far)."""
+    trace = []
+    while not engine.done(ids[0]) or not engine.done(ids[1]):
+        engine.step()
+        trace.append((engine.metrics.num_alone_forwards, len(tokens)))
+    return trace
+
+
+@pytest.mark.parametrize("method", ["greedy", "pld"])
+def test_beam_takes_turns_with_the_batch_and_both_equal_alone(lm, method):
+    engine = Engine(lm, max_num_seqs=4)
+    tokens = []
+    ids = [engine.submit(_beam()), engine.submit(_other(method), on_token=tokens.append)]
+    trace = _trace(engine, ids, tokens)
+    beam, other = engine.take(ids[0]), engine.take(ids[1])
+    assert beam.token_ids == multidraft.generate_request(lm, _beam()).token_ids
+    assert other.token_ids == multidraft.generate_request(lm, _other(method)).token_ids
+    forwards = [f for f, _ in trace]
+    assert forwards[-1] == beam.stats.target_calls >= 5
+    # At most one beam forward per step, and the other request emitted tokens between two beam forwards.
+    assert all(b - a <= 1 for a, b in zip([0] + forwards, forwards))
+    emitted_between = [t for (f0, t0), (f1, t) in zip(trace, trace[1:]) if f0 >= 1 and f1 < forwards[-1] and t > t0]
+    assert len(emitted_between) >= 3
+    assert engine.metrics.num_requests_alone == 1
+
+
+def test_cancelling_a_beam_mid_way_stops_it_within_one_step(lm):
+    engine = Engine(lm, max_num_seqs=4)
+    tokens = []
+    ids = [engine.submit(_beam()), engine.submit(_other("pld"), on_token=tokens.append)]
+    for _ in range(3):
+        engine.step()
+    assert not engine.done(ids[0])
+    forwards = engine.metrics.num_alone_forwards
+    assert engine.cancel(ids[0])
+    engine.step()
+    assert engine.done(ids[0])                                  # stopped and freed within one step
+    assert engine.metrics.num_alone_forwards == forwards        # before running another forward
+    assert engine.take(ids[0]).stats.stop_reason == "cancelled"
+    assert not engine.scheduler.solo
+    engine.run()
+    assert engine.take(ids[1]).token_ids == multidraft.generate_request(lm, _other("pld")).token_ids
