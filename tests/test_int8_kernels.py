@@ -84,6 +84,66 @@ def test_the_default_path_is_the_best_one_here_and_passed_its_self_check():
                        gguf_kernels.linear_q8_on(x, blocks, 12, 768, gguf_kernels.isa()))
 
 
+# ---------------------------------------------------------------- several matrices on one input (q, k, v; gate, up)
+
+
+def _many_case(seed, group):
+    """Matrices of one activation block (a K-format mix as the 1.5B's q / k / v with v in Q6_K, or 32-value
+    formats), of different output counts, some with a bias; an input of 40 rows."""
+    rng = np.random.default_rng(seed)
+    names = ["Q4_K", "Q4_K", "Q6_K"] if group == "k" else ["Q4_1", "Q8_0", "Q5_0"]
+    width = _width(names[0])
+    blocks = [torch.from_numpy(random_blocks(name, rows, width, rng, scale=0.05))
+              for name, rows in zip(names, (45, 16, 23))]
+    generator = torch.Generator().manual_seed(seed)
+    biases = [torch.randn(45, generator=generator), None, torch.randn(23, generator=generator)]
+    x = torch.randn(40, width, generator=generator) * torch.logspace(-2, 1, 40)[:, None]
+    return blocks, [TYPES[name] for name in names], width, biases, x
+
+
+@pytest.mark.parametrize("group", ["k", "32"])
+def test_many_matrices_on_one_input_are_each_linears_bits_plus_bias(group):
+    """linear_q8_many quantizes the input once for all matrices: each output is the bits of its own linear_q8 call
+    plus its bias (torch's add), on every path here, 1..40 rows, 1 and 2 threads."""
+    blocks, types, width, biases, x = _many_case(9, group)
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            for path in _paths_here():
+                for rows in (1, 2, 3, 5, 8, 17, 40):
+                    part = x[40 - rows:]
+                    got = gguf_kernels.linear_q8_many_on(part, blocks, types, width, biases, path)
+                    for out, b, t, bias in zip(got, blocks, types, biases):
+                        alone = gguf_kernels.linear_q8_on(part, b, t, width, path)
+                        expected = alone if bias is None else alone + bias
+                        assert torch.equal(_bits(out), _bits(expected)), (path, count, rows)
+    finally:
+        torch.set_num_threads(threads)
+    # Negative control: the same comparison sees one value one int8 step away (a shared quantization of another
+    # input than each linear's would be seen), and a bias given to the wrong matrix.
+    nudged = x.clone()
+    nudged[3, 5] -= torch.sign(nudged[3, 5]) * x[3, :32].abs().max() / 127
+    got = gguf_kernels.linear_q8_many(nudged, blocks, types, width, biases)
+    assert not torch.equal(_bits(got[0][3]), _bits(gguf_kernels.linear_q8(x, blocks[0], types[0], width)[3] + biases[0]))
+    swapped = gguf_kernels.linear_q8_many(x, blocks[:1], types[:1], width, [torch.flip(biases[0], (0,))])
+    assert not torch.equal(_bits(swapped[0]), _bits(gguf_kernels.linear_q8(x, blocks[0], types[0], width) + biases[0]))
+
+
+def test_many_matrices_refuse_mixed_activation_blocks_and_the_python_side_falls_back():
+    from multidraft.models.gguf_weights import BlockMatrix
+    from multidraft.models.quantized import block_linears
+
+    k_blocks, k_types, _, _, _ = _many_case(10, "k")
+    q8_0 = torch.from_numpy(random_blocks("Q8_0", 7, 768, np.random.default_rng(11), scale=0.05))   # 24 blocks of 32
+    x = torch.randn(3, 768)
+    with pytest.raises(RuntimeError, match="share an activation block"):
+        gguf_kernels.linear_q8_many(x, [k_blocks[0], q8_0], [k_types[0], 8], 768, [None, None])
+    mixed = [BlockMatrix(k_blocks[0], k_types[0], 768), BlockMatrix(q8_0, 8, 768)]
+    got = block_linears(mixed, x, "q8", [None, None])
+    assert all(torch.equal(g, m.linear(x, q8=True)) for g, m in zip(got, mixed))
+
+
 # ---------------------------------------------------------------- the canonical arithmetic, written in numpy
 
 

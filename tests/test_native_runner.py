@@ -174,17 +174,29 @@ def _norm_divided(x, weight, eps):
     return weight * (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
-@pytest.mark.parametrize("name,variant", [("_rms_norm", _norm_divided), ("_apply_rotary", _rotary_fused)])
-def test_negative_control_another_rounding_around_the_linears_is_seen(monkeypatch, name, variant):
-    """Another order of the fp32 operations around the kernels (the norm divided, the rotary rounded once): close,
-    but not the same bits, so the bit checks above see a one-rounding difference."""
+def _linears_nudged(matrices, x, activations, biases, prefill=False):
+    """q / k / v (gate / up) on an input one int8 step away in one value: a shared quantization gone wrong."""
+    from multidraft.models.quantized import block_linears
+
+    nudged = x.clone()
+    nudged[..., 0] -= torch.sign(nudged[..., 0]) * nudged[..., :32].abs().amax(-1) / 127
+    return block_linears(matrices, nudged, activations, biases, prefill)
+
+
+@pytest.mark.parametrize("name,variant,tolerance", [("_rms_norm", _norm_divided, 1e-2),
+                                                    ("_apply_rotary", _rotary_fused, 1e-2),
+                                                    ("block_linears", _linears_nudged, 1e-1)])
+def test_negative_control_another_rounding_around_the_linears_is_seen(monkeypatch, name, variant, tolerance):
+    """Another order of the fp32 operations around the kernels (the norm divided, the rotary rounded once) or a
+    shared input quantized one int8 step off (the random tiny model amplifies it: a looser bound):
+    close, but not the same bits, so the bit checks above see it."""
     ours, reference = _pair("qwen2", "Q4_K")
     expected = reference.forward(KVCache(), PROMPT[:12]).logits
     assert torch.equal(ours.forward(KVCache(), PROMPT[:12]).logits, expected)
     monkeypatch.setattr(native, name, variant)
     changed = ours.forward(KVCache(), PROMPT[:12]).logits
     assert not torch.equal(changed, expected)
-    assert float((changed - expected).abs().max()) <= 1e-2 * float(expected.abs().max())
+    assert float((changed - expected).abs().max()) <= tolerance * float(expected.abs().max())
 
 
 def test_unsupported_architectures_stay_on_hf_modules():

@@ -28,7 +28,7 @@ import torch
 
 from multidraft.models import gguf_kernels
 from multidraft.models.kv_cache import GrowingKVCache, StaticArena
-from multidraft.models.quantized import block_linear
+from multidraft.models.quantized import block_linear, block_linears
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 STATIC_ROTARY = ("default", "linear", "llama3", "yarn")      # inv_freq fixed at load
@@ -130,6 +130,10 @@ class NativeForward:
     def _linear(self, weights: tuple, x: torch.Tensor, prefill: bool) -> torch.Tensor:
         return block_linear(weights[0], x, self.mode.activations, weights[1], prefill)
 
+    def _linears(self, weights: Sequence[tuple], x: torch.Tensor, prefill: bool) -> list:
+        """Linears that read the same input (q, k, v; gate, up): quantized once in q8, the same bits."""
+        return block_linears([w[0] for w in weights], x, self.mode.activations, [w[1] for w in weights], prefill)
+
     # ----- the forward -----
     @torch.inference_mode()
     def run(self, cache, input_ids: Optional[torch.Tensor], embeds: Optional[torch.Tensor], positions: torch.Tensor,
@@ -149,9 +153,7 @@ class NativeForward:
             out.hidden[0] = x[0]
         for index, layer in enumerate(self.layers):
             h = _rms_norm(x, *layer.attn_norm)
-            q = self._linear(layer.q, h, prefill).view(shape).transpose(1, 2)
-            k = self._linear(layer.k, h, prefill).view(shape).transpose(1, 2)
-            v = self._linear(layer.v, h, prefill).view(shape).transpose(1, 2)
+            q, k, v = (y.view(shape).transpose(1, 2) for y in self._linears((layer.q, layer.k, layer.v), h, prefill))
             q, k = _apply_rotary(q, k, cos, signed_sin)
             keys, values = _store(cache, index, k, v)
             if visible.shape[1] != keys.shape[1]:       # an arena's slots past the mask's width: never visible
@@ -159,7 +161,8 @@ class NativeForward:
             attn = gguf_kernels.attention(q[0].float(), keys, values, visible, self.scaling)
             x = x + self._linear(layer.o, attn.reshape(1, rows, -1), prefill)
             h = _rms_norm(x, *layer.mlp_norm)
-            h = torch.nn.functional.silu(self._linear(layer.gate, h, prefill)) * self._linear(layer.up, h, prefill)
+            gate, up = self._linears((layer.gate, layer.up), h, prefill)
+            h = torch.nn.functional.silu(gate) * up
             x = x + self._linear(layer.down, h, prefill)
             if index + 1 in hidden_layers:
                 out.hidden[index + 1] = x[0]

@@ -690,6 +690,8 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("linear(Tensor x, Tensor blocks, int type, int K) -> Tensor");
   m.def("linear_q8(Tensor x, Tensor blocks, int type, int K) -> Tensor");
   m.def("linear_q8_on(Tensor x, Tensor blocks, int type, int K, int path) -> Tensor");
+  m.def("linear_q8_many(Tensor x, Tensor[] blocks, int[] types, int K, Tensor?[] biases) -> Tensor[]");
+  m.def("linear_q8_many_on(Tensor x, Tensor[] blocks, int[] types, int K, Tensor?[] biases, int path) -> Tensor[]");
   m.def("q8_missing(int path) -> str", &q8_missing_op);
   m.def("set_q8_path(int path) -> int", &set_q8_path);
   m.def("dequantize(Tensor blocks, int type, int K, Tensor ids) -> Tensor");
@@ -699,6 +701,8 @@ TORCH_LIBRARY_IMPL(multidraft_gguf, CPU, m) {
   m.impl("linear", &gguf_linear);
   m.impl("linear_q8", &gguf_linear_q8);
   m.impl("linear_q8_on", &q8_linear_on);
+  m.impl("linear_q8_many", &gguf_linear_q8_many);
+  m.impl("linear_q8_many_on", &q8_linear_many_on);
   m.impl("dequantize", &gguf_dequantize);
   m.impl("attention", &invariant_attention);
 }
