@@ -8,7 +8,9 @@ Ops (torch.ops.multidraft_gguf):
   kernels/q8_linear.inc);
 - linear_q8_many(x, [blocks], [type], K, [bias or None]): several linear_q8 on one input quantized once, + biases;
 - dequantize(blocks, type, K, ids) -> (len(ids), K) fp32: chosen rows of W (embedding lookups, prefill GEMM);
-- attention(q (H, T, D), k (KVH, S, D), v, visible (T, S) bool, scaling) -> (T, H, D).
+- attention(q (H, T, D), k (KVH, S, D), v, visible (T, S) bool, scaling) -> (T, H, D);
+- add_rms_norm(x, branch or None, weight, eps) -> (x + branch, its RMSNorm) and rotary_heads(q, k, cos, signed_sin):
+  the native forward's elementwise steps, torch's fp32 operations bit for bit (kernels/layer_ops.inc).
 """
 
 from __future__ import annotations
@@ -198,3 +200,13 @@ def dequantize(blocks: torch.Tensor, type_id: int, width: int, rows: Optional[to
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scaling: float) -> torch.Tensor:
     return torch.ops.multidraft_gguf.attention(q, k, v, visible, float(scaling))
+
+
+def add_rms_norm(x: torch.Tensor, branch: Optional[torch.Tensor], weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.ops.multidraft_gguf.add_rms_norm(x, branch, weight, float(eps))
+
+
+def rotary_heads(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+                 signed_sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.ops.multidraft_gguf.rotary_heads(q, k, cos, signed_sin)

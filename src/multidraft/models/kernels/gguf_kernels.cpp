@@ -684,6 +684,8 @@ at::Tensor invariant_attention(const at::Tensor& q_in, const at::Tensor& k_in, c
   return out;
 }
 
+#include "layer_ops.inc"
+
 }  // namespace
 
 TORCH_LIBRARY(multidraft_gguf, m) {
@@ -696,6 +698,8 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("set_q8_path(int path) -> int", &set_q8_path);
   m.def("dequantize(Tensor blocks, int type, int K, Tensor ids) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor visible, float scaling) -> Tensor");
+  m.def("add_rms_norm(Tensor x, Tensor? branch, Tensor weight, float eps) -> (Tensor, Tensor)");
+  m.def("rotary_heads(Tensor q, Tensor k, Tensor cos, Tensor signed_sin) -> (Tensor, Tensor)");
 }
 TORCH_LIBRARY_IMPL(multidraft_gguf, CPU, m) {
   m.impl("linear", &gguf_linear);
@@ -705,4 +709,6 @@ TORCH_LIBRARY_IMPL(multidraft_gguf, CPU, m) {
   m.impl("linear_q8_many_on", &q8_linear_many_on);
   m.impl("dequantize", &gguf_dequantize);
   m.impl("attention", &invariant_attention);
+  m.impl("add_rms_norm", &add_rms_norm);
+  m.impl("rotary_heads", &rotary_heads);
 }
