@@ -84,6 +84,48 @@ def test_the_default_path_is_the_best_one_here_and_passed_its_self_check():
                        gguf_kernels.linear_q8_on(x, blocks, 12, 768, gguf_kernels.isa()))
 
 
+# ---------------------------------------------------------------- the activation quantizer
+
+
+def _quantizer_inputs(block):
+    """Rows that exercise the quantizer: random scales, exact ties (max 127 makes the scale 1: k + 0.5 values round
+    half to even), zeros, an all-zero block, tiny and huge values, and a NaN."""
+    generator = torch.Generator().manual_seed(block)
+    x = torch.randn(12, 2 * block, generator=generator) * torch.logspace(-30, 30, 12)[:, None]
+    ties = torch.arange(2 * block, dtype=torch.float32) % 254 - 126.5          # -126.5 .. 126.5, all ties
+    ties[::block] = 127.0                                                       # each block's max: scale exactly 1
+    x[0] = ties
+    x[1, :block] = 0.0                                                          # an all-zero block
+    x[2, ::3] = 0.0
+    x[3, 7] = float("nan")                                                      # the NaN's block only
+    return x
+
+
+@pytest.mark.parametrize("block", [32, 256])
+def test_vector_quantizer_is_the_scalar_reference_ties_zeros_and_nan_included(block):
+    """The AVX2 quantizer (clamp, pack and sums vectorized) gives the scalar reference's bytes, scales and sums; a
+    block with a NaN gets a NaN scale on both (its bytes are unspecified: every output it touches is NaN)."""
+    x = _quantizer_inputs(block)
+    q, d, s16, s32 = torch.ops.multidraft_gguf.q8_quantize(x, block, False)
+    rq, rd, rs16, rs32 = torch.ops.multidraft_gguf.q8_quantize(x, block, True)
+    nan_block = torch.isnan(x.view(12, -1, block)).any(-1)                      # (rows, blocks)
+    assert torch.equal(torch.isnan(d), nan_block) and torch.equal(torch.isnan(rd), nan_block)
+    finite = ~nan_block.repeat_interleave(block, dim=1)
+    assert torch.equal(q[finite], rq[finite]) and torch.equal(d[~nan_block], rd[~nan_block])
+    for got, expected, size in ((s16, rs16, 16), (s32, rs32, 32)):          # int16 sums per 16 and per 32 values
+        kept = ~nan_block.repeat_interleave(block // size, dim=1)
+        assert torch.equal(got[kept], expected[kept])
+    # ties round half to even (numpy's rint), and the result is numpy's replica of the quantizer
+    assert torch.equal(q[0], torch.from_numpy(np.rint(x[0].numpy())).to(torch.int8).clamp(-127, 127))
+    replica, replica_d = _quantize(x[4:], block)
+    assert torch.equal(q[4:].view(8, -1, block).long(), torch.from_numpy(replica))
+    assert torch.equal(d[4:], torch.from_numpy(replica_d))
+    assert bool((q[1, :block] == 0).all()) and bool((d[1, 0] == 0))
+    # Negative control: rounding half away from zero (C's round) differs on the ties
+    away = torch.from_numpy(np.trunc(x[0].numpy() + np.copysign(0.5, x[0].numpy()))).to(torch.int8)
+    assert not torch.equal(q[0], away)
+
+
 # ---------------------------------------------------------------- several matrices on one input (q, k, v; gate, up)
 
 
