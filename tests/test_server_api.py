@@ -264,7 +264,9 @@ def test_full_queue_answers_429_then_recovers(server, client):
 @pytest.fixture(scope="module")
 def slow_server():
     slow = SlowLM(make_tiny_lm("llama", seed=3), 0.03)
-    app = create_app(slow, ServerConfig(max_queue=2, request_timeout=1.0, max_tokens=500))
+    # One request at a time (ModelWorker, whose layer hooks stop a forward): SlowLM slows `forward` only, and
+    # hold_worker's raw Job has no plan to batch. The batching server's timeouts: test_server_batching.py.
+    app = create_app(slow, ServerConfig(max_queue=2, request_timeout=1.0, max_tokens=500, max_num_seqs=1))
     with ServerThread(app) as running:
         running.app = app
         yield running
