@@ -134,7 +134,8 @@ class Method:
         return [name for name, opt in self.specs.items() if opt.artifact == artifact]
 
     def resolve_options(self, given: dict[str, Any], bounds: Optional[ServerBounds] = None) -> dict[str, Any]:
-        """The defaults with `given` on top, checked (`bounds`: a server's, for an HTTP request; see check_value)."""
+        """The defaults with `given` on top, checked (`bounds`: a server's, for the values an HTTP request gave; see
+        method_options.check_value)."""
         renamed = sorted(set(given) & set(self.renamed_options))
         if renamed:
             raise InvalidOptionError(f"method {self.name!r} has no option {renamed[0]!r} any more: it is now "
@@ -149,7 +150,7 @@ class Method:
             if self.check_options is not None:
                 self.check_options(options)
             for name, opt in self.specs.items():
-                check_value(name, options[name], opt, bounds)
+                check_value(name, options[name], opt, bounds if name in given else None)   # a request's own
         except InvalidOptionError as exc:     # say which method, for the bench's METHOD.NAME=VALUE options
             raise type(exc)(f"method {self.name!r}: {exc}", param=exc.param or self._option_in(str(exc))) from None
         return options

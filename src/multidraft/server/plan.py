@@ -28,7 +28,6 @@ from multidraft.types import DecodeStats
 
 MAX_STOP_STRINGS = 4
 MAX_STOP_LENGTH = 256
-CHAT_ROLES = ("system", "user", "assistant")     # as multidraft.validation (the chat templates know these)
 
 
 SAMPLE_PARAMS = {"temperature": 0.8, "top_p": 0.95}
@@ -146,20 +145,15 @@ def _api_error(exc: InvalidOptionError, request) -> ApiError:
 
 
 def _prompts_and_budget(request, config: ServerConfig, chat: bool) -> tuple[list, int]:
-    """The request's prompts (chat: its messages as one prompt) and its max_tokens within the server's cap."""
+    """The request's prompts (chat: its messages as one prompt; the library checks them, roles and emptiness
+    included, when it encodes them) and its max_tokens (the server's defaults; its range is the library's check)."""
     if chat:
-        if not request.messages:
-            raise ApiError(400, "'messages' must hold at least one message", param="messages")
-        for m in request.messages:
-            if m.role not in CHAT_ROLES:
-                raise ApiError(400, f"message role must be one of {', '.join(CHAT_ROLES)}, got {m.role[:40]!r}",
-                               param="messages")
         prompts = [[{"role": m.role, "content": m.text()} for m in request.messages]]
         max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
     else:
         prompts = _prompts(request.prompt, config)
         max_tokens = request.max_tokens
-    if max_tokens is None:              # its range: the library's check, with the server's cap
+    if max_tokens is None:
         max_tokens = config.default_max_tokens if not chat else config.max_tokens
     return prompts, max_tokens
 
