@@ -126,7 +126,7 @@ def test_adaptive_drafts_keep_every_lossless_method_equal_to_greedy(target, stee
     options = method_options(name, artifacts)
     for prompt in PROMPTS:
         want = multidraft.generate(lm, prompt, method="greedy", max_new_tokens=24).token_ids
-        fixed = multidraft.generate(lm, prompt, method=name, max_new_tokens=24, **options)
+        fixed = multidraft.generate(lm, prompt, method=name, max_new_tokens=24, draft_length="fixed", **options)
         adaptive = multidraft.generate(lm, prompt, method=name, max_new_tokens=24, draft_length="adaptive",
                                        **options)
         assert adaptive.token_ids == want == fixed.token_ids, (name, prompt)

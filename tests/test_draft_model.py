@@ -74,7 +74,7 @@ def test_multi_draft_equals_greedy_for_every_selection(target, close_draft, unre
 
 def test_draft_equal_to_target_accepts_everything(target):
     out = multidraft.generate(target, PROMPTS[0], method="speculative", max_new_tokens=25, draft_model=target,
-                              num_draft_tokens=4)
+                              num_draft_tokens=4, draft_length="fixed")
     assert out.token_ids == greedy_ids(target, PROMPTS[0], 25)
     assert out.stats.verification_calls == 5 and out.stats.mean_acceptance_length == 5.0
     assert out.stats.draft_tokens_accepted == out.stats.draft_tokens_proposed == 20
@@ -257,7 +257,8 @@ def test_smollm_speculative_and_multi_draft_equal_greedy(smollm):
     draft = perturbed_copy(smollm, 0.02, seed=0, name="smollm-perturbed")
     prompt = "def fibonacci(n):"
     expected = greedy_ids(smollm, prompt, 24)
-    out = multidraft.generate(smollm, prompt, method="speculative", max_new_tokens=24, draft_model=smollm)
+    out = multidraft.generate(smollm, prompt, method="speculative", max_new_tokens=24, draft_model=smollm,
+                              draft_length="fixed")
     assert out.token_ids == expected and out.stats.mean_acceptance_length > 4
     out = multidraft.generate(smollm, prompt, method="speculative", max_new_tokens=24, draft_model=draft,
                               num_draft_tokens=3)
@@ -272,9 +273,9 @@ def test_stop_below_ends_drafts_at_unsure_tokens(target, close_draft):
     """With stop_below = 1 every draft stops after its first token; 0 keeps the full length."""
     prompt = PROMPTS[0]
     full = multidraft.generate(target, prompt, method="speculative", max_new_tokens=20, draft_model=close_draft,
-                               num_draft_tokens=5)
+                               num_draft_tokens=5, draft_length="fixed")
     short = multidraft.generate(target, prompt, method="speculative", max_new_tokens=20, draft_model=close_draft,
-                                num_draft_tokens=5, stop_below=1.0)
+                                num_draft_tokens=5, stop_below=1.0, draft_length="fixed")
     assert short.token_ids == full.token_ids
     assert 0 < short.stats.draft_tokens_proposed <= short.stats.verification_calls  # one token per draft
     assert full.stats.draft_tokens_proposed > full.stats.verification_calls

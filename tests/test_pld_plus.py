@@ -195,9 +195,9 @@ def test_no_candidate_gives_a_one_token_step(eager_lm):
 def test_first_ranker_equals_hf_prompt_lookup_with_unigrams(eager_lm):
     for prompt in PROMPTS[:2]:
         ours = multidraft.generate(eager_lm, prompt, method="pld_plus", rank_by="first", num_draft_tokens=5,
-                                   short_draft_tokens=None, max_new_tokens=30)
+                                   short_draft_tokens=None, max_new_tokens=30, draft_length="fixed")
         pld = multidraft.generate(eager_lm, prompt, method="pld", variant="hf", max_ngram=1, num_draft_tokens=5,
-                                  max_new_tokens=30)
+                                  max_new_tokens=30, draft_length="fixed")
         assert ours.token_ids == pld.token_ids
         assert ours.stats.acceptance_histogram == pld.stats.acceptance_histogram
         assert ours.stats.draft_tokens_proposed == pld.stats.draft_tokens_proposed
@@ -317,7 +317,7 @@ def test_replay_matches_the_real_loop(eager_lm):
     # The layer sweep replays greedy outputs; its step count must equal what the loop really does.
     for prompt in PROMPTS[:2]:
         out = multidraft.generate(eager_lm, prompt, method="pld_plus", layer=1, num_draft_tokens=10,
-                                  short_draft_tokens=None, max_new_tokens=30)
+                                  short_draft_tokens=None, max_new_tokens=30, draft_length="fixed")
         ids = eager_lm.encode(prompt)
         seq = ids + out.token_ids
         hidden = eager_lm.forward(eager_lm.new_cache(), seq[:-1], hidden_layer=1).hidden

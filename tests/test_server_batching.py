@@ -152,7 +152,7 @@ def test_batching_flags_reach_the_config():
                                       "--prefill-chunk", "64"])
     config = build_config(args)
     assert (config.max_num_seqs, config.max_batched_tokens, config.prefill_chunk) == (8, 4096, 64)
-    assert ServerConfig().max_num_seqs == 1                    # one request at a time unless asked
+    assert ServerConfig().max_num_seqs == 8                    # batching unless asked for one at a time
     with pytest.raises(InvalidOptionError, match="max_num_seqs"):
         ServerConfig(max_num_seqs=0).validate()
 

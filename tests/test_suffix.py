@@ -203,9 +203,9 @@ def test_seeded_sampling_equals_plain_sampling(lm, store_kind, temperature, top_
 
 def test_the_store_learns_across_requests(lm):
     store = SuffixStore()
-    first = multidraft.generate(lm, PROMPTS[0], method="suffix", store=store, max_new_tokens=30)
+    first = multidraft.generate(lm, PROMPTS[0], method="suffix", store=store, max_new_tokens=30, draft_length="fixed")
     assert store.num_documents == 1 and store.num_tokens == len(lm.encode(PROMPTS[0])) + 30
-    second = multidraft.generate(lm, PROMPTS[0], method="suffix", store=store, max_new_tokens=30)
+    second = multidraft.generate(lm, PROMPTS[0], method="suffix", store=store, max_new_tokens=30, draft_length="fixed")
     assert second.token_ids == first.token_ids
     assert second.stats.verification_calls < first.stats.verification_calls
     assert second.stats.mean_acceptance_length > 3
@@ -356,7 +356,8 @@ def test_smollm_greedy_equality_with_a_store(smollm):
     store.add(smollm.encode(OTHER_TEXT + " The capital of France is Paris."))     # unrelated text first
     greedy = multidraft.generate(smollm, prompt, max_new_tokens=24)
     for _ in range(2):                          # the second run drafts from the first's output in the store
-        out = multidraft.generate(smollm, prompt, method="suffix", store=store, max_new_tokens=24)
+        out = multidraft.generate(smollm, prompt, method="suffix", store=store, max_new_tokens=24,
+                                  draft_length="fixed")
         assert out.token_ids == greedy.token_ids
     assert out.stats.mean_acceptance_length > 2 and store.num_documents == 3
 

@@ -32,7 +32,8 @@ def generate(model, prompt_or_messages, method: str = "greedy", max_new_tokens: 
 
     draft_length="adaptive" verifies only as much of each draft as pays for its forward on this machine (the
     forward costs are measured while decoding; decoders/draft_length.py); the tokens are the same, only the speed
-    and the acceptance length change. "fixed" (the default, None) verifies every drafted token, as the papers do.
+    and the acceptance length change; it is the default (None). "fixed" verifies every drafted token, as the papers
+    do: name it to reproduce a paper's acceptance lengths.
 
     method="greedy" with a temperature > 0 runs plain sampling, and `stats.method` says "sample". Bad input of
     any kind raises a `multidraft.errors.MultidraftError` subclass (see `multidraft.validation` for the rules).

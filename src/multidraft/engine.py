@@ -307,13 +307,13 @@ class Engine:
         with self._lock:
             for entry in [e for e in self._waiting if e.cancelled]:
                 self._waiting.remove(entry)
-                entry.prepared.output.stop_reason = "cancelled"
+                entry.prepared.output.cancel()
                 entry.prepared.output.finalize(entry.prepared.stats, entry.submitted)
                 entry.result = entry.prepared.result()
                 finished.append(entry.id)
             self.metrics.num_requests_waiting = len(self._waiting)
         for entry in [e for e in self._running if e.cancelled]:
-            entry.prepared.output.stop_reason = "cancelled"
+            entry.prepared.output.cancel()
             entry.prepared.output.finalize(entry.prepared.stats, entry.decoding.started)
             entry.result = entry.prepared.result()
             self._release(entry)

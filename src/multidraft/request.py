@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
 
 from multidraft import validation
-from multidraft.decoders.draft_length import check_mode as check_draft_length
+from multidraft.decoders.draft_length import DEFAULT_MODE as DEFAULT_DRAFT_LENGTH, check_mode as check_draft_length
 from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.methods import Method, get_method
 from multidraft.sampling import SamplingParams
@@ -35,22 +35,25 @@ class Request:
     max_new_tokens: int = 128
     stop: tuple[str, ...] = ()
     chat: Optional[bool] = None
-    draft_length: str = "fixed"
+    draft_length: str = DEFAULT_DRAFT_LENGTH
 
     @classmethod
     def build(cls, prompt: Prompt, method: str = "greedy", *, max_new_tokens: int = 128,
               temperature: Optional[float] = None, top_p: float = 1.0, top_k: int = 0, seed: Optional[int] = None,
               stop: Union[str, Sequence[str], None] = None, chat: Optional[bool] = None,
-              draft_length: Optional[str] = None, options: Optional[dict[str, Any]] = None) -> "Request":
-        """Check everything that needs no model; raises a MultidraftError subclass naming the bad value."""
+              draft_length: Optional[str] = None, options: Optional[dict[str, Any]] = None,
+              bounds: Optional[validation.ServerBounds] = None) -> "Request":
+        """Check everything that needs no model; raises a MultidraftError subclass naming the bad value. `bounds`: a
+        server's (an HTTP request): the same checks within its HTTP bounds and caps too (the sampling parameters
+        then named as its fields; a value past a cap raises errors.ServerLimitError)."""
         if not isinstance(method, str):
             raise InvalidOptionError(f"method must be a method name (see multidraft.available_methods()), "
                                      f"got {method!r}")
         row = get_method(method)
-        resolved = row.resolve_options(dict(options or {}))
+        resolved = row.resolve_options(dict(options or {}), bounds)
         if temperature is None:
             temperature = 1.0 if method == "sample" else 0.0
-        params = SamplingParams(temperature, top_k, top_p, seed).validate()
+        params = SamplingParams(temperature, top_k, top_p, seed).validate(bounds is not None)
         if method == "sample" and params.greedy:
             raise InvalidOptionError("method='sample' needs temperature > 0; use method='greedy' for temperature 0")
         if row.greedy_only and not params.greedy:
@@ -59,9 +62,9 @@ class Request:
             method = "sample"          # "greedy" names the plain decoder; with a temperature it samples, and says so
         if chat is not None and not isinstance(chat, bool):
             raise InvalidOptionError(f"chat must be true, false or None (automatic), got {chat!r}")
-        draft_length = "fixed" if draft_length is None else draft_length
+        draft_length = DEFAULT_DRAFT_LENGTH if draft_length is None else draft_length
         check_draft_length(draft_length)
-        return cls(_prompt_shape(prompt), method, resolved, params, validation.max_new_tokens(max_new_tokens),
+        return cls(_prompt_shape(prompt), method, resolved, params, validation.max_new_tokens(max_new_tokens, bounds),
                    tuple(validation.stop_strings(stop)), chat, draft_length)
 
     @property

@@ -31,10 +31,12 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
-    def validate(self) -> "SamplingParams":
-        """The same parameters as plain Python numbers, or InvalidOptionError (see multidraft.validation)."""
-        return SamplingParams(validation.temperature(self.temperature), validation.top_k(self.top_k),
-                              validation.top_p(self.top_p), validation.seed(self.seed))
+    def validate(self, http: bool = False) -> "SamplingParams":
+        """The same parameters as plain Python numbers, or InvalidOptionError (see multidraft.validation; `http`: with
+        the server's bounds, and the field named as its messages name it)."""
+        check = validation.sampling_value
+        return SamplingParams(check("temperature", self.temperature, http), check("top_k", self.top_k, http),
+                              check("top_p", self.top_p, http), check("seed", self.seed, http))
 
 
 def check_finite(logits: torch.Tensor) -> None:

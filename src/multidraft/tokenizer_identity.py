@@ -1,12 +1,16 @@
 """Which vocabulary a tokenizer (or a model) has: the one definition behind every vocabulary check.
 
 n-gram files and heads files record it and refuse another tokenizer, draft and target models must share it, and the
-default n-gram file is named after it. A leaf module (hashlib only), so any package may import it.
+default n-gram file is named after it. A leaf module (hashlib and weakref only), so any package may import it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import weakref
+
+# model -> its fingerprint, without writing onto the model object (entries go with their models)
+_MODEL_FINGERPRINTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def vocab_fingerprint(tokenizer) -> str:
@@ -18,10 +22,13 @@ def vocab_fingerprint(tokenizer) -> str:
 
 def model_vocab_fingerprint(lm) -> str:
     """`vocab_fingerprint` of a loaded model's tokenizer, computed once per model (a 150k vocabulary takes ~0.1 s)."""
-    fingerprint = getattr(lm, "_multidraft_vocab_digest", None)
+    try:
+        fingerprint = _MODEL_FINGERPRINTS.get(lm)
+    except TypeError:              # an object that cannot be weakly referenced or hashed: computed each time
+        return vocab_fingerprint(lm.tokenizer)
     if fingerprint is None:
         fingerprint = vocab_fingerprint(lm.tokenizer)
-        lm._multidraft_vocab_digest = fingerprint
+        _MODEL_FINGERPRINTS[lm] = fingerprint
     return fingerprint
 
 

@@ -60,28 +60,9 @@ def beam_search(lm, prompt_ids: list[int], num_beams: int, length_penalty: float
         dead = torch.tensor([b[-1] in eos for b in beams], device=logits.device)
         total = beam_scores[:, None] + step_log_probs
         total[dead] = float("-inf")
-        top_scores, top_flat = total.flatten().topk(2 * num_beams)
-        vocab = total.shape[1]
-        new_beams, new_scores, origin = [], [], []
-        for score, flat in zip(top_scores.tolist(), top_flat.tolist()):
-            if score == float("-inf"):
-                break
-            source, token = divmod(flat, vocab)
-            candidate = beams[source] + [token]
-            if token in eos:
-                finished.append((candidate, normalised(score, len(candidate))))
-                continue
-            new_beams.append(candidate)
-            new_scores.append(score)
-            origin.append(source)
-            if len(new_beams) == num_beams:
-                break
+        new_beams, new_scores, origin = _extend(total, beams, num_beams, eos, finished, normalised)
         if not new_beams:
             break
-        while len(new_beams) < num_beams:          # keep the batch size fixed
-            new_beams.append(new_beams[-1])
-            new_scores.append(float("-inf"))
-            origin.append(origin[-1])
         # The scores go back to the logits' device: a CPU tensor here crashed the next step's sum on CUDA.
         beams, host_scores = new_beams, new_scores
         beam_scores = torch.tensor(new_scores, dtype=step_log_probs.dtype, device=step_log_probs.device)
@@ -90,14 +71,46 @@ def beam_search(lm, prompt_ids: list[int], num_beams: int, length_penalty: float
     for beam, score in zip(beams, host_scores):
         if beam[-1] not in eos and score != float("-inf"):
             finished.append((beam, normalised(score, len(beam))))
+    unique = _ranked_unique(finished)
+    best = unique[0][0]
+    output.add(best)
+    stats.verification_calls = stats.target_calls
+    output.finalize(stats, started)
+    return unique[:num_beams]
+
+
+def _extend(total, beams, num_beams: int, eos, finished: list, normalised):
+    """The best `num_beams` extensions of the beams by `total` [beams, vocab] (an EOS extension goes to `finished`),
+    padded with -inf copies so the batch keeps its size: (beams, scores, the beam each came from)."""
+    top_scores, top_flat = total.flatten().topk(2 * num_beams)
+    vocab = total.shape[1]
+    new_beams, new_scores, origin = [], [], []
+    for score, flat in zip(top_scores.tolist(), top_flat.tolist()):
+        if score == float("-inf"):
+            break
+        source, token = divmod(flat, vocab)
+        candidate = beams[source] + [token]
+        if token in eos:
+            finished.append((candidate, normalised(score, len(candidate))))
+            continue
+        new_beams.append(candidate)
+        new_scores.append(score)
+        origin.append(source)
+        if len(new_beams) == num_beams:
+            break
+    while new_beams and len(new_beams) < num_beams:
+        new_beams.append(new_beams[-1])
+        new_scores.append(float("-inf"))
+        origin.append(origin[-1])
+    return new_beams, new_scores, origin
+
+
+def _ranked_unique(finished: list) -> list:
+    """Finished hypotheses best first, each token sequence once."""
     finished.sort(key=lambda item: -item[1])
     unique, seen = [], set()
     for beam, score in finished:
         if tuple(beam) not in seen:
             seen.add(tuple(beam))
             unique.append((beam, score))
-    best = unique[0][0]
-    output.add(best)
-    stats.verification_calls = stats.target_calls
-    output.finalize(stats, started)
-    return unique[:num_beams]
+    return unique

@@ -18,7 +18,7 @@ from typing import Generator, Optional
 
 import torch
 
-from multidraft.decoders.draft_length import DraftLength, forward_costs
+from multidraft.decoders.draft_length import DEFAULT_MODE, DraftLength, forward_costs
 from multidraft.decoders.output import OutputCollector
 from multidraft.drafters.base import DraftForward, Drafter, LoopState, run_alone
 from multidraft.models.runner import ForwardOutput
@@ -31,7 +31,7 @@ class Decoding:
     """One request inside the loop: its committed tokens, drafter, verifier, sampler, output, stats and cache."""
 
     def __init__(self, lm, prompt_ids: list[int], drafter: Drafter, verifier: Verifier, sampler,
-                 output: OutputCollector, stats: DecodeStats, draft_length: str = "fixed",
+                 output: OutputCollector, stats: DecodeStats, draft_length: str = DEFAULT_MODE,
                  policy: Optional[DraftLength] = None, cache=None):
         self.started = time.perf_counter()
         self.lm, self.drafter, self.verifier, self.sampler = lm, drafter, verifier, sampler
@@ -142,7 +142,7 @@ class Decoding:
 
 
 def draft_and_verify(lm, prompt_ids: list[int], drafter: Drafter, verifier: Verifier, sampler,
-                     output: OutputCollector, stats: DecodeStats, draft_length: str = "fixed",
+                     output: OutputCollector, stats: DecodeStats, draft_length: str = DEFAULT_MODE,
                      policy: Optional[DraftLength] = None, prefix_cache=None) -> None:
     """Decode until `output` is done. draft_length="adaptive" verifies only as much of each draft as pays for its
     forward on this machine (decoders/draft_length.py; `policy` replaces the default one); "fixed" verifies every

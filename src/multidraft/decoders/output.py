@@ -55,6 +55,10 @@ class OutputCollector:
                 self.stop_reason = "max_new_tokens"
         return kept
 
+    def cancel(self) -> None:
+        """Stop here: the request was cancelled (its tokens so far are its output)."""
+        self.stop_reason = "cancelled"
+
     def _hit_stop_string(self) -> bool:
         ids, decode = self.token_ids, self.lm.decode
         # Move the window's start up while the tokens after its margin token still hold `reach` characters.

@@ -46,7 +46,7 @@ class BenchConfig:
     options: dict[str, dict[str, Any]] = field(default_factory=dict)   # method -> option overrides
     runner: str = "eager"                             # our methods' runner (models/runner.py); HF peers run stock
     device: Optional[str] = None                      # None: cuda when torch sees a GPU, else cpu
-    draft_length: str = "fixed"                       # "adaptive": decoders/draft_length.py
+    draft_length: str = "adaptive"                    # decoders/draft_length.py DEFAULT_MODE; "fixed": papers'
     baseline: str = BASELINE                          # what speedups and equality are measured against (BASELINES)
 
     def identity(self) -> dict[str, Any]:

@@ -182,51 +182,12 @@ def build(token_docs: Iterable, vocab_size: int, out_path, max_order: int = 6, *
         t1 = time.perf_counter()
         n = stats.num_tokens + stats.num_documents
         tokens = np.memmap(token_file, dtype=np.uint32, mode="r", shape=(n,)) if n else np.zeros(0, np.uint32)
-
-        # Level 1 is dense over the vocabulary.
-        uni = np.zeros(vocab_size, dtype=np.uint64)
-        for i in range(0, n, chunk_tokens):
-            part = tokens[i:i + chunk_tokens]
-            uni += np.bincount(part[part != SENTINEL], minlength=vocab_size).astype(np.uint64)
-        level_keys = [np.arange(vocab_size, dtype=np.uint64)]
-        level_counts = [uni]
-        totals = []
-        prev_ids = tokens
-        parent_base, next_base = 0, vocab_size  # global index of the first entry of level order-1 / order
-        for order in range(2, max_order + 1):
-            keys, counts, ids = count_level(order, tokens, prev_ids, vocab_size, parent_base, tmp_root,
-                                            need_ids=order < max_order, chunk_tokens=chunk_tokens,
-                                            merge_limit=merge_limit, progress=tick)
-            if (next_base + keys.size + 2) * vocab_size >= 2**63:
-                raise InvalidOptionError("too many n-grams for 64-bit keys; split the corpus or lower the order")
-            totals.append(_parent_totals(keys, counts, parent_base, level_keys[-1].size, vocab_size))
-            parent_base, next_base = next_base, next_base + keys.size
-            # Park finished levels on disk so memory holds only the level being counted.
-            np.save(tmp_root / f"keys{order}.npy", keys)
-            np.save(tmp_root / f"counts{order}.npy", counts)
-            level_keys.append(np.load(tmp_root / f"keys{order}.npy", mmap_mode="r"))
-            level_counts.append(np.load(tmp_root / f"counts{order}.npy", mmap_mode="r"))
-            del keys, counts
-            if prev_ids is not tokens:
-                del prev_ids
-            prev_ids = ids
-        totals.append(None)  # the top level has no continuations
+        level_keys, level_counts, totals = _count_levels(tokens, vocab_size, max_order, tmp_root, chunk_tokens,
+                                                         merge_limit, tick)
         stats.seconds_count = time.perf_counter() - t1
         if bar is not None:
             bar.close()
             bar = None
-
-        count_dtype = np.uint32 if stats.num_tokens < (1 << 32) - 1 else np.uint64
-        sizes = [int(k.size) for k in level_keys]
-        offsets = np.concatenate(([0], np.cumsum(sizes))).tolist()
-        levels = []
-        for i, k in enumerate(level_keys):
-            c = level_counts[i]
-            n1 = int(np.count_nonzero(c == 1)) if i else 0
-            n2 = int(np.count_nonzero(c == 2)) if i else 0
-            levels.append({"order": i + 1, "offset": offsets[i], "size": sizes[i], "n1": n1, "n2": n2})
-            stats.level_sizes[i + 1] = sizes[i]
-        keys_all = list(level_keys)
         header = {
             "format": "multidraft-ngram",
             "tokenizer": tokenizer_name,
@@ -238,18 +199,68 @@ def build(token_docs: Iterable, vocab_size: int, out_path, max_order: int = 6, *
             "corpora": list(corpora),
             "num_tokens": stats.num_tokens,
             "num_documents": stats.num_documents,
-            "levels": levels,
-            **(extra_header or {}),
         }
-        arrays = {
-            "keys": (np.uint64, keys_all),
-            "counts": (count_dtype, level_counts),
-            # one trailing 0: the total of the "missing" id that queries use for unseen contexts
-            "cont_total": (count_dtype, [t for t in totals if t is not None] + [np.zeros(1, np.uint64)]),
-        }
-        fileformat.write(out_path, header, arrays)
+        _write(out_path, stats, level_keys, level_counts, totals, header, extra_header)
         return stats
     finally:
         if bar is not None:
             bar.close()
         shutil.rmtree(tmp_root, ignore_errors=True)
+
+
+def _count_levels(tokens, vocab_size: int, max_order: int, tmp_root: Path, chunk_tokens: int, merge_limit: int,
+                  tick):
+    """Keys and counts of levels 1..max_order and each level's parent totals (None for the top level). Finished
+    levels are parked on disk under `tmp_root` (memory-mapped back), so memory holds one level at a time."""
+    n = tokens.size
+    # Level 1 is dense over the vocabulary.
+    uni = np.zeros(vocab_size, dtype=np.uint64)
+    for i in range(0, n, chunk_tokens):
+        part = tokens[i:i + chunk_tokens]
+        uni += np.bincount(part[part != SENTINEL], minlength=vocab_size).astype(np.uint64)
+    level_keys = [np.arange(vocab_size, dtype=np.uint64)]
+    level_counts = [uni]
+    totals = []
+    prev_ids = tokens
+    parent_base, next_base = 0, vocab_size  # global index of the first entry of level order-1 / order
+    for order in range(2, max_order + 1):
+        keys, counts, ids = count_level(order, tokens, prev_ids, vocab_size, parent_base, tmp_root,
+                                        need_ids=order < max_order, chunk_tokens=chunk_tokens,
+                                        merge_limit=merge_limit, progress=tick)
+        if (next_base + keys.size + 2) * vocab_size >= 2**63:
+            raise InvalidOptionError("too many n-grams for 64-bit keys; split the corpus or lower the order")
+        totals.append(_parent_totals(keys, counts, parent_base, level_keys[-1].size, vocab_size))
+        parent_base, next_base = next_base, next_base + keys.size
+        # Park finished levels on disk so memory holds only the level being counted.
+        np.save(tmp_root / f"keys{order}.npy", keys)
+        np.save(tmp_root / f"counts{order}.npy", counts)
+        level_keys.append(np.load(tmp_root / f"keys{order}.npy", mmap_mode="r"))
+        level_counts.append(np.load(tmp_root / f"counts{order}.npy", mmap_mode="r"))
+        del keys, counts
+        if prev_ids is not tokens:
+            del prev_ids
+        prev_ids = ids
+    totals.append(None)  # the top level has no continuations
+    return level_keys, level_counts, totals
+
+
+def _write(out_path, stats: BuildStats, level_keys, level_counts, totals, header: dict, extra_header) -> None:
+    """The file: `header` plus the per-level table (offsets, Good-Turing n1/n2), then the arrays."""
+    count_dtype = np.uint32 if stats.num_tokens < (1 << 32) - 1 else np.uint64
+    sizes = [int(k.size) for k in level_keys]
+    offsets = np.concatenate(([0], np.cumsum(sizes))).tolist()
+    levels = []
+    for i, k in enumerate(level_keys):
+        c = level_counts[i]
+        n1 = int(np.count_nonzero(c == 1)) if i else 0
+        n2 = int(np.count_nonzero(c == 2)) if i else 0
+        levels.append({"order": i + 1, "offset": offsets[i], "size": sizes[i], "n1": n1, "n2": n2})
+        stats.level_sizes[i + 1] = sizes[i]
+    header = {**header, "levels": levels, **(extra_header or {})}
+    arrays = {
+        "keys": (np.uint64, list(level_keys)),
+        "counts": (count_dtype, level_counts),
+        # one trailing 0: the total of the "missing" id that queries use for unseen contexts
+        "cont_total": (count_dtype, [t for t in totals if t is not None] + [np.zeros(1, np.uint64)]),
+    }
+    fileformat.write(out_path, header, arrays)

@@ -85,7 +85,13 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
     app.add_middleware(CountRequests, metrics=metrics)     # outermost: refusals are counted too
     static = resources.files("multidraft.server") / "static"
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
+    _add_error_handlers(app)
+    _add_info_routes(app, service, static)
+    _add_generation_routes(app, service)
+    return app
 
+
+def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(_request, exc: ApiError):
         headers = {"Retry-After": "1"} if exc.status == 429 else None
@@ -100,6 +106,8 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
         log.exception("unexpected error")
         return JSONResponse(_internal_error(exc).body(), status_code=500)
 
+
+def _add_info_routes(app: FastAPI, service: GenerationService, static) -> None:
     @app.get("/health")
     async def health():
         return service.health()
@@ -110,7 +118,7 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
 
     @app.get("/metrics")
     async def prometheus():
-        return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        return PlainTextResponse(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/config")
     async def page_config():
@@ -120,89 +128,89 @@ def create_app(lm, config: ServerConfig | None = None, draft_lm=None) -> FastAPI
     async def page():
         return HTMLResponse((static / "index.html").read_text(encoding="utf-8"))
 
+
+def _add_generation_routes(app: FastAPI, service: GenerationService) -> None:
     @app.post("/v1/completions")
     async def completions(request: Request):
-        return await _generate(request, CompletionRequest)
+        return await _generate(service, request, CompletionRequest)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        return await _generate(request, ChatRequest)
+        return await _generate(service, request, ChatRequest)
 
-    async def _generate(request: Request, model_cls):
-        arrived = time.monotonic()
-        body = parse_body(await request.body(), model_cls)
-        plan = service.plan(body, request.scope.get(AUTHENTICATED_CLIENT))
-        job = service.submit(plan, arrived)
-        chat = model_cls is ChatRequest
-        reply = _Reply(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", int(time.time()),
-                       service.model_name, chat, plan.method)
-        watcher = asyncio.create_task(_watch_disconnect(request, lambda: service.cancel(job)))
-        handed_over = False              # the stream owns the job and the watcher from then on
-        ended = False                    # the worker is done with the job (its last event came)
-        try:
-            # Wait for the first event even when streaming: an error found when the job starts (prompt too long
-            # for the context, bad option) is then a real 4xx status, not a 200 followed by an error event.
+
+async def _generate(service: GenerationService, request: Request, model_cls):
+    arrived = time.monotonic()
+    body = parse_body(await request.body(), model_cls)
+    plan = service.plan(body, request.scope.get(AUTHENTICATED_CLIENT))
+    job = service.submit(plan, arrived)
+    chat = model_cls is ChatRequest
+    reply = _Reply(f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}", int(time.time()),
+                   service.model_name, chat, plan.method)
+    watcher = asyncio.create_task(_watch_disconnect(request, lambda: service.cancel(job)))
+    handed_over = False              # the stream owns the job and the watcher from then on
+    ended = False                    # the worker is done with the job (its last event came)
+    try:
+        # Wait for the first event even when streaming: an error found when the job starts (prompt too long
+        # for the context, bad option) is then a real 4xx status, not a 200 followed by an error event.
+        event = await service.next_event(job)
+        while True:
+            kind, *payload = event
+            ended = kind in ("done", "error")
+            if kind == "error":
+                if isinstance(payload[0], JobCancelled):
+                    request.scope[CLIENT_GONE] = True
+                    return JSONResponse({}, status_code=499)      # never sent: see CountRequests
+                raise service.translate(payload[0])
+            if plan.stream:
+                handed_over = True
+                stream = _stream(service, job, reply, plan.n * len(plan.requests), arrived, event, watcher)
+                return StreamingResponse(stream, media_type="text/event-stream",
+                                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            if kind == "done":
+                service.metrics.observe_latency(time.monotonic() - arrived)
+                return JSONResponse(reply.full(payload[0]))
             event = await service.next_event(job)
-            while True:
-                kind, *payload = event
-                ended = kind in ("done", "error")
-                if kind == "error":
-                    if isinstance(payload[0], JobCancelled):
-                        request.scope[CLIENT_GONE] = True
-                        return JSONResponse({}, status_code=499)      # never sent: see CountRequests
-                    raise service.translate(payload[0])
-                if plan.stream:
-                    handed_over = True
-                    stream = _stream(job, reply, plan.n * len(plan.requests), arrived, event, watcher)
-                    return StreamingResponse(stream, media_type="text/event-stream",
-                                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-                if kind == "done":
-                    metrics.observe_latency(time.monotonic() - arrived)
-                    return JSONResponse(reply.full(payload[0]))
-                event = await service.next_event(job)
-        finally:
-            if not handed_over:
-                watcher.cancel()
-                if not ended:
-                    service.cancel(job)
-
-    async def _stream(job: Job, reply: "_Reply", num_choices: int, arrived: float, first, watcher):
-        done = False
-        try:
-            if reply.chat:
-                for index in range(num_choices):
-                    yield sse(reply.chunk(index, {"role": "assistant", "content": ""}))
-            pending = [first]
-            while True:
-                try:
-                    kind, *payload = pending.pop() if pending else await service.next_event(job)
-                except ApiError as exc:                     # the worker did not stop in time
-                    done = True
-                    yield sse(exc.body())
-                    yield sse("[DONE]")
-                    return
-                if kind == "delta":
-                    yield sse(reply.chunk(payload[0], payload[1]))
-                elif kind == "finish":
-                    yield sse(reply.chunk(payload[0], None, finish_reason=payload[1]))
-                elif kind == "done":
-                    done = True
-                    metrics.observe_latency(time.monotonic() - arrived)
-                    yield sse(reply.summary(payload[0]))
-                    yield sse("[DONE]")
-                    return
-                elif kind == "error":
-                    done = True
-                    error = service.translate(payload[0])
-                    yield sse(error.body())
-                    yield sse("[DONE]")
-                    return
-        finally:
+    finally:
+        if not handed_over:
             watcher.cancel()
-            if not done:
+            if not ended:
                 service.cancel(job)
 
-    return app
+
+async def _stream(service: GenerationService, job: Job, reply: "_Reply", num_choices: int, arrived: float, first,
+                  watcher):
+    done = False
+    try:
+        if reply.chat:
+            for index in range(num_choices):
+                yield sse(reply.chunk(index, {"role": "assistant", "content": ""}))
+        pending = [first]
+        while True:
+            try:
+                kind, *payload = pending.pop() if pending else await service.next_event(job)
+            except ApiError as exc:                     # the worker did not stop in time
+                done = True
+                yield sse(exc.body())
+                yield sse("[DONE]")
+                return
+            if kind == "delta":
+                yield sse(reply.chunk(payload[0], payload[1]))
+            elif kind == "finish":
+                yield sse(reply.chunk(payload[0], None, finish_reason=payload[1]))
+            elif kind in ("done", "error"):
+                done = True
+                if kind == "done":
+                    service.metrics.observe_latency(time.monotonic() - arrived)
+                    yield sse(reply.summary(payload[0]))
+                else:
+                    yield sse(service.translate(payload[0]).body())
+                yield sse("[DONE]")
+                return
+    finally:
+        watcher.cancel()
+        if not done:
+            service.cancel(job)
 
 
 async def _watch_disconnect(request: Request, on_disconnect) -> None:

@@ -41,7 +41,8 @@ def register(subparsers) -> None:
         "serve", help="serve a model over an OpenAI-compatible HTTP API with an autocomplete page",
         description="Serve MODEL on /v1/completions and /v1/chat/completions (OpenAI-compatible; `method` and method "
                     "options go in the request body), /v1/models, /health, Prometheus /metrics, and an "
-                    "autocomplete page at /. One request runs at a time; others wait in a bounded queue. "
+                    "autocomplete page at /. Up to --max-num-seqs generations share each model forward "
+                    "(continuous batching); others wait in a bounded queue. "
                     "Files and models are chosen here, never by a request: requests name them (README: Security).")
     parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="registry alias, HF folder, GGUF file or cached HF id")
     parser.add_argument("--draft", default=None, help="draft model for methods that take one (same tokenizer as --model)")
@@ -68,10 +69,18 @@ def register(subparsers) -> None:
                         help=f"seconds a connection has to send a request's headers, then its body; idle or "
                              f"trickling connections are closed (default {defaults.read_timeout:g})")
     parser.add_argument("--suggestions", type=int, default=None, help=f"k on the page (default {defaults.suggestions})")
+    _add_batching_and_limits(parser, defaults)
+    _add_access_and_artifacts(parser, defaults)
+    add_ray_arguments(parser)
+    parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    parser.set_defaults(func=run_serve)
+
+
+def _add_batching_and_limits(parser, defaults: ServerConfig) -> None:
     batching = parser.add_argument_group("continuous batching (many requests, one forward per step)")
     batching.add_argument("--max-num-seqs", type=int, default=None,
-                          help=f"generations decoded together (default {defaults.max_num_seqs}: one at a time; e.g. "
-                               "8 for several users)")
+                          help=f"generations decoded together (default {defaults.max_num_seqs}; 1 runs one request "
+                               "at a time)")
     batching.add_argument("--max-batched-tokens", type=int, default=None,
                           help=f"KV positions held for all running generations together; a generation is admitted "
                                f"when its prompt + max_tokens fit (default {defaults.max_batched_tokens})")
@@ -88,6 +97,9 @@ def register(subparsers) -> None:
     limits.add_argument("--max-tree-tokens", type=int, default=None,
                         help=f"tokens in one draft tree or lattice (default {defaults.max_tree_tokens})")
     limits.add_argument("--max-lattice-k", type=int, default=None, help=f"default {defaults.max_lattice_k}")
+
+
+def _add_access_and_artifacts(parser, defaults: ServerConfig) -> None:
     access = parser.add_argument_group("access")
     access.add_argument("--api-key", action="append", default=None, metavar="KEY",
                         help=f"require `Authorization: Bearer KEY` on /v1/* (default: ${API_KEY_ENV} if set); "
@@ -116,9 +128,6 @@ def register(subparsers) -> None:
                         help="keep up to MB megabytes of earlier requests' keys/values, so a prompt that starts "
                              "the same way (an agent's next step, a chat's next turn) skips that part of its "
                              "prefill; same tokens, bit for bit. Needs --runner quantized-q8 (default 0: off)")
-    add_ray_arguments(parser)
-    parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
-    parser.set_defaults(func=run_serve)
 
 
 def build_config(args) -> ServerConfig:

@@ -22,7 +22,7 @@ from multidraft.server.config import ServerConfig
 from multidraft.server.engine_worker import EngineWorker
 from multidraft.server.metrics import Metrics
 from multidraft.server.options import http_options
-from multidraft.server.plan import Plan, build_plan, run_plan, suffix_store_for, suggestion_defaults
+from multidraft.server.plan import Plan, build_plan, run_plan, suggestion_defaults
 from multidraft.server.schemas import ApiError
 from multidraft.server.worker import Job, JobCancelled, JobTimedOut, ModelWorker, QueueFullError
 
@@ -134,15 +134,14 @@ class GenerationService:
         if body.model is not None and body.model not in (self.model_name, self.lm.name):
             raise ApiError(404, f"model {body.model!r} is not served here; this server serves {self.model_name!r}",
                            param="model", code="model_not_found")
-        store = suffix_store_for(body.method or self.config.default_method, self.suffix_stores, client)
-        plan = build_plan(body, self.config, self.draft_lm, store, self.named)
+        plan = build_plan(body, self.config, self.draft_lm, named=self.named, suffix_stores=self.suffix_stores,
+                          client=client)
         self.metrics.inc("multidraft:method_requests_total", method=plan.method)
         return plan
 
     def submit(self, plan: Plan, arrived: float) -> Job:
         job = Job(lambda job: self._run(plan, job),
-                  arrived + self.config.request_timeout, asyncio.get_running_loop())
-        job.plan = plan                  # what the engine worker runs (ModelWorker runs job.fn)
+                  arrived + self.config.request_timeout, asyncio.get_running_loop(), plan=plan)
         try:
             self.worker.submit(job)
         except QueueFullError:

@@ -33,10 +33,13 @@ class QueueFullError(Exception):
 
 
 class Job:
-    """A unit of work for the worker: `fn(job)` runs on the worker thread; events go to `events`."""
+    """A unit of work for the worker: `fn(job)` runs on the worker thread; events go to `events`. `plan`: the
+    checked request (server.plan.Plan) the engine worker batches; ModelWorker runs `fn` instead."""
 
-    def __init__(self, fn: Callable[["Job"], Any], deadline: float, loop: asyncio.AbstractEventLoop):
+    def __init__(self, fn: Callable[["Job"], Any], deadline: float, loop: asyncio.AbstractEventLoop,
+                 plan: Any = None):
         self.fn = fn
+        self.plan = plan
         self.deadline = deadline
         self.loop = loop
         self.events: asyncio.Queue = asyncio.Queue()

@@ -145,26 +145,15 @@ def superposed_decode(lm, prompt_ids: Sequence[int], max_new_tokens: int, config
     first = True
 
     for step in range(1, G + 1):
-        logp = torch.log_softmax(z.double() / config.tau, dim=-1)
-        top_lp, cand = torch.topk(logp, K)                      # shared candidates, by LM probability
-        # The k x K bookkeeping below is tiny and partly numpy (n-grams): it runs on the host, one copy per step,
-        # whatever the model's device (it used to mix a CUDA step score with host scores and crash).
-        top_lp, cand = top_lp.cpu(), cand.cpu()
-        lp_hat = top_lp - torch.logsumexp(top_lp, dim=0)
         rows = 1 if first else seqs.shape[0]
-        q = scorer.mixture(states[:rows], cand) if scorer else None
-        s = interpolate(lp_hat, q, alpha, config.log_penalty).expand(rows, K)
-        if first and config.first_step == "lm_only":
-            s = lp_hat[None, :].clone()
+        cand, lp_hat, s = _step_scores(z, config, K, scorer, states, rows, first)
         total = S[:rows, None] + s                               # [rows, K]
         # Best 2k extensions; a stable sort breaks ties by draft index, then LM rank.
         order = torch.sort(total.flatten(), descending=True, stable=True).indices[: 2 * k]
         order = order[torch.isfinite(total.flatten()[order])]
         parents, tokens, scores = order // K, cand[order % K], total.flatten()[order]
         is_eos = torch.isin(tokens, eos)
-        for idx in torch.nonzero(is_eos).flatten().tolist():
-            finished.append((seqs[parents[idx]].tolist() + [int(tokens[idx])], float(scores[idx])))
-        finished = sorted(finished, key=lambda f: -f[1])[:k]
+        finished = _best_finished(finished, seqs, parents, tokens, scores, is_eos, k)
         keep = torch.nonzero(~is_eos).flatten()[:k]
         parents, tokens, scores = parents[keep], tokens[keep], scores[keep]
         if parents.numel() == 0:  # every surviving extension ended: nothing left to extend
@@ -175,12 +164,8 @@ def superposed_decode(lm, prompt_ids: Sequence[int], max_new_tokens: int, config
         S = scores.clone()
         if scorer:
             states = scorer.extend(states, parents.tolist(), tokens.tolist())
-        if len(keep) < k:  # fewer than k finite extensions: invalid placeholders (gamma 0, never returned)
-            pad = k - len(keep)
-            seqs = torch.cat([seqs, seqs[:1].expand(pad, -1)])
-            S = torch.cat([S, torch.full((pad,), -math.inf, dtype=torch.float64)])
-            if scorer:
-                states = np.concatenate([states, states[[0] * pad]])
+        if len(keep) < k:
+            seqs, S, states = _pad_drafts(seqs, S, states, k - len(keep))
         first = False
         if step == G:
             _record(trace, result, step, cand, lp_hat, s, parents, tokens, scores, None)
@@ -212,6 +197,38 @@ def superposed_decode(lm, prompt_ids: Sequence[int], max_new_tokens: int, config
     result.drafts, result.finished = _rank(committed, seqs, S, finished, k)
     result.ngram_seconds = scorer.seconds if scorer else 0.0
     return result
+
+
+def _step_scores(z, config: SuperposedConfig, K: int, scorer, states, rows: int, first: bool):
+    """The step's K shared candidates (by LM probability), their renormalised LM log-probabilities and each alive
+    draft's interpolated score s [rows, K]."""
+    logp = torch.log_softmax(z.double() / config.tau, dim=-1)
+    top_lp, cand = torch.topk(logp, K)
+    # The k x K bookkeeping is tiny and partly numpy (n-grams): it runs on the host, one copy per step, whatever the
+    # model's device (it used to mix a CUDA step score with host scores and crash).
+    top_lp, cand = top_lp.cpu(), cand.cpu()
+    lp_hat = top_lp - torch.logsumexp(top_lp, dim=0)
+    q = scorer.mixture(states[:rows], cand) if scorer else None
+    s = interpolate(lp_hat, q, float(config.alpha), config.log_penalty).expand(rows, K)
+    if first and config.first_step == "lm_only":
+        s = lp_hat[None, :].clone()
+    return cand, lp_hat, s
+
+
+def _best_finished(finished, seqs, parents, tokens, scores, is_eos, k: int):
+    """The k best finished drafts: the earlier ones and this step's extensions that ended with EOS."""
+    for idx in torch.nonzero(is_eos).flatten().tolist():
+        finished.append((seqs[parents[idx]].tolist() + [int(tokens[idx])], float(scores[idx])))
+    return sorted(finished, key=lambda f: -f[1])[:k]
+
+
+def _pad_drafts(seqs, S, states, pad: int):
+    """Fewer than k finite extensions: `pad` invalid placeholders (score -inf: gamma 0, never returned)."""
+    seqs = torch.cat([seqs, seqs[:1].expand(pad, -1)])
+    S = torch.cat([S, torch.full((pad,), -math.inf, dtype=torch.float64)])
+    if states is not None:
+        states = np.concatenate([states, states[[0] * pad]])
+    return seqs, S, states
 
 
 def _rank(committed, seqs, S, finished, k):
