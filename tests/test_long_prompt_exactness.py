@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 METHODS = ["pld", "pld_plus", "suffix"]
 NEW_TOKENS = 16
 # Real code to continue (this repository's own engine): a prompt whose continuation copies from it.
-SOURCE = (Path(__file__).resolve().parents[1] / "src" / "multidraft" / "engine.py").read_text(encoding="utf-8")
+SOURCE = (Path(__file__).resolve().parents[1] / "src" / "multidraft" / "engine" / "scheduler.py").read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="module", params=["quantized", "quantized-q8", "eager"])
