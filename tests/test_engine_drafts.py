@@ -89,10 +89,10 @@ def test_draft_forwards_are_one_per_depth_level_not_per_request(target):
     batched_steps = 0
     while engine.has_work():
         before_calls, before_metric = calls[0], engine.metrics.num_draft_forwards
-        before = {i: engine._entries[i].prepared.stats.draft_calls for i in ids if i in engine._entries}
+        before = {i: engine.scheduler.entries[i].prepared.stats.draft_calls for i in ids if i in engine.scheduler.entries}
         engine.step()
-        per_request = [engine._entries[i].prepared.stats.draft_calls - n for i, n in before.items()
-                       if i in engine._entries]
+        per_request = [engine.scheduler.entries[i].prepared.stats.draft_calls - n for i, n in before.items()
+                       if i in engine.scheduler.entries]
         step_calls = calls[0] - before_calls
         assert step_calls == engine.metrics.num_draft_forwards - before_metric
         assert step_calls == max(per_request, default=0) <= length       # one forward per depth level

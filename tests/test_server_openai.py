@@ -13,7 +13,7 @@ PROMPT = "def fibonacci(n):\n    "
 
 @pytest.fixture(scope="module")
 def server(smollm):
-    with ServerThread(create_app(smollm, ServerConfig(max_n=4, max_tokens=32))) as running:
+    with ServerThread(create_app(smollm, ServerConfig(max_n=4, max_tokens=32, draft_length="fixed"))) as running:   # fixed: the tests count drafted tokens
         yield running
 
 
