@@ -63,13 +63,12 @@ test-heavy: models-data compiler
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m "not real_model and not slow"
 
-# A short `multidraft bench` on the default model, with progress bars, that ends with a side-by-side table: HF
-# greedy, our greedy, prompt lookup (`pld`), HF's prompt lookup and llama.cpp (greedy and prompt lookup, on the
-# same GGUF) on 2 real code edits, 64 new tokens. Our columns run on the quantized runner (--runner auto: the GGUF's
-# own blocks; the first run builds its CPU kernels once, ~1-2 min; `make llama` builds llama-cpp-python once, ~8-17
-# min). The full per-task tables go to bench-out/demo/report.md. A second run (model, kernels and llama-cpp-python
-# already there) took 5 min 35 s on an idle 2-core AVX2 CPU
-# (benchmarks/results/2026-11-25-gguf-kernel/README.md, section 7).
+# A short `multidraft bench` on the default model, with progress bars, that ends with a side-by-side table: our
+# greedy (the baseline: --baseline greedy, so no HF model is loaded), prompt lookup (`pld`), suffix drafting and
+# llama.cpp (greedy and prompt lookup, on the same GGUF) on 2 real code edits, 64 new tokens. Our columns run on
+# `--runner auto` (the GGUF's own blocks; the first run builds its CPU kernels once, ~1-2 min; `make llama` builds
+# llama-cpp-python once). The full per-task tables go to bench-out/demo/report.md. HF's generate() rows:
+# `multidraft bench foundation` (docs/speed.md).
 demo: $(STAMP)
 	@$(MAKE) --no-print-directory llama || echo "make demo: llama-cpp-python did not build or install; the llama.cpp \
 	rows will say so"
@@ -77,7 +76,8 @@ demo: $(STAMP)
 	$(MD) data pull cpython-stdlib
 	@mkdir -p bench-out
 	$(MD) bench --model qwen2.5-coder-1.5b --runner auto --tasks code_edit \
-		--methods greedy,pld,hf_prompt_lookup,llama_cpp_greedy,llama_cpp_prompt_lookup --limit 2 --max-new-tokens 64 \
+		--baseline greedy --methods greedy,pld,suffix,llama_cpp_greedy,llama_cpp_prompt_lookup --limit 2 \
+		--max-new-tokens 64 \
 		--out bench-out/demo --overwrite > bench-out/demo.log
 	@tail -n 3 bench-out/demo.log
 	$(PY) -m multidraft.eval.demo_table bench-out/demo

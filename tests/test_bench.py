@@ -340,3 +340,30 @@ def test_failed_rows_are_run_again_on_resume(tiny_folder, tiny_lm, full_run, tmp
     _, rows = read_results(out)
     assert sorted(_keys(rows)) == sorted(_keys(read_results(full_run)[1]))
     assert all(r["error"] is None for r in rows)
+
+
+def test_our_greedy_as_the_baseline(tiny_folder, tiny_lm, tmp_path):
+    """--baseline greedy: our greedy runs first and is what equality and speedups are measured against; no HF row."""
+    from multidraft.eval.bench import resolve_methods
+    from multidraft.eval.demo_table import demo_table
+    config = make_config(tiny_folder, methods=["pld", "greedy"], tasks=["code_edit"], baseline="greedy")
+    run_bench(config, tmp_path, prompts=make_prompts(), models=(tiny_lm, None), progress=False)
+    header, rows = read_results(tmp_path)
+    assert header["config"]["baseline"] == "greedy"
+    assert [r["method"] for r in rows] == ["greedy", "pld"] * 2 and all(r["equal_greedy"] for r in rows)
+    # The reference is the greedy row's tokens: a pld row checked against a changed reference is flagged.
+    greedy_turns = {r["prompt_id"]: r["turns"][0]["token_ids"] for r in rows if r["method"] == "greedy"}
+    item = make_prompts()["code_edit"][0]
+    pld = [m for m in resolve_methods(["pld"], False, baseline="greedy")[0] if m.name == "pld"]
+    [bad] = run_prompt(tiny_lm, None, item, pld, config, reference=[greedy_turns[item.id][:-1] + [0]])
+    assert bad["equal_greedy"] is False
+    report = (tmp_path / REPORT_NAME).read_text()
+    assert "median speedup over our greedy" in report and "baseline `greedy` = our greedy" in report
+    table = demo_table(rows, "greedy").splitlines()
+    assert table[0].startswith("| method | tok/s | vs greedy | acceptance length")
+    assert "the output equals our greedy's" in table[-1]
+
+
+def test_unknown_baseline_is_refused(tiny_folder):
+    with pytest.raises(InvalidOptionError, match="unknown baseline 'llama'; choose from: hf_greedy, greedy"):
+        make_config(tiny_folder, baseline="llama").validate()

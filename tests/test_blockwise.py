@@ -87,7 +87,7 @@ def test_offline_evaluator_matches_online_loop(tiny_llama, tiny_ngram):
         strategy = BlockwiseStrategy(mode["rescoring"], mode["lattice_k"], mode["num_paths"], 1.0, tiny_ngram, 3)
         for prompt in PROMPTS:
             online = multidraft.generate(lm, prompt, method="blockwise", max_new_tokens=40, heads=heads,
-                                         ngram=tiny_ngram, **mode)
+                                         ngram=tiny_ngram, draft_length="fixed", **mode)   # the offline model
             run = OfflineRun(lm, heads, lm.encode(prompt), 40, greedy_ids=online.token_ids)
             offline = run.run(strategy)
             hist = {n: offline.steps.count(n) for n in set(offline.steps)}

@@ -39,10 +39,12 @@ def _draft_requests(draft, sampled: bool, long_prompt: bool = False):
     for i, (method, options) in enumerate(rows):
         prompt = LONG_PROMPT if long_prompt and i == 0 else PROMPTS[i % len(PROMPTS)]
         kwargs = dict(temperature=0.8 + 0.1 * (i % 3), seed=40 + i) if sampled and i % 2 == 0 else {}
-        requests.append(Request.build(prompt, method, max_new_tokens=14 + 3 * i,
+        # draft_length="fixed": every drafted token verified, so the accepted counts alone and batched can be
+        # compared (adaptive's depths follow measured forward costs, which differ between the two)
+        requests.append(Request.build(prompt, method, max_new_tokens=14 + 3 * i, draft_length="fixed",
                                       options=dict(draft_model=draft, **options), **kwargs))
-    requests += [Request.build(PROMPTS[2], "pld", max_new_tokens=12), Request.build(PROMPTS[4], "greedy",
-                                                                                    max_new_tokens=9)]
+    requests += [Request.build(PROMPTS[2], "pld", max_new_tokens=12, draft_length="fixed"),
+                 Request.build(PROMPTS[4], "greedy", max_new_tokens=9)]
     return requests
 
 
@@ -80,17 +82,17 @@ def test_draft_forwards_are_one_per_depth_level_not_per_request(target):
     draft = perturbed_copy(target, 0.3, seed=2)           # its own copy: the hook counts this test's calls only
     calls = _count_calls(draft)
     length = 4
-    requests = [Request.build(PROMPTS[i % 5] + " on", "speculative", max_new_tokens=30,
+    requests = [Request.build(PROMPTS[i % 5] + " on", "speculative", max_new_tokens=30, draft_length="fixed",
                               options=dict(draft_model=draft, num_draft_tokens=length)) for i in range(6)]
     engine = Engine(target, max_num_seqs=6, prefill_alone=False)     # draft prefills share the level's forward too
     ids = [engine.submit(r) for r in requests]
     batched_steps = 0
     while engine.has_work():
         before_calls, before_metric = calls[0], engine.metrics.num_draft_forwards
-        before = {i: engine._entries[i].prepared.stats.draft_calls for i in ids if i in engine._entries}
+        before = {i: engine.scheduler.entries[i].prepared.stats.draft_calls for i in ids if i in engine.scheduler.entries}
         engine.step()
-        per_request = [engine._entries[i].prepared.stats.draft_calls - n for i, n in before.items()
-                       if i in engine._entries]
+        per_request = [engine.scheduler.entries[i].prepared.stats.draft_calls - n for i, n in before.items()
+                       if i in engine.scheduler.entries]
         step_calls = calls[0] - before_calls
         assert step_calls == engine.metrics.num_draft_forwards - before_metric
         assert step_calls == max(per_request, default=0) <= length       # one forward per depth level

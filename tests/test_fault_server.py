@@ -1,6 +1,8 @@
 """Clients that hang up in every state (queued, prefilling, streaming) and deadlines that fire inside a forward,
 with and without attention capture: the queue slot is freed at once, the model is free within a layer, a hung-up
-client is counted as cancelled (never as a 500), a deadline is a 504, and the server keeps serving."""
+client is counted as cancelled (never as a 500), a deadline is a 504, and the server keeps serving. These servers run
+one request at a time (max_num_seqs=1: ModelWorker, whose `current` job the gate reads and hold_worker occupies);
+the batching server's faults are test_fault_batching.py's."""
 
 import json
 import socket
@@ -47,7 +49,7 @@ class StopInside:
 def gated(request):
     lm = make_tiny_lm("llama", seed=3)
     gate = StopInside(lm, request.param)
-    app = create_app(lm, ServerConfig(max_queue=4, request_timeout=20, max_tokens=64))
+    app = create_app(lm, ServerConfig(max_queue=4, request_timeout=20, max_tokens=64, max_num_seqs=1))
     gate.worker = app.state.worker
     with ServerThread(app) as running:
         running.app, running.gate = app, gate
@@ -116,7 +118,7 @@ def test_a_deadline_inside_a_capturing_forward_is_a_504(capture):
     """The probe's case: `pld_plus` ranked by attention, the deadline fires mid-forward -> 504, never a 500."""
     lm = make_tiny_lm("llama", seed=3)
     gate = StopInside(lm, 1)
-    app = create_app(lm, ServerConfig(request_timeout=0.5, max_tokens=64))
+    app = create_app(lm, ServerConfig(request_timeout=0.5, max_tokens=64, max_num_seqs=1))
     gate.worker = app.state.worker
     with ServerThread(app) as running, httpx.Client(base_url=running.url, timeout=30) as client:
         gate.armed.set()
@@ -156,7 +158,7 @@ def test_hung_up_clients_free_their_queue_slots_at_once(gated):
 
 def test_a_queued_request_past_its_deadline_leaves_the_queue():
     lm = make_tiny_lm("llama", seed=3)
-    app = create_app(lm, ServerConfig(max_queue=1, request_timeout=0.3))
+    app = create_app(lm, ServerConfig(max_queue=1, request_timeout=0.3, max_num_seqs=1))
     with ServerThread(app) as running, httpx.Client(base_url=running.url, timeout=30) as client:
         release = hold_worker(app)
         try:
@@ -187,7 +189,7 @@ def closed_by_server(sock, seconds) -> bool:
 def test_idle_and_trickling_connections_are_closed():
     """The probe's case: idle sockets and one-byte-a-second headers or bodies held connections for ever."""
     lm = make_tiny_lm("llama", seed=3)
-    app = create_app(lm, ServerConfig(read_timeout=0.6))
+    app = create_app(lm, ServerConfig(read_timeout=0.6, max_num_seqs=1))
     with ServerThread(app) as running, httpx.Client(base_url=running.url, timeout=30) as client:
         parts = urlsplit(running.url)
         address = (parts.hostname, parts.port)
@@ -216,7 +218,7 @@ def test_a_long_answer_is_not_cut_by_the_read_timeout():
     """The limit is on sending a request, not on waiting for the answer: a generation longer than it completes."""
     lm = make_tiny_lm("llama", seed=3)
     gate = StopInside(lm, 0)
-    app = create_app(lm, ServerConfig(read_timeout=0.3, request_timeout=0.9))
+    app = create_app(lm, ServerConfig(read_timeout=0.3, request_timeout=0.9, max_num_seqs=1))
     gate.worker = app.state.worker
     with ServerThread(app) as running, httpx.Client(base_url=running.url, timeout=30) as client:
         gate.armed.set()                                      # holds the forward until the deadline (0.9 s)

@@ -84,6 +84,109 @@ def test_the_default_path_is_the_best_one_here_and_passed_its_self_check():
                        gguf_kernels.linear_q8_on(x, blocks, 12, 768, gguf_kernels.isa()))
 
 
+# ---------------------------------------------------------------- the activation quantizer
+
+
+def _quantizer_inputs(block):
+    """Rows that exercise the quantizer: random scales, exact ties (max 127 makes the scale 1: k + 0.5 values round
+    half to even), zeros, an all-zero block, tiny and huge values, and a NaN."""
+    generator = torch.Generator().manual_seed(block)
+    x = torch.randn(12, 2 * block, generator=generator) * torch.logspace(-30, 30, 12)[:, None]
+    ties = torch.arange(2 * block, dtype=torch.float32) % 254 - 126.5          # -126.5 .. 126.5, all ties
+    ties[::block] = 127.0                                                       # each block's max: scale exactly 1
+    x[0] = ties
+    x[1, :block] = 0.0                                                          # an all-zero block
+    x[2, ::3] = 0.0
+    x[3, 7] = float("nan")                                                      # the NaN's block only
+    return x
+
+
+@pytest.mark.parametrize("block", [32, 256])
+def test_vector_quantizer_is_the_scalar_reference_ties_zeros_and_nan_included(block):
+    """The AVX2 quantizer (clamp, pack and sums vectorized) gives the scalar reference's bytes, scales and sums; a
+    block with a NaN gets a NaN scale on both (its bytes are unspecified: every output it touches is NaN)."""
+    x = _quantizer_inputs(block)
+    q, d, s16, s32 = torch.ops.multidraft_gguf.q8_quantize(x, block, False)
+    rq, rd, rs16, rs32 = torch.ops.multidraft_gguf.q8_quantize(x, block, True)
+    nan_block = torch.isnan(x.view(12, -1, block)).any(-1)                      # (rows, blocks)
+    assert torch.equal(torch.isnan(d), nan_block) and torch.equal(torch.isnan(rd), nan_block)
+    finite = ~nan_block.repeat_interleave(block, dim=1)
+    assert torch.equal(q[finite], rq[finite]) and torch.equal(d[~nan_block], rd[~nan_block])
+    for got, expected, size in ((s16, rs16, 16), (s32, rs32, 32)):          # int16 sums per 16 and per 32 values
+        kept = ~nan_block.repeat_interleave(block // size, dim=1)
+        assert torch.equal(got[kept], expected[kept])
+    # ties round half to even (numpy's rint), and the result is numpy's replica of the quantizer
+    assert torch.equal(q[0], torch.from_numpy(np.rint(x[0].numpy())).to(torch.int8).clamp(-127, 127))
+    replica, replica_d = _quantize(x[4:], block)
+    assert torch.equal(q[4:].view(8, -1, block).long(), torch.from_numpy(replica))
+    assert torch.equal(d[4:], torch.from_numpy(replica_d))
+    assert bool((q[1, :block] == 0).all()) and bool((d[1, 0] == 0))
+    # Negative control: rounding half away from zero (C's round) differs on the ties
+    away = torch.from_numpy(np.trunc(x[0].numpy() + np.copysign(0.5, x[0].numpy()))).to(torch.int8)
+    assert not torch.equal(q[0], away)
+
+
+# ---------------------------------------------------------------- several matrices on one input (q, k, v; gate, up)
+
+
+def _many_case(seed, group):
+    """Matrices of one activation block (a K-format mix as the 1.5B's q / k / v with v in Q6_K, or 32-value
+    formats), of different output counts, some with a bias; an input of 40 rows."""
+    rng = np.random.default_rng(seed)
+    names = ["Q4_K", "Q4_K", "Q6_K"] if group == "k" else ["Q4_1", "Q8_0", "Q5_0"]
+    width = _width(names[0])
+    blocks = [torch.from_numpy(random_blocks(name, rows, width, rng, scale=0.05))
+              for name, rows in zip(names, (45, 16, 23))]
+    generator = torch.Generator().manual_seed(seed)
+    biases = [torch.randn(45, generator=generator), None, torch.randn(23, generator=generator)]
+    x = torch.randn(40, width, generator=generator) * torch.logspace(-2, 1, 40)[:, None]
+    return blocks, [TYPES[name] for name in names], width, biases, x
+
+
+@pytest.mark.parametrize("group", ["k", "32"])
+def test_many_matrices_on_one_input_are_each_linears_bits_plus_bias(group):
+    """linear_q8_many quantizes the input once for all matrices: each output is the bits of its own linear_q8 call
+    plus its bias (torch's add), on every path here, 1..40 rows, 1 and 2 threads."""
+    blocks, types, width, biases, x = _many_case(9, group)
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            for path in _paths_here():
+                for rows in (1, 2, 3, 5, 8, 17, 40):
+                    part = x[40 - rows:]
+                    got = gguf_kernels.linear_q8_many_on(part, blocks, types, width, biases, path)
+                    for out, b, t, bias in zip(got, blocks, types, biases):
+                        alone = gguf_kernels.linear_q8_on(part, b, t, width, path)
+                        expected = alone if bias is None else alone + bias
+                        assert torch.equal(_bits(out), _bits(expected)), (path, count, rows)
+    finally:
+        torch.set_num_threads(threads)
+    # Negative control: the same comparison sees one value one int8 step away (a shared quantization of another
+    # input than each linear's would be seen), and a bias given to the wrong matrix.
+    nudged = x.clone()
+    nudged[3, 5] -= torch.sign(nudged[3, 5]) * x[3, :32].abs().max() / 127
+    got = gguf_kernels.linear_q8_many(nudged, blocks, types, width, biases)
+    alone = gguf_kernels.linear_q8(x, blocks[0], types[0], width)
+    assert not torch.equal(_bits(got[0][3]), _bits(alone[3] + biases[0]))
+    swapped = gguf_kernels.linear_q8_many(x, blocks[:1], types[:1], width, [torch.flip(biases[0], (0,))])
+    assert not torch.equal(_bits(swapped[0]), _bits(alone + biases[0]))
+
+
+def test_many_matrices_refuse_mixed_activation_blocks_and_the_python_side_falls_back():
+    from multidraft.models.gguf_weights import BlockMatrix
+    from multidraft.models.quantized import block_linears
+
+    k_blocks, k_types, _, _, _ = _many_case(10, "k")
+    q8_0 = torch.from_numpy(random_blocks("Q8_0", 7, 768, np.random.default_rng(11), scale=0.05))   # 24 blocks of 32
+    x = torch.randn(3, 768)
+    with pytest.raises(RuntimeError, match="share an activation block"):
+        gguf_kernels.linear_q8_many(x, [k_blocks[0], q8_0], [k_types[0], 8], 768, [None, None])
+    mixed = [BlockMatrix(k_blocks[0], k_types[0], 768), BlockMatrix(q8_0, 8, 768)]
+    got = block_linears(mixed, x, "q8", [None, None])
+    assert all(torch.equal(g, m.linear(x, q8=True)) for g, m in zip(got, mixed))
+
+
 # ---------------------------------------------------------------- the canonical arithmetic, written in numpy
 
 

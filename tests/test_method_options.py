@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from multidraft.errors import InvalidOptionError
+from multidraft.errors import InvalidOptionError, ServerLimitError
 from multidraft.method_options import SCALAR_KINDS, Opt, parse_cli_value
 from multidraft.methods import METHODS, parse_cli_option
 from multidraft.server.config import ServerConfig
@@ -40,16 +40,16 @@ def test_every_http_option_round_trips_through_the_allow_list(name, row):
         assert opt.kind in SERVER_KINDS, f"{name}.{option}: the server cannot check kind {opt.kind!r}"
         if opt.kind == "artifact":
             sent = artifact_names[opt.artifact]
-            got = request_options(name, {option: sent}, CONFIG, 1)
+            got = request_options(name, {option: sent}, CONFIG)
             assert got == {opt.http_target or option: CONFIG.artifacts[opt.artifact][sent]}
             with pytest.raises(ApiError, match="names"):
-                request_options(name, {option: "/etc/passwd"}, CONFIG, 1)     # never a path
+                request_options(name, {option: "/etc/passwd"}, CONFIG)     # never a path
             continue
         value = sample_value(opt)
-        assert request_options(name, {option: value}, CONFIG, 1) == {option: value}, (name, option)
-        if opt.kind not in ("temperatures", "weights", "induction_head_pairs", "induction_head_set"):
-            # What the server lets through, the library takes (its own checks agree with the HTTP bounds).
-            row.resolve_options({option: value, **_needed(name)})
+        assert request_options(name, {option: value}, CONFIG) == {option: value}, (name, option)
+        # The library checks the value, with the server's bounds and without (they agree on what a request sends).
+        row.resolve_options({option: value, **_needed(name)}, CONFIG.bounds())
+        row.resolve_options({option: value, **_needed(name)})
 
 
 def _needed(name):
@@ -63,21 +63,31 @@ def test_library_only_options_are_refused_over_http_with_a_reason(name, row):
         if opt.http and not opt.outputs:
             continue
         with pytest.raises(ApiError) as info:
-            request_options(name, {option: opt.default}, CONFIG, 1)
+            request_options(name, {option: opt.default}, CONFIG)
         assert info.value.status == 400 and option in str(info.value)
         if not opt.outputs:
             assert opt.why_not_http, f"{name}.{option} is library-only: say what a request does instead"
 
 
 def test_http_bounds_and_caps_come_from_the_rows():
-    with pytest.raises(ApiError, match="between 1 and 64"):
-        request_options("pld", {"max_ngram": 65}, CONFIG, 1)
+    """One check, the library's (issue #45): a server's bounds tighten it and its message says where they come from."""
+    pld, beam, superposed = METHODS["pld"], METHODS["beam"], METHODS["superposed"]
+    assert pld.resolve_options({"max_ngram": 65})["max_ngram"] == 65              # the library's own bound is looser
+    with pytest.raises(InvalidOptionError, match=r"max_ngram must be an integer in 1\.\.64 \(this server's limit\)"):
+        pld.resolve_options({"max_ngram": 65}, CONFIG.bounds())
     capped = ServerConfig(max_beams=3).validate()
-    with pytest.raises(ApiError, match="serve --max-beams") as info:
-        request_options("beam", {"num_beams": 4}, capped, 1)
-    assert info.value.body()["error"]["code"] == "limit_exceeded"
+    with pytest.raises(ServerLimitError, match=r"in 1\.\.3 \(this server's limit: serve --max-beams\)") as info:
+        beam.resolve_options({"num_beams": 4}, capped.bounds())
+    assert info.value.param == "num_beams"
+    with pytest.raises(InvalidOptionError, match="num_beams must be an integer in 1..3") as info:
+        beam.resolve_options({"num_beams": 0}, capped.bounds())         # under the library's bound: no cap passed
+    assert not isinstance(info.value, ServerLimitError)
+    many = [0.5] * 17
+    assert superposed.resolve_options({"ngram_weights": many})["ngram_weights"] == many
+    with pytest.raises(InvalidOptionError, match="ngram_weights must hold at most 16 entries"):
+        superposed.resolve_options({"ngram_weights": many}, CONFIG.bounds())
     with pytest.raises(ApiError, match="'n', not 'num_drafts'"):
-        request_options("superposed", {"num_drafts": 2}, CONFIG, 1)
+        request_options("superposed", {"num_drafts": 2}, CONFIG)
 
 
 def test_suffix_row_checks_its_options_before_anything_runs():

@@ -13,7 +13,8 @@ PROMPT = "def fibonacci(n):\n    "
 
 @pytest.fixture(scope="module")
 def server(smollm):
-    with ServerThread(create_app(smollm, ServerConfig(max_n=4, max_tokens=32))) as running:
+    config = ServerConfig(max_n=4, max_tokens=32, draft_length="fixed")     # fixed: the tests count drafted tokens
+    with ServerThread(create_app(smollm, config)) as running:
         yield running
 
 

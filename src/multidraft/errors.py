@@ -17,7 +17,16 @@ class CorruptCacheError(MultidraftError):
 
 
 class InvalidOptionError(MultidraftError, ValueError):
-    """A decoding option has a bad value or an unknown name."""
+    """A decoding option has a bad value or an unknown name. `param`: the option or request field it is about, where
+    the check knows it (a server's error body names it)."""
+
+    def __init__(self, *args, param=None):
+        super().__init__(*args)
+        self.param = param
+
+
+class ServerLimitError(InvalidOptionError):
+    """A value the library allows but past a server's cap (serve --max-beams, ...): the operator can raise it."""
 
 
 class UnknownMethodError(InvalidOptionError):

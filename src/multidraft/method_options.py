@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from multidraft import validation
+from multidraft.errors import InvalidOptionError
 
 # "object" is any Python value the library takes from its own callers (a store, a dict of scheme settings, a path);
-# the other special kinds are typed lists the server checks itself (multidraft.server.options).
+# the other special kinds are typed lists (and a head-set name) whose content the row's check_options checks; with a
+# server's bounds, check_value bounds their size too (how many entries, how large each).
 SCALAR_KINDS = ("int", "float", "bool", "enum")
 KINDS = SCALAR_KINDS + ("temperatures", "weights", "induction_head_pairs", "induction_head_set", "artifact", "object")
 BIG = validation.BIG_INT  # a bound for integers that have no natural cap (steps, layers): keeps them machine-sized
@@ -37,6 +39,7 @@ class Opt:
     why_not_http: str = ""              # for http=False: what a request does instead
     http_low: Optional[float] = None    # the server's bounds when tighter than the library's (machine-sized work)
     http_high: Optional[float] = None
+    http_items: Optional[int] = None    # list kinds over HTTP: the most entries (induction_head_set: characters)
     cap: Optional[str] = None           # a ServerConfig field bounding it from above over HTTP
     artifact: Optional[str] = None      # a key of multidraft.methods.ARTIFACTS: the value names that artifact
     http_target: Optional[str] = None   # the library option that receives the server's value for the artifact name
@@ -60,19 +63,51 @@ class Opt:
         return self.high if self.http_high is None else self.http_high
 
 
-def check_value(name: str, value, opt: Opt) -> None:
-    """The type and range of one option as the library takes it (scalar kinds only; the others are the row's)."""
+def check_value(name: str, value, opt: Opt, bounds: Optional[validation.ServerBounds] = None) -> None:
+    """The type and range of one option as the library takes it (scalar kinds; the others' content is the row's).
+    With a server's `bounds` (an HTTP request), within the spec's HTTP bounds and the server's cap as well: the same
+    check and wording, the bound's origin added (ServerBounds.hint); a list kind's size is bounded then too."""
     if value is None and opt.nullable:
         return
+    low, high, hint, cap = opt.low, opt.high, "", None
+    if bounds is not None:
+        low, high = opt.server_low, opt.server_high
+        cap = bounds.limit(opt.cap)
+        if cap is not None and (high is None or cap < high):
+            high = cap
+        if (low, high) != (opt.low, opt.high):
+            hint = validation.ServerBounds.hint(opt.cap if cap is not None and high == cap else None)
+    with validation.past_cap(name, value, cap):          # names the option (`param`) for a server's answer
+        _check_in(name, value, opt, low, high, hint, bounds is not None)
+
+
+def _check_in(name: str, value, opt: Opt, low, high, hint: str, http: bool) -> None:
     if opt.kind == "int":
-        validation.integer(name, value, minimum=_int_or_none(opt.low), maximum=_int_or_none(opt.high),
-                           allow_none=opt.nullable)
+        validation.integer(name, value, minimum=_int_or_none(low), maximum=_int_or_none(high),
+                           allow_none=opt.nullable, hint=hint)
     elif opt.kind == "float":
-        validation.number(name, value, minimum=opt.low, maximum=opt.high, allow_none=opt.nullable)
+        validation.number(name, value, minimum=low, maximum=high, allow_none=opt.nullable, hint=hint)
     elif opt.kind == "bool":
         validation.boolean(name, value)
     elif opt.kind == "enum":
         validation.choice(name, value, opt.choices, allow_none=opt.nullable)
+    elif http and opt.kind in ("temperatures", "weights", "induction_head_pairs", "induction_head_set"):
+        _check_size(name, value, opt, low, high)
+
+
+def _check_size(name: str, value, opt: Opt, low, high) -> None:
+    """What an HTTP request may send of a list kind (its content was checked by the row): at most http_items
+    entries (characters of a head-set name), each number within the HTTP bounds."""
+    hint = validation.ServerBounds.hint()
+    if opt.http_items is not None and isinstance(value, (list, tuple, str)) and len(value) > opt.http_items:
+        what = "characters" if isinstance(value, str) else "entries"
+        raise InvalidOptionError(f"{name} must hold at most {opt.http_items} {what}{hint}, got {len(value)}")
+    if isinstance(value, (list, tuple)):
+        entries = [x for entry in value for x in (entry if isinstance(entry, (list, tuple)) else [entry])]
+    else:
+        entries = [] if isinstance(value, str) else [value]
+    for entry in entries:
+        validation.number(f"each {name} entry", entry, minimum=low, maximum=high, hint=hint)
 
 
 def _int_or_none(bound):

@@ -42,7 +42,7 @@ from multidraft.types import DRAFT_FIELDS
 from multidraft.verify import GreedyVerifier, SampleMatchVerifier
 from multidraft.verify.base import Verifier
 from multidraft.verify.bild import BiLDVerifier
-from multidraft.validation import MIN_TEMPERATURE
+from multidraft.validation import MIN_TEMPERATURE, ServerBounds
 from multidraft.verify.mtad import THRESHOLD_SEMANTICS, MTADVerifier
 from multidraft.verify.multi_draft import SELECTION_SCHEMES, MultiDraftVerifier
 
@@ -133,7 +133,9 @@ class Method:
         """The options that name an `artifact` (e.g. "draft_model")."""
         return [name for name, opt in self.specs.items() if opt.artifact == artifact]
 
-    def resolve_options(self, given: dict[str, Any]) -> dict[str, Any]:
+    def resolve_options(self, given: dict[str, Any], bounds: Optional[ServerBounds] = None) -> dict[str, Any]:
+        """The defaults with `given` on top, checked (`bounds`: a server's, for the values an HTTP request gave; see
+        method_options.check_value)."""
         renamed = sorted(set(given) & set(self.renamed_options))
         if renamed:
             raise InvalidOptionError(f"method {self.name!r} has no option {renamed[0]!r} any more: it is now "
@@ -148,10 +150,15 @@ class Method:
             if self.check_options is not None:
                 self.check_options(options)
             for name, opt in self.specs.items():
-                check_value(name, options[name], opt)
+                check_value(name, options[name], opt, bounds if name in given else None)   # a request's own
         except InvalidOptionError as exc:     # say which method, for the bench's METHOD.NAME=VALUE options
-            raise type(exc)(f"method {self.name!r}: {exc}") from None
+            raise type(exc)(f"method {self.name!r}: {exc}", param=exc.param or self._option_in(str(exc))) from None
         return options
+
+    def _option_in(self, message: str) -> Optional[str]:
+        """The option a check's message starts with ("rank_by must be ..."), for a server's answer, or None."""
+        first = message.split(" ", 1)[0]
+        return first if first in self.specs else None
 
 
 def _with_draft_model(method: str) -> Callable:
@@ -206,7 +213,7 @@ SUPERPOSED_SPECS = {
     "tau": Opt(SUPERPOSED_OPTIONS["tau"], "float", low=0.0, http_low=MIN_TEMPERATURE, http_high=100),
     "alpha": Opt(SUPERPOSED_OPTIONS["alpha"], **PROBABILITY),
     "ngram": Opt(None, "artifact", artifact="ngram", help="an n-gram file path or NGramModel"),
-    "ngram_weights": Opt(SUPERPOSED_OPTIONS["ngram_weights"], "weights"),
+    "ngram_weights": Opt(SUPERPOSED_OPTIONS["ngram_weights"], "weights", http_high=1e6, http_items=16),
     "log_penalty": Opt(SUPERPOSED_OPTIONS["log_penalty"], "float", low=0.0, http_high=1e6),
     "first_step": Opt(SUPERPOSED_OPTIONS["first_step"], "enum", choices=FIRST_STEPS),
     "reset_every": Opt(None, "int", low=1, nullable=True, http_high=BIG),
@@ -239,9 +246,10 @@ _ROWS = (
                   "layer": Opt(None, "int", low=1, nullable=True, http_high=BIG),
                   "theta": Opt(None, "float", nullable=True, http_low=-1, http_high=1),
                   "avg_window": Opt(1, "int", low=1, http_high=64),
-                  "induction_heads": Opt(None, "induction_head_pairs", nullable=True),
+                  "induction_heads": Opt(None, "induction_head_pairs", nullable=True, http_low=0, http_high=BIG,
+                                             http_items=4096),
                   "num_induction_heads": Opt(50, "int", low=1, http_high=4096),
-                  "induction_head_set": Opt("selected", "induction_head_set"),
+                  "induction_head_set": Opt("selected", "induction_head_set", http_items=15),
                   "aggregate": Opt("max", "enum", choices=pld_plus.AGGREGATES),
                   "scope": Opt("context", "enum", choices=PLD_PLUS_SCOPES)},
            make_drafter=pld_plus.make_drafter, drafter=PLDPlusDrafter, check_options=_check_pld_plus,
@@ -263,7 +271,8 @@ _ROWS = (
            description="speculative sampling with a draft model (one chain of num_draft_tokens, rejection with the "
                        "residual; greedy match at temperature 0); lossless",
            specs={"draft_model": DRAFT_MODEL, "num_draft_tokens": _draft_tokens(4), "adaptive": ADAPTIVE,
-                  "draft_temperature": Opt(None, "temperatures", nullable=True), "stop_below": STOP_BELOW},
+                  "draft_temperature": Opt(None, "temperatures", nullable=True, http_high=100),
+                  "stop_below": STOP_BELOW},
            make_drafter=draft_model_options.make_speculative_drafter, drafter=DraftModelDrafter,
            make_verifier=_speculative_verifier, verifier=MultiDraftVerifier,
            artifacts=("draft_model",), check_options=draft_model_options.check_options,
@@ -275,7 +284,7 @@ _ROWS = (
            specs={"draft_model": DRAFT_MODEL, "num_drafts": Opt(2, "int", low=1, cap="max_drafts"),
                   "num_draft_tokens": _draft_tokens(4),
                   "selection": Opt("specinfer", "enum", choices=SELECTION_SCHEMES),
-                  "draft_temperatures": Opt(None, "temperatures", nullable=True),
+                  "draft_temperatures": Opt(None, "temperatures", nullable=True, http_high=100),
                   "selection_options": Opt(None, "object", nullable=True, http=False, why_not_http=(
                       "the selection scheme runs with its defaults on this server")),
                   "adaptive": ADAPTIVE, "stop_below": STOP_BELOW},

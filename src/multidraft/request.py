@@ -42,17 +42,18 @@ class Request:
               temperature: Optional[float] = None, top_p: float = 1.0, top_k: int = 0, seed: Optional[int] = None,
               stop: Union[str, Sequence[str], None] = None, chat: Optional[bool] = None,
               draft_length: Optional[str] = None, options: Optional[dict[str, Any]] = None,
-              http: bool = False) -> "Request":
-        """Check everything that needs no model; raises a MultidraftError subclass naming the bad value. `http`: the
-        sampling parameters within a server's bounds too (validation.SAMPLING_RULES), named as its fields."""
+              bounds: Optional[validation.ServerBounds] = None) -> "Request":
+        """Check everything that needs no model; raises a MultidraftError subclass naming the bad value. `bounds`: a
+        server's (an HTTP request): the same checks within its HTTP bounds and caps too (the sampling parameters
+        then named as its fields; a value past a cap raises errors.ServerLimitError)."""
         if not isinstance(method, str):
             raise InvalidOptionError(f"method must be a method name (see multidraft.available_methods()), "
                                      f"got {method!r}")
         row = get_method(method)
-        resolved = row.resolve_options(dict(options or {}))
+        resolved = row.resolve_options(dict(options or {}), bounds)
         if temperature is None:
             temperature = 1.0 if method == "sample" else 0.0
-        params = SamplingParams(temperature, top_k, top_p, seed).validate(http)
+        params = SamplingParams(temperature, top_k, top_p, seed).validate(bounds is not None)
         if method == "sample" and params.greedy:
             raise InvalidOptionError("method='sample' needs temperature > 0; use method='greedy' for temperature 0")
         if row.greedy_only and not params.greedy:
@@ -63,7 +64,7 @@ class Request:
             raise InvalidOptionError(f"chat must be true, false or None (automatic), got {chat!r}")
         draft_length = DEFAULT_DRAFT_LENGTH if draft_length is None else draft_length
         check_draft_length(draft_length)
-        return cls(_prompt_shape(prompt), method, resolved, params, validation.max_new_tokens(max_new_tokens),
+        return cls(_prompt_shape(prompt), method, resolved, params, validation.max_new_tokens(max_new_tokens, bounds),
                    tuple(validation.stop_strings(stop)), chat, draft_length)
 
     @property

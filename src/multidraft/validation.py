@@ -10,13 +10,14 @@ all say the same thing. Rules shared by every check:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import re
-from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from multidraft.errors import InvalidOptionError, PromptError
+from multidraft.errors import InvalidOptionError, PromptError, ServerLimitError
 
 # Sampling floors. Below MIN_TEMPERATURE the logits / temperature division overflows float32 for ordinary
 # logits (1e-300 rounds to 0 in float32: inf / nan probabilities), and such a temperature is greedy in all but
@@ -101,6 +102,26 @@ def boolean(name: str, value) -> bool:
     return value
 
 
+# ---------------------------------------------------------------- a server's bounds
+
+
+@dataclass(frozen=True)
+class ServerBounds:
+    """What one HTTP request may ask of a shared server, handed to the library's own checks (Request.build): the
+    HTTP bounds of SAMPLING_RULES and of each option's spec (method_options.Opt) apply, and `caps` (a ServerConfig
+    field -> its value: max_tokens, max_beams, ...) bound values from above. A message then adds where the bound
+    comes from, so the one wording says what to do (`hint`)."""
+
+    caps: Mapping[str, int] = field(default_factory=dict)
+
+    def limit(self, cap: Optional[str]) -> Optional[int]:
+        return None if cap is None else self.caps.get(cap)
+
+    @staticmethod
+    def hint(cap: Optional[str] = None) -> str:
+        return f" (this server's limit: serve --{cap.replace('_', '-')})" if cap else " (this server's limit)"
+
+
 # ---------------------------------------------------------------- sampling parameters: the one rule table
 
 
@@ -133,27 +154,32 @@ SAMPLING_RULES = {
 
 
 def sampling_value(name: str, value, http: bool = False):
-    """`value` checked by SAMPLING_RULES[name] (with the server's bounds when `http`; the message then quotes the
-    field name as the server's messages do). Returns it as a plain int / float (None for an unset seed)."""
+    """`value` checked by SAMPLING_RULES[name] (with the server's bounds when `http`, the message then saying so).
+    Returns it as a plain int / float (None for an unset seed); an error names the parameter (`param`)."""
+    with past_cap(name, value, None):
+        return _sampling_value(name, value, http)
+
+
+def _sampling_value(name: str, value, http: bool):
     rule = SAMPLING_RULES[name]
-    label = f"'{name}'" if http else name
     if rule.integer:
-        value = integer(label, value, minimum=_int_bound(rule.low), maximum=_int_bound(rule.high),
+        value = integer(name, value, minimum=_int_bound(rule.low), maximum=_int_bound(rule.high),
                         allow_none=rule.nullable, hint=rule.hint)
     else:
-        value = number(label, value, minimum=rule.low, above=rule.above, maximum=rule.high,
+        value = number(name, value, minimum=rule.low, above=rule.above, maximum=rule.high,
                        allow_none=rule.nullable, hint=rule.hint)
     if value is None:
         return None
     if rule.floor is not None and 0 < value < rule.floor:
-        raise InvalidOptionError(f"{label} must be 0 (greedy) or at least {rule.floor:g}, got {value!r}; a smaller "
+        raise InvalidOptionError(f"{name} must be 0 (greedy) or at least {rule.floor:g}, got {value!r}; a smaller "
                                  f"{name} is greedy decoding in all but name (use {name}=0)")
     if http and ((rule.http_low is not None and value < rule.http_low)
                  or (rule.http_high is not None and value > rule.http_high)):
         low = _fmt_bound(rule.http_low if rule.http_low is not None else rule.low)
         high = _fmt_bound(rule.http_high if rule.http_high is not None else rule.high)
-        why = f" ({rule.why_http})" if rule.why_http else ""
-        raise InvalidOptionError(f"{label} must be between {low} and {high} on this server{why}, got {value!r}")
+        why = f"; {rule.why_http}" if rule.why_http else ""
+        raise InvalidOptionError(f"{name} must be between {low} and {high} ({ServerBounds.hint().strip(' ()')}"
+                                 f"{why}), got {value!r}")
     return value
 
 
@@ -190,8 +216,24 @@ def nth_seed(seed: int, index: int) -> int:
     return (seed + index - low) % (high - low + 1) + low
 
 
-def max_new_tokens(value) -> int:
-    return integer("max_new_tokens", value, minimum=1)
+def max_new_tokens(value, bounds: Optional[ServerBounds] = None) -> int:
+    """An integer >= 1; with a server's `bounds`, at most its cap max_tokens."""
+    cap = None if bounds is None else bounds.limit("max_tokens")
+    if cap is None:
+        return integer("max_new_tokens", value, minimum=1)
+    with past_cap("max_new_tokens", value, cap):
+        return integer("max_new_tokens", value, minimum=1, maximum=cap, hint=ServerBounds.hint("max_tokens"))
+
+
+@contextlib.contextmanager
+def past_cap(name: str, value, cap: Optional[float]):
+    """Re-raise a refusal of `value` as ServerLimitError when `value` passed everything but the server's `cap`, and
+    name the option (`param`) either way."""
+    try:
+        yield
+    except InvalidOptionError as exc:
+        over = cap is not None and _is_number(value) and math.isfinite(value) and value > cap
+        raise (ServerLimitError if over else InvalidOptionError)(str(exc), param=name) from None
 
 
 def stop_strings(value) -> list[str]:

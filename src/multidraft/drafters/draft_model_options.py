@@ -21,7 +21,8 @@ def positive_int(name: str, value) -> int:
     return value
 
 
-def draft_temperature_list(value, num_drafts: int, target_temperature: float) -> list[float]:
+def draft_temperature_list(value, num_drafts: int, target_temperature: float,
+                           name: str = "draft_temperatures") -> list[float]:
     """None: the target's temperature for every draft, except when the target is greedy and K > 1, where drafts
     sample at 1.0 (K identical argmax chains would coincide). A number: every draft. A list: one per draft."""
     if value is None:
@@ -31,12 +32,12 @@ def draft_temperature_list(value, num_drafts: int, target_temperature: float) ->
     values = [value] * num_drafts if isinstance(value, (int, float)) and not isinstance(value, bool) else value
     if not isinstance(values, (list, tuple)) or len(values) != num_drafts:
         raise InvalidOptionError(f"draft_temperatures must be a number or a list of num_drafts = {num_drafts} "
-                                 f"numbers, got {value!r}")
+                                 f"numbers, got {value!r}", param=name)
     for temperature in values:
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
                 temperature == 0 or MIN_TEMPERATURE <= temperature < float("inf")):   # floor: finite probabilities
             raise InvalidOptionError(f"draft temperatures must be numbers >= 0 (0 = argmax, else at least "
-                                     f"{MIN_TEMPERATURE}), got {value!r}")
+                                     f"{MIN_TEMPERATURE}), got {value!r}", param=name)
     return [float(t) for t in values]
 
 
@@ -104,7 +105,7 @@ def check_options(options: dict) -> None:
         _check_selection(options)
     for name in ("draft_temperature", "draft_temperatures"):
         if name in options:
-            draft_temperature_list(options[name], num_drafts, 0.0)
+            draft_temperature_list(options[name], num_drafts, 0.0, name)
     if "num_beams" in options:
         positive_int("num_beams", options["num_beams"])
         check_threshold(options["accept_threshold"], options["threshold_semantics"])

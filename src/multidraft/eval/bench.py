@@ -26,7 +26,7 @@ from multidraft.eval.bench_methods import (PEER_OPTIONS, PEERS, PRESETS, SPD_K_V
                                            BenchMethod, resolve_methods)
 from multidraft.eval.bench_run import (attention_implementation, load_models, output_perplexity,  # noqa: F401
                                        run_method, run_prompt, warm_up)
-from multidraft.eval.results import (BASELINE, FORMAT, RESULTS_NAME, BenchConfigError, ResultsFile,  # noqa: F401
+from multidraft.eval.results import (BASELINE, BASELINES, FORMAT, RESULTS_NAME, BenchConfigError, ResultsFile,  # noqa: F401
                                      _now, read_results)
 
 
@@ -47,11 +47,13 @@ class BenchConfig:
     runner: str = "eager"                             # our methods' runner (models/runner.py); HF peers run stock
     device: Optional[str] = None                      # None: cuda when torch sees a GPU, else cpu
     draft_length: str = "adaptive"                    # decoders/draft_length.py DEFAULT_MODE; "fixed": papers'
+    baseline: str = BASELINE                          # what speedups and equality are measured against (BASELINES)
 
     def identity(self) -> dict[str, Any]:
         """What the numbers of a row depend on. Tasks, methods and limit may change between resumed runs."""
         return {"format": FORMAT, "model": self.model, "draft": self.draft, "max_new_tokens": self.max_new_tokens,
-                "seed": self.seed, "dtype": self.dtype or "auto", "options": self.options}
+                "seed": self.seed, "dtype": self.dtype or "auto", "options": self.options,
+                **({"baseline": self.baseline} if self.baseline != BASELINE else {})}   # older folders stay resumable
 
     def validate(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -60,6 +62,8 @@ class BenchConfig:
             raise InvalidOptionError(f"limit must be a positive integer, got {self.limit!r}")
         if not self.tasks:
             raise InvalidOptionError("no tasks given; pass --tasks, e.g. --tasks code_edit,summarize")
+        if self.baseline not in BASELINES:
+            raise InvalidOptionError(f"unknown baseline {self.baseline!r}; choose from: {', '.join(BASELINES)}")
 
 
 def environment() -> dict[str, Any]:
@@ -98,7 +102,8 @@ def run_bench(config: BenchConfig, out_dir, prompts: Optional[dict[str, list]] =
     results in out_dir instead of resuming them.
     """
     config.validate()
-    methods, skipped = resolve_methods(config.methods, bool(config.draft), config.options, model=config.model)
+    methods, skipped = resolve_methods(config.methods, bool(config.draft), config.options, model=config.model,
+                                      baseline=config.baseline)
     if prompts is None:
         check_tasks(config.tasks)
     out_dir = Path(out_dir)
@@ -119,7 +124,7 @@ def run_bench(config: BenchConfig, out_dir, prompts: Optional[dict[str, list]] =
         prompts = {task: list(items)[: config.limit] for task, items in prompts.items() if task in config.tasks}
     done = {(r["task"], r["prompt_id"], r["method"]) for r in rows}
     references = {(r["task"], r["prompt_id"]): [t["token_ids"] for t in r["turns"]]
-                  for r in rows if r["method"] == BASELINE and r.get("error") is None}
+                  for r in rows if r["method"] == config.baseline and r.get("error") is None}
     work, total = [], 0
     for task in config.tasks:
         for item in prompts.get(task, []):

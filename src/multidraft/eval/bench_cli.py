@@ -33,7 +33,11 @@ def register(subparsers) -> None:
     parser.add_argument("--methods", default="all",
                         help="'all' or a comma-separated list of methods (see `multidraft methods`) and HF peers "
                              "(hf_greedy, hf_prompt_lookup, hf_assisted; llama_cpp_greedy, llama_cpp_prompt_lookup on the "
-                             "model's GGUF, with `make llama`); hf_greedy always runs as the baseline")
+                             "model's GGUF, with `make llama`); the baseline (--baseline) always runs first")
+    parser.add_argument("--baseline", default="hf_greedy", choices=("hf_greedy", "greedy"),
+                        help="what speedups and output equality are measured against: HF generate() greedy "
+                             "(default), or our own greedy on the same runner (no HF model is loaded then, unless "
+                             "an HF peer is asked for)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--limit", type=int, default=5, help="prompts per task")
     parser.add_argument("--seed", type=validation.cli_sampling("seed"), default=0)
@@ -129,11 +133,13 @@ def run_bench_command(args) -> int:
     config = BenchConfig(model=args.model, draft=args.draft, tasks=_split(args.tasks), methods=_split(args.methods),
                          max_new_tokens=args.max_new_tokens, limit=args.limit, seed=args.seed,
                          dtype=dtype_choice(args.dtype), options=parse_method_options(args.option),
-                         runner=args.runner, device=args.device, draft_length=args.draft_length)
+                         runner=args.runner, device=args.device, draft_length=args.draft_length,
+                         baseline=args.baseline)
     # Bad input fails before any model is loaded.
     config.validate()
     check_tasks(config.tasks)
-    _methods, skipped = resolve_methods(config.methods, bool(config.draft), config.options, model=config.model)
+    _methods, skipped = resolve_methods(config.methods, bool(config.draft), config.options, model=config.model,
+                                   baseline=config.baseline)
     for name, reason in skipped.items():
         print(f"skipping {name}: {reason}", file=sys.stderr)
     print(f"bench: {config.model} on {', '.join(config.tasks)} -> {out} (load average "

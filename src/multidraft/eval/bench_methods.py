@@ -112,8 +112,8 @@ def _peer(name: str, overrides: dict[str, Any], registry) -> BenchMethod:
 
 
 def resolve_methods(requested: Iterable[str], has_draft: bool, overrides: Optional[dict[str, dict]] = None,
-                    model: Optional[str] = None) -> tuple[list[BenchMethod], dict[str, str]]:
-    """The methods to run, baseline first, and {name: reason} for those skipped.
+                    model: Optional[str] = None, baseline: str = BASELINE) -> tuple[list[BenchMethod], dict[str, str]]:
+    """The methods to run, `baseline` first, and {name: reason} for those skipped.
 
     `requested` holds registry or peer names, or "all". A method that needs a draft model without one is an error
     when named, and skipped under "all". With `model`, the llama.cpp peers are checked too: skipped when the model
@@ -134,9 +134,9 @@ def resolve_methods(requested: Iterable[str], has_draft: bool, overrides: Option
             raise UnknownMethodError(f"unknown method {name!r}; choose from: all, "
                                      f"{', '.join(sorted(registry) + list(PEERS))}")
     for name in overrides:
-        if name not in names and name != BASELINE:
+        if name not in names and name != baseline:
             raise InvalidOptionError(f"options given for {name!r}, which is not among the methods benchmarked")
-    names = [BASELINE] + [n for n in names if n not in (BASELINE, "all")]
+    names = [baseline] + [n for n in names if n not in (baseline, "all")]
     methods: list[BenchMethod] = []
     skipped: dict[str, str] = {}
     for name in names:

@@ -17,7 +17,6 @@ from typing import Iterator, Optional
 from multidraft.eval import llama_cpp_peer
 from multidraft.eval.bench_methods import BenchMethod
 from multidraft.eval.peer_process import PeerFailed
-from multidraft.eval.results import BASELINE
 from multidraft.types import DecodeStats
 
 
@@ -138,10 +137,10 @@ def _run_turns(lm, draft_lm, item, method: BenchMethod, config, quality: bool, a
     return result
 
 
-def _needs_quality(method: BenchMethod) -> bool:
+def _needs_quality(method: BenchMethod, baseline: str) -> bool:
     # Lossless greedy-time outputs equal the baseline's, so their perplexity adds nothing. Peers other than the
     # baseline get none either (the llama.cpp ones are not lossless, but a target forward per row is not worth it).
-    return method.name == BASELINE or (not method.peer and (not method.lossless or method.sampled))
+    return method.name == baseline or (not method.peer and (not method.lossless or method.sampled))
 
 
 def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
@@ -160,7 +159,7 @@ def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
                "isa": gguf_kernels.isa() if getattr(lm, "runner", "") in ("quantized-q8", "native") else None,
                "draft_length": config.draft_length}
         try:
-            row.update(run_method(lm, draft_lm, item, method, config, quality=_needs_quality(method),
+            row.update(run_method(lm, draft_lm, item, method, config, quality=_needs_quality(method, config.baseline),
                                   artifacts=artifacts))
         except (KeyboardInterrupt, SystemExit):
             raise
@@ -171,7 +170,7 @@ def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
         if llama_cpp_peer.is_llama_cpp(method.name):
             row["peer_config"] = llama_cpp_peer.peer_config(lm, method.name)
         row["load_average_after"] = os.getloadavg()[0]      # the load while the row ran shows here, not before it
-        if method.name == BASELINE and row["error"] is None:
+        if method.label == config.baseline and row["error"] is None:
             reference = [t["token_ids"] for t in row["turns"]]
         row["equal_greedy"] = _equal(row, reference, method)
         if llama_cpp_peer.is_llama_cpp(method.name) and row["equal_greedy"] is not None:

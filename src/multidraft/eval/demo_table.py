@@ -2,8 +2,8 @@
 
     python -m multidraft.eval.demo_table bench-out/demo
 
-One line per method: pooled tok/s over every prompt (total tokens / total seconds), the speedup over HF greedy,
-HF prompt lookup and llama.cpp greedy (when the bench ran it: `make llama`) on the same prompts, the mean
+One line per method: pooled tok/s over every prompt (total tokens / total seconds), the speedup over each reference
+that ran (our greedy, HF greedy, HF prompt lookup, llama.cpp greedy: `make llama`) on the same prompts, the mean
 acceptance length, and whether the output equalled greedy's on every prompt. llama.cpp need not (8-bit
 activations): its cell says on how many prompts it did and how many tokens matched before the first difference.
 A method whose every run failed (a peer that crashed, hung or is not installed) gets a row saying
@@ -17,6 +17,7 @@ import sys
 
 from multidraft.eval.bench import read_results
 from multidraft.eval.report import failed_cell, peer_configs
+from multidraft.eval.results import BASELINE, baseline_of
 
 
 def failures(rows: list[dict]) -> dict[str, str]:
@@ -28,7 +29,7 @@ def failures(rows: list[dict]) -> dict[str, str]:
     return failed
 
 
-def demo_table(rows: list[dict]) -> str:
+def demo_table(rows: list[dict], baseline: str = BASELINE) -> str:
     ok = [r for r in rows if r.get("kind") == "row" and r.get("error") is None]
     pooled: dict[str, list[float]] = {}
     accepted: dict[str, list[float]] = {}
@@ -53,9 +54,9 @@ def demo_table(rows: list[dict]) -> str:
             match[1] += row["greedy_prefix_match"]["reference"]
     rate = {m: t / s for m, (t, s) in pooled.items() if s > 0}
     runner = next((r.get("runner") for r in ok if not r.get("peer") and r.get("runner")), "eager")
-    peers = ["hf_greedy", "hf_prompt_lookup"] + (["llama_cpp_greedy"] if rate.get("llama_cpp_greedy") else [])
-    titles = {"hf_greedy": "vs HF greedy", "hf_prompt_lookup": "vs HF prompt lookup",
+    titles = {"greedy": "vs greedy", "hf_greedy": "vs HF greedy", "hf_prompt_lookup": "vs HF prompt lookup",
               "llama_cpp_greedy": "vs llama.cpp greedy"}
+    peers = [p for p in titles if rate.get(p)]          # a ratio column for each reference that ran
     lines = ["| method | tok/s | " + " | ".join(titles[p] for p in peers) + " | acceptance length | same as greedy |",
              "|---" * (len(peers) + 4) + "|"]
     for method, value in rate.items():
@@ -74,8 +75,9 @@ def demo_table(rows: list[dict]) -> str:
     lines.append("")
     builds = peer_configs(rows)
     llama = f" llama.cpp peers: {'; '.join(builds)}, on the same GGUF." if builds else ""
-    lines.append(f"{prompts} prompts; tok/s pooled over them; our methods on the '{runner}' runner, HF peers stock."
-                 + llama)
+    reference = "HF generate() greedy's" if baseline == "hf_greedy" else "our greedy's"
+    lines.append(f"{prompts} prompts; tok/s pooled over them; our methods on the '{runner}' runner, HF peers stock; "
+                 f"'same as greedy': the output equals {reference}." + llama)
     return "\n".join(lines)
 
 
@@ -84,8 +86,8 @@ def main(argv=None) -> int:
     if len(argv) != 1:
         print("usage: python -m multidraft.eval.demo_table BENCH_FOLDER", file=sys.stderr)
         return 2
-    _header, rows = read_results(argv[0])
-    print(demo_table(rows))
+    header, rows = read_results(argv[0])
+    print(demo_table(rows, baseline_of(header)))
     # A peer that failed (llama.cpp crashed, is not installed...) costs its own row; one of ours failing fails the demo.
     ours = sorted({r["method"] for r in rows if r.get("kind") == "row" and r.get("error") and not r.get("peer")})
     if ours:

@@ -165,10 +165,11 @@ def isa_of(runner: str):
 
 @contextlib.contextmanager
 def linear_timer():
-    """Inside: the GGUF linear ops (gguf_kernels.linear, linear_q8) timed; yields a one-item list of seconds."""
+    """Inside: the GGUF linear ops (gguf_kernels.linear, linear_q8, linear_q8_many) timed; yields a one-item list of
+    seconds."""
     from multidraft.models import gguf_kernels
     spent = [0.0]
-    originals = {name: getattr(gguf_kernels, name) for name in ("linear", "linear_q8")}
+    originals = {name: getattr(gguf_kernels, name) for name in ("linear", "linear_q8", "linear_q8_many")}
 
     def timed(op):
         def call(*args):

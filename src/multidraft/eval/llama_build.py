@@ -43,6 +43,9 @@ X86_OPTIONS = (
 )
 # Left out whatever the CPU has: the AMX backend crashed llama.cpp's first decode on Q4_K / Q6_K weights.
 ALWAYS_OFF = ("GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16")
+# llama-cpp-python's multimodal library (mtmd, imported only by its llava chat handlers): the bench never loads it,
+# and leaving it out shortens the build on every platform.
+LIBRARY_ONLY = "-DLLAVA_BUILD=OFF"
 
 
 def cpu_flags(cpuinfo: str) -> set[str]:
@@ -52,10 +55,10 @@ def cpu_flags(cpuinfo: str) -> set[str]:
 
 
 def cmake_args(flags: set[str], machine: str = "x86_64") -> str:
-    """CMAKE_ARGS for a CPU with these /proc/cpuinfo flags; off x86 an empty string (llama.cpp's own default)."""
+    """CMAKE_ARGS for a CPU with these /proc/cpuinfo flags; off x86 llama.cpp's own defaults (library only)."""
     if machine not in ("x86_64", "AMD64", "i686"):
-        return ""
-    options = ["-DGGML_NATIVE=OFF"]
+        return LIBRARY_ONLY
+    options = [LIBRARY_ONLY, "-DGGML_NATIVE=OFF"]
     options += [f"-D{name}={'ON' if all(f in flags for f in needs) else 'OFF'}" for name, needs in X86_OPTIONS]
     options += [f"-D{name}=OFF" for name in ALWAYS_OFF]
     return " ".join(options)

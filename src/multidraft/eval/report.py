@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Optional
 
-from multidraft.eval.results import BASELINE, RESULTS_NAME, read_results
+from multidraft.eval.results import RESULTS_NAME, baseline_of, read_results
 
 REPORT_NAME = "report.md"
 SPEEDUP_PNG, HISTOGRAM_PNG, SPD_PNG = "speedup.png", "acceptance_histogram.png", "spd_latency.png"
@@ -111,10 +111,11 @@ def analyse(header: dict, rows: list[dict]) -> dict[str, Any]:
     """{task: {label: summary}}, in the header's task and method order, plus mismatches and errors."""
     methods = {m["label"]: m for m in header["methods"]}
     tasks = [t for t in header["tasks"] if any(r["task"] == t for r in rows)]
+    reference = baseline_of(header)
     result: dict[str, dict[str, dict]] = {}
     for task in tasks:
         task_rows = [r for r in rows if r["task"] == task]
-        baseline = {r["prompt_id"]: r for r in task_rows if r["method"] == BASELINE and r.get("error") is None}
+        baseline = {r["prompt_id"]: r for r in task_rows if r["method"] == reference and r.get("error") is None}
         # In bf16 a near-tied token can flip and send one method down a different text; on the prompts where no
         # greedy lossless row diverged, every method did exactly the same work.
         matched = set(baseline) - {r["prompt_id"] for r in task_rows if _differs_from_greedy(r)}
@@ -125,14 +126,15 @@ def analyse(header: dict, rows: list[dict]) -> dict[str, Any]:
                 result[task][label] = summarize(mine, method, baseline, matched)
     mismatches = [r for r in rows if _differs_from_greedy(r)]
     errors = [r for r in rows if r.get("error")]
-    return {"tasks": result, "methods": methods, "mismatches": mismatches, "errors": errors}
+    return {"tasks": result, "methods": methods, "mismatches": mismatches, "errors": errors, "baseline": reference}
 
 
 def render_tables(header: dict, rows: list[dict], analysis: Optional[dict] = None) -> str:
     """The summary matrix and one table per task (what the CLI prints)."""
     analysis = analysis or analyse(header, rows)
     tasks, methods = analysis["tasks"], analysis["methods"]
-    lines = ["## Summary: median speedup over HF greedy (mean acceptance length)", "",
+    versus = "HF greedy" if analysis["baseline"] == "hf_greedy" else "our greedy"
+    lines = [f"## Summary: median speedup over {versus} (mean acceptance length)", "",
              "| method | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
     for label, method in methods.items():
         cells = []
@@ -178,7 +180,8 @@ def render_report(header: dict, rows: list[dict], plots: list[str]) -> str:
              f"- tasks: {', '.join(header['tasks'])}; started {header.get('created', '?')}; "
              f"{len(runs)} run(s): {', '.join(r['mode'] for r in runs)}",
              f"- load average (1 min) over rows: {min(loads):.1f} to {max(loads):.1f}" if loads else "- load average: —",
-             f"- baseline `{BASELINE}` = HF `generate()` greedy. Speedup = tok/s of a method / tok/s of the baseline "
+             f"- baseline `{baseline_of(header)}` = "
+             f"{'HF `generate()` greedy' if baseline_of(header) == 'hf_greedy' else 'our greedy'}. Speedup = tok/s of a method / tok/s of the baseline "
              f"on the same prompt; min / median / max over prompts. Mean acceptance length = generated tokens / target "
              f"verification calls (pooled over prompts); peers (HF, llama.cpp) do not report it.",
              "- matched prompts: those on which every greedy lossless row equals the baseline's output, so every method "
@@ -227,7 +230,7 @@ def plot_speedup(analysis: dict, path: Path) -> bool:
     import matplotlib.pyplot as plt
     import numpy as np
     tasks = list(analysis["tasks"])
-    labels = [m for m in analysis["methods"] if m != BASELINE
+    labels = [m for m in analysis["methods"] if m != analysis["baseline"]
               and any(analysis["tasks"][t].get(m, {}).get("speedup") for t in tasks)]
     if not labels:
         return False
@@ -243,7 +246,7 @@ def plot_speedup(analysis: dict, path: Path) -> bool:
         ax.bar(x + (i - (len(tasks) - 1) / 2) * width, mids, width, yerr=[lows, highs], capsize=3, label=task)
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     ax.set_xticks(x, labels, rotation=30, ha="right")
-    ax.set_ylabel(f"speedup over {BASELINE} (median, min-max)")
+    ax.set_ylabel(f"speedup over {analysis['baseline']} (median, min-max)")
     ax.set_title("Speedup per method and task")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -302,9 +305,11 @@ def plot_spd_latency(header: dict, rows: list[dict], path: Path) -> bool:
     sample = [r["seconds"] for r in ok if r["name"] == "sample" and r["task"] in tasks]
     if sample:
         ax.plot(ks, [k * statistics.median(sample) for k in ks], marker="s", linestyle="--", label="k x sample runs")
-    greedy = [r["seconds"] for r in ok if r["method"] == BASELINE and r["task"] in tasks]
+    reference = baseline_of(header)
+    greedy = [r["seconds"] for r in ok if r["method"] == reference and r["task"] in tasks]
     if greedy:
-        ax.axhline(statistics.median(greedy), color="gray", linestyle=":", label="one greedy run (HF)")
+        ax.axhline(statistics.median(greedy), color="gray", linestyle=":",
+                   label="one greedy run (HF)" if reference == "hf_greedy" else "one greedy run")
     ax.set_xlabel("k (drafts)")
     ax.set_ylabel("median latency per prompt (s)")
     ax.set_xticks(ks)

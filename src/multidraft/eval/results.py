@@ -17,7 +17,14 @@ from multidraft.fsutil import atomic_path
 
 FORMAT = 1
 RESULTS_NAME = "results.jsonl"
-BASELINE = "hf_greedy"      # the column every speedup and equality check is measured against
+BASELINE = "hf_greedy"      # the column every speedup and equality check is measured against, unless --baseline
+# says otherwise: HF generate() greedy, or our own greedy (no HF model loaded: `make demo`'s short run).
+BASELINES = ("hf_greedy", "greedy")
+
+
+def baseline_of(header: dict) -> str:
+    """The baseline method of a results file (folders written before --baseline existed: hf_greedy)."""
+    return (header.get("config") or {}).get("baseline", BASELINE)
 
 
 class BenchConfigError(MultidraftError, ValueError):

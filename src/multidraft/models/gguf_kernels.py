@@ -6,8 +6,11 @@ Ops (torch.ops.multidraft_gguf):
 - linear_q8(x, blocks, type, K): the same with x quantized per row to int8, per 256 values for Q4_K / Q6_K and per 32
   for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (llama.cpp's arithmetic), on the instruction-set path chosen at load (`isa()`;
   kernels/q8_linear.inc);
+- linear_q8_many(x, [blocks], [type], K, [bias or None]): several linear_q8 on one input quantized once, + biases;
 - dequantize(blocks, type, K, ids) -> (len(ids), K) fp32: chosen rows of W (embedding lookups, prefill GEMM);
-- attention(q (H, T, D), k (KVH, S, D), v, visible (T, S) bool, scaling) -> (T, H, D).
+- attention(q (H, T, D), k (KVH, S, D), v, visible (T, S) bool, scaling) -> (T, H, D);
+- add_rms_norm(x, branch or None, weight, eps) -> (x + branch, its RMSNorm) and rotary_heads(q, k, cos, signed_sin):
+  the native forward's elementwise steps, torch's fp32 operations bit for bit (kernels/layer_ops.inc).
 """
 
 from __future__ import annotations
@@ -90,6 +93,21 @@ def linear(x: torch.Tensor, blocks: torch.Tensor, type_id: int, width: int) -> t
 
 def linear_q8(x: torch.Tensor, blocks: torch.Tensor, type_id: int, width: int) -> torch.Tensor:
     return torch.ops.multidraft_gguf.linear_q8(x, blocks, type_id, width)
+
+
+def linear_q8_many(x: torch.Tensor, blocks: list, type_ids: list, width: int, biases: list) -> list:
+    """linear_q8 of several matrices on one input, quantized once (q, k, v; gate, up), each + its bias (or None):
+    each output is the bits of its own linear_q8 call + bias. The matrices share an activation block (q8_block)."""
+    return torch.ops.multidraft_gguf.linear_q8_many(x, blocks, type_ids, width, biases)
+
+
+def linear_q8_many_on(x: torch.Tensor, blocks: list, type_ids: list, width: int, biases: list, path: str) -> list:
+    return torch.ops.multidraft_gguf.linear_q8_many_on(x, blocks, type_ids, width, biases, _PATH_NUMBERS[path])
+
+
+def q8_block(type_id: int) -> int:
+    """How many activation values share one int8 scale for a Q8_TYPES format: 256 (K formats) or 32."""
+    return BLOCK_LAYOUTS[type_id][0]
 
 
 def linear_q8_on(x: torch.Tensor, blocks: torch.Tensor, type_id: int, width: int, path: str) -> torch.Tensor:
@@ -182,3 +200,13 @@ def dequantize(blocks: torch.Tensor, type_id: int, width: int, rows: Optional[to
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scaling: float) -> torch.Tensor:
     return torch.ops.multidraft_gguf.attention(q, k, v, visible, float(scaling))
+
+
+def add_rms_norm(x: torch.Tensor, branch: Optional[torch.Tensor], weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.ops.multidraft_gguf.add_rms_norm(x, branch, weight, float(eps))
+
+
+def rotary_heads(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+                 signed_sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.ops.multidraft_gguf.rotary_heads(q, k, cos, signed_sin)

@@ -7,9 +7,11 @@ linears (+ Qwen2's biases), rotary, grouped-query attention over the KV cache (t
 o linear, the gated SiLU MLP and the LM head.
 
 Exactness. Around the linears it performs the very fp32 operations HF's modeling_llama / modeling_qwen2 perform,
-in the same order and on the same shapes (RMSNorm: x * rsqrt(mean(x^2) + eps), then weight *; rotary: positions x
-inv_freq, cat, cos/sin x attention_scaling, q*cos + rotate_half(q)*sin; residual + branch; silu(gate) * up), and
-the linears and attention are the same kernel calls (quantized.block_linear, gguf_kernels.attention). So its
+in the same order (RMSNorm: x * rsqrt(mean(x^2) + eps), then weight *; rotary: positions x inv_freq, cat, cos/sin x
+attention_scaling, q*cos + rotate_half(q)*sin; residual + branch; silu(gate) * up), and the linears and attention
+are the same kernel calls (quantized.block_linear, gguf_kernels.attention). The residual + norm and the rotary run
+as one kernel op each (gguf_kernels.add_rms_norm, rotary_heads: the same roundings, torch's own mean), and linears
+that read one input quantize it once (block_linears). So its
 logits are the quantized runner's bits for the same tokens and activations mode, alone, in a verify, in a tree
 or in the engine's packed forward (tests/test_native_runner.py checks it bit for bit), and every property the
 quantized runner has (batch and thread invariance, exact prefix reuse in q8) carries over.
@@ -28,7 +30,7 @@ import torch
 
 from multidraft.models import gguf_kernels
 from multidraft.models.kv_cache import GrowingKVCache, StaticArena
-from multidraft.models.quantized import block_linear
+from multidraft.models.quantized import block_linear, block_linears
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 STATIC_ROTARY = ("default", "linear", "llama3", "yarn")      # inv_freq fixed at load
@@ -119,16 +121,20 @@ class NativeForward:
 
     # ----- the pieces, as HF computes them -----
     def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and signed sin (1, 1, T, D) of positions (T,): Qwen2/LlamaRotaryEmbedding.forward's cos and sin,
-        with the sin's first half negated (see _apply_rotary)."""
-        freqs = positions[None, :, None].float() * self.inv_freq
+        """cos and signed sin (T, D) of positions (T,): Qwen2/LlamaRotaryEmbedding.forward's cos and sin,
+        with the sin's first half negated (see _rotary_heads)."""
+        freqs = positions[:, None].float() * self.inv_freq
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos() * self.rotary_scaling, emb.sin() * self.rotary_scaling
         half = sin.shape[-1] // 2
-        return cos[:, None], torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)[:, None]
+        return cos, torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
 
     def _linear(self, weights: tuple, x: torch.Tensor, prefill: bool) -> torch.Tensor:
         return block_linear(weights[0], x, self.mode.activations, weights[1], prefill)
+
+    def _linears(self, weights: Sequence[tuple], x: torch.Tensor, prefill: bool) -> list:
+        """Linears that read the same input (q, k, v; gate, up): quantized once in q8, the same bits."""
+        return block_linears([w[0] for w in weights], x, self.mode.activations, [w[1] for w in weights], prefill)
 
     # ----- the forward -----
     @torch.inference_mode()
@@ -144,56 +150,53 @@ class NativeForward:
         x = (self.embedding.dequantize(input_ids.reshape(-1).cpu()) if embeds is None else embeds.float())[None]
         rows, width = x.shape[1], visible.shape[1]
         cos, signed_sin = self._rotary(positions)
-        shape = (1, rows, -1, self.head_dim)
         if 0 in hidden_layers:
             out.hidden[0] = x[0]
+        # each residual add runs with the norm after it: the next layer's (or the final) norm ends a layer
+        norms = [layer.attn_norm for layer in self.layers[1:]] + [self.final_norm]
+        x, h = _add_rms_norm(x, None, *self.layers[0].attn_norm)
         for index, layer in enumerate(self.layers):
-            h = _rms_norm(x, *layer.attn_norm)
-            q = self._linear(layer.q, h, prefill).view(shape).transpose(1, 2)
-            k = self._linear(layer.k, h, prefill).view(shape).transpose(1, 2)
-            v = self._linear(layer.v, h, prefill).view(shape).transpose(1, 2)
-            q, k = _apply_rotary(q, k, cos, signed_sin)
-            keys, values = _store(cache, index, k, v)
+            q, k, v = self._linears((layer.q, layer.k, layer.v), h, prefill)
+            q, k = _rotary_heads(q, k, cos, signed_sin)                     # (H, T, D), (1, KVH, T, D)
+            keys, values = _store(cache, index, k, v.view(1, rows, -1, self.head_dim).transpose(1, 2))
             if visible.shape[1] != keys.shape[1]:       # an arena's slots past the mask's width: never visible
                 visible = torch.nn.functional.pad(visible, (0, keys.shape[1] - visible.shape[1]))
-            attn = gguf_kernels.attention(q[0].float(), keys, values, visible, self.scaling)
-            x = x + self._linear(layer.o, attn.reshape(1, rows, -1), prefill)
-            h = _rms_norm(x, *layer.mlp_norm)
-            h = torch.nn.functional.silu(self._linear(layer.gate, h, prefill)) * self._linear(layer.up, h, prefill)
-            x = x + self._linear(layer.down, h, prefill)
+            attn = gguf_kernels.attention(q, keys, values, visible, self.scaling)
+            x, h = _add_rms_norm(x, self._linear(layer.o, attn.reshape(1, rows, -1), prefill), *layer.mlp_norm)
+            gate, up = self._linears((layer.gate, layer.up), h, prefill)
+            x, h = _add_rms_norm(x, self._linear(layer.down, torch.nn.functional.silu(gate) * up, prefill),
+                                 *norms[index])
             if index + 1 in hidden_layers:
                 out.hidden[index + 1] = x[0]
             if heads_by_layer and index in heads_by_layer:
                 # a GrowingKVCache's buffer is written in place by later forwards: the capture keeps a copy
                 seen = keys[:, :width].clone() if isinstance(cache, GrowingKVCache) else keys
                 out.queries[index] = self._queries(q, seen, heads_by_layer[index])
-        x = _rms_norm(x, *self.final_norm)
-        if keep_rows is not None:
-            x = x[:, keep_rows]
-        out.logits = self._linear(self.head, x, prefill)[0]
+        if keep_rows is not None:                       # h: the final norm of every row (row-wise: the same bits)
+            h = h[:, keep_rows]
+        out.logits = self._linear(self.head, h, prefill)[0]
         return out
 
     def _queries(self, q: torch.Tensor, keys: torch.Tensor, heads: Sequence[int]) -> list:
         """What attention_rows' hooks keep: per head (its queries (T, D), its KV head's keys (S, D), scaling)."""
         groups = self.num_heads // keys.shape[0]
         shared = {kv: keys[kv] for kv in {head // groups for head in heads}}        # one object per KV head
-        return [(q[0, head], shared[head // groups], self.scaling) for head in heads]
+        return [(q[head], shared[head // groups], self.scaling) for head in heads]
 
 
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Qwen2RMSNorm / LlamaRMSNorm in fp32: weight * (x * rsqrt(mean(x^2) + eps))."""
-    variance = x.pow(2).mean(-1, keepdim=True)
-    return weight * (x * torch.rsqrt(variance + eps))
+def _add_rms_norm(x: torch.Tensor, branch: Optional[torch.Tensor], weight: torch.Tensor,
+                  eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x + branch, its RMSNorm): HF's residual add, then Qwen2RMSNorm / LlamaRMSNorm in fp32,
+    weight * (x * rsqrt(mean(x^2) + eps)), in one kernel op with torch's bits (kernels/layer_ops.inc)."""
+    return gguf_kernels.add_rms_norm(x, branch, weight, eps)
 
 
-def _apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor):
-    """HF's apply_rotary_pos_emb, x * cos + rotate_half(x) * sin with rotate_half(x) = (-x2, x1), on queries and keys
-    at once: rotate_half(x) * sin = roll(x) * (-sin1, sin2) exactly (a product's sign is exact), so each value
-    goes through the same two roundings (the products, then their sum) in a third of the ops."""
-    heads = q.shape[1]
-    both = torch.cat((q, k), dim=1)
-    both = (both * cos) + (both.roll(both.shape[-1] // 2, dims=-1) * signed_sin)
-    return both[:, :heads], both[:, heads:]
+def _rotary_heads(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor):
+    """HF's apply_rotary_pos_emb, x * cos + rotate_half(x) * sin with rotate_half(x) = (-x2, x1), on the q and k
+    linears' outputs (1, T, heads * D): rotate_half(x) * sin = roll(x) * (-sin1, sin2) exactly (a product's sign is
+    exact), so each value goes through the same two roundings (the products, then their sum); one kernel op that
+    also lays q out as (H, T, D) and k as (1, KVH, T, D)."""
+    return gguf_kernels.rotary_heads(q, k, cos, signed_sin)
 
 
 def _store(cache, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

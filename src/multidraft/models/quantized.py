@@ -132,6 +132,17 @@ def block_linear(matrix: BlockMatrix, x: torch.Tensor, activations: str, bias: O
     return out
 
 
+def block_linears(matrices: list, x: torch.Tensor, activations: str, biases: list, prefill: bool = False) -> list:
+    """[block_linear(m, x, activations, b, prefill) for m, b in zip(matrices, biases)], the same bits, with the
+    input quantized once when every matrix takes it in 8 bits per the same activation block (gguf_kernels'
+    linear_q8_many: q, k, v or gate, up of one layer)."""
+    q8 = activations == "q8" and all(m.has_q8_kernel for m in matrices)
+    if q8 and len({gguf_kernels.q8_block(m.type_id) for m in matrices}) == 1:
+        return gguf_kernels.linear_q8_many(x.float(), [m.blocks for m in matrices], [m.type_id for m in matrices],
+                                           matrices[0].width, list(biases))
+    return [block_linear(m, x, activations, b, prefill) for m, b in zip(matrices, biases)]
+
+
 def _linear_forward(self, x: torch.Tensor) -> torch.Tensor:
     return block_linear(self.gguf_matrix, x, self.gguf_mode.activations, self.bias, getattr(_prefill, "active", False))
 

@@ -48,6 +48,7 @@ class LM:
         self.eos_token_ids = self._eos_ids()
         self._decoder_layers = self._find_layers()
         self.static_capacity = static_runner.DEFAULT_CAPACITY
+        self.runner_setup_seconds = 0.0    # how long the last use_runner took (kernel build, graph capture): the bench
         # None: the model's own kind: for a model on GGUF blocks (models/quantized.py) "auto" keeps the activations it
         # was loaded with (and goes native in q8 where AUTO_NATIVE says so), else eager
         self.use_runner(runner or ("auto" if self.quantized else "eager"))
@@ -67,7 +68,7 @@ class LM:
         try:
             return self._use_runner(runner, progress)
         finally:
-            self.runner_setup_seconds = time.perf_counter() - started    # kernel build, graph capture: shown by bench
+            self.runner_setup_seconds = time.perf_counter() - started
 
     @property
     def quantized(self) -> bool:

@@ -6,11 +6,14 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from multidraft.decoders.draft_length import DEFAULT_MODE as DEFAULT_DRAFT_LENGTH
+from multidraft.validation import ServerBounds
 
 # Host names a browser uses for this machine. A request whose Host header is anything else was sent to a
 # name that merely resolves here (DNS rebinding), unless the operator lists that name (--allowed-hosts).
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 ARTIFACT_KINDS = ("ngram", "heads", "rescorer", "draft_model")
+# The fields that cap a request's values (max_tokens; the option specs' `cap`s): handed to the library's checks.
+CAPS = ("max_tokens", "max_beams", "max_draft_tokens", "max_drafts", "max_tree_tokens", "max_lattice_k")
 
 
 @dataclass
@@ -56,6 +59,10 @@ class ServerConfig:
     max_num_seqs: int = 8
     max_batched_tokens: int = 16384
     prefill_chunk: int = 256
+
+    def bounds(self) -> ServerBounds:
+        """What the library's checks bound a request's values by (Request.build): the caps above, by field name."""
+        return ServerBounds({name: getattr(self, name) for name in CAPS})
 
     @property
     def api_keys(self) -> tuple:

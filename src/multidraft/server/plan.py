@@ -10,18 +10,17 @@ How n choices are made (one place, so the page and the API agree):
 
 from __future__ import annotations
 
-import re
 import secrets
 from dataclasses import dataclass
 from typing import Optional
 
 from multidraft import validation
 from multidraft.api import generate_request
-from multidraft.errors import InvalidOptionError, PromptError
+from multidraft.errors import InvalidOptionError, PromptError, ServerLimitError
 from multidraft.methods import Method, available_methods, get_method
 from multidraft.request import Request
 from multidraft.server.config import ServerConfig
-from multidraft.server.options import default_artifact, request_options
+from multidraft.server.options import check_sizes, default_artifact, request_options
 from multidraft.server.schemas import ApiError, ChatRequest
 from multidraft.server.worker import JobCancelled, JobTimedOut
 from multidraft.text_stream import TextStreamer
@@ -29,7 +28,6 @@ from multidraft.types import DecodeStats
 
 MAX_STOP_STRINGS = 4
 MAX_STOP_LENGTH = 256
-CHAT_ROLES = ("system", "user", "assistant")     # as multidraft.validation (the chat templates know these)
 
 
 SAMPLE_PARAMS = {"temperature": 0.8, "top_p": 0.95}
@@ -101,9 +99,10 @@ class Outcome:
 
 def build_plan(request, config: ServerConfig, draft_lm=None, suffix_store=None, named=None, *,
                suffix_stores=None, client: Optional[str] = None) -> Plan:
-    """Check limits and options before the request is queued; raises ApiError(400). The library builds and checks
-    the `Request`s (sampling within the server's bounds: Request.build(http=True)); the server adds only its caps,
-    its allow-list, its artifacts (`named`: kind -> {name: value}, default config.artifacts) and its suffix store
+    """Check a request before it is queued; raises ApiError(400). The library builds and checks the `Request`s with
+    the server's bounds (Request.build(bounds=...): sampling, max_tokens and every option within the HTTP bounds and
+    caps, in the library's words); the server adds only what is HTTP's: the request's shape, its allow-list, its
+    artifacts (`named`: kind -> {name: value}, default config.artifacts), products of options, and its suffix store
     (`suffix_store`, or the one of `suffix_stores` for `client` when the method drafts from one)."""
     named = config.artifacts if named is None else named
     chat = isinstance(request, ChatRequest)
@@ -115,31 +114,40 @@ def build_plan(request, config: ServerConfig, draft_lm=None, suffix_store=None, 
         raise ApiError(400, f"'stop' holds {len(stop)} strings; at most {MAX_STOP_STRINGS} are allowed", param="stop")
     if any(isinstance(s, str) and len(s) > MAX_STOP_LENGTH for s in stop):
         raise ApiError(400, f"a stop string is longer than {MAX_STOP_LENGTH} characters", param="stop")
-    method = request.method or config.default_method
+    method = request.method or config.default_method          # the one place the default method is chosen
     if suffix_stores is not None:
         suffix_store = suffix_store_for(method, suffix_stores, client)
     options = _options(request, method, config, draft_lm, suffix_store, named)
     try:
         requests = [Request.build(prompt, method, max_new_tokens=max_tokens, temperature=request.temperature,
                                   top_p=request.top_p, top_k=request.top_k, seed=request.seed, stop=stop,
-                                  chat=chat, draft_length=config.draft_length, options=options, http=True)
+                                  chat=chat, draft_length=config.draft_length, options=options,
+                                  bounds=config.bounds())
                     for prompt in prompts]
     except PromptError as exc:
         raise ApiError(400, str(exc), param="messages" if chat else "prompt") from None
-    except InvalidOptionError as exc:    # an option's row check ("method 'x': ..."), sampling, the temperature rules
-        raise ApiError(400, str(exc), param=_param_of_message(str(exc))) from None
+    except InvalidOptionError as exc:    # an option, sampling, max_tokens, the temperature rules: the library's words
+        raise _api_error(exc, request) from None
+    check_sizes(requests[0].row, requests[0].options, config, request.n)
     return Plan(requests, chat, request.n, request.stream)
 
 
+def _api_error(exc: InvalidOptionError, request) -> ApiError:
+    """A library refusal as a 400 naming the request's field (`param`: the check's, in the request's terms)."""
+    message = str(exc)
+    param = exc.param
+    if param == "max_new_tokens":
+        param = "max_completion_tokens" if getattr(request, "max_completion_tokens", None) is not None else "max_tokens"
+    elif param is None:
+        param = "method" if message.startswith("method '") else "stop" if message.startswith("stop") else \
+            "temperature" if "temperature" in message else None
+    return ApiError(400, message, param=param, code="limit_exceeded" if isinstance(exc, ServerLimitError) else None)
+
+
 def _prompts_and_budget(request, config: ServerConfig, chat: bool) -> tuple[list, int]:
-    """The request's prompts (chat: its messages as one prompt) and its max_tokens within the server's cap."""
+    """The request's prompts (chat: its messages as one prompt; the library checks them, roles and emptiness
+    included, when it encodes them) and its max_tokens (the server's defaults; its range is the library's check)."""
     if chat:
-        if not request.messages:
-            raise ApiError(400, "'messages' must hold at least one message", param="messages")
-        for m in request.messages:
-            if m.role not in CHAT_ROLES:
-                raise ApiError(400, f"message role must be one of {', '.join(CHAT_ROLES)}, got {m.role[:40]!r}",
-                               param="messages")
         prompts = [[{"role": m.role, "content": m.text()} for m in request.messages]]
         max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
     else:
@@ -147,11 +155,6 @@ def _prompts_and_budget(request, config: ServerConfig, chat: bool) -> tuple[list
         max_tokens = request.max_tokens
     if max_tokens is None:
         max_tokens = config.default_max_tokens if not chat else config.max_tokens
-    if max_tokens < 1:                   # named as the request names it (the library says max_new_tokens)
-        raise ApiError(400, f"'max_tokens' must be >= 1, got {max_tokens}", param="max_tokens")
-    if max_tokens > config.max_tokens:
-        raise ApiError(400, f"'max_tokens' is {max_tokens}; this server allows at most {config.max_tokens} "
-                            f"(serve --max-tokens)", param="max_tokens")
     return prompts, max_tokens
 
 
@@ -166,7 +169,7 @@ def _options(request, method: str, config: ServerConfig, draft_lm, suffix_store,
             spec.resolve_options(unknown)
     except InvalidOptionError as exc:
         raise ApiError(400, str(exc), param="method" if "method" in str(exc) else None) from None
-    options = request_options(method, given, config, request.n, named)
+    options = request_options(method, given, config, named)
     for name in spec.artifact_options("draft_model"):   # the operator's draft model unless the request named one
         if name not in options:
             chosen = draft_lm if draft_lm is not None else default_artifact("draft_model", named)
@@ -177,16 +180,6 @@ def _options(request, method: str, config: ServerConfig, draft_lm, suffix_store,
     if suffix_store is not None and "store" in spec.specs:
         options["store"] = suffix_store
     return options
-
-
-def _param_of_message(message: str) -> Optional[str]:
-    """The request field a library message is about: a quoted field it starts with ("'top_p' must be ..."), else
-    the method, the stop strings or the temperature rules."""
-    match = re.match(r"'([a-z_]+)' ", message)
-    if match:
-        return match.group(1)
-    return "method" if message.startswith("method '") else "stop" if message.startswith("stop") else \
-        "temperature" if "temperature" in message else None
 
 
 def suffix_store_for(method: str, stores, client: Optional[str]):

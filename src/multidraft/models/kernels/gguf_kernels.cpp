@@ -684,21 +684,32 @@ at::Tensor invariant_attention(const at::Tensor& q_in, const at::Tensor& k_in, c
   return out;
 }
 
+#include "layer_ops.inc"
+
 }  // namespace
 
 TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("linear(Tensor x, Tensor blocks, int type, int K) -> Tensor");
   m.def("linear_q8(Tensor x, Tensor blocks, int type, int K) -> Tensor");
   m.def("linear_q8_on(Tensor x, Tensor blocks, int type, int K, int path) -> Tensor");
+  m.def("linear_q8_many(Tensor x, Tensor[] blocks, int[] types, int K, Tensor?[] biases) -> Tensor[]");
+  m.def("linear_q8_many_on(Tensor x, Tensor[] blocks, int[] types, int K, Tensor?[] biases, int path) -> Tensor[]");
   m.def("q8_missing(int path) -> str", &q8_missing_op);
   m.def("set_q8_path(int path) -> int", &set_q8_path);
+  m.def("q8_quantize(Tensor x, int block, bool scalar) -> (Tensor, Tensor, Tensor, Tensor)", &q8_quantize);
   m.def("dequantize(Tensor blocks, int type, int K, Tensor ids) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor visible, float scaling) -> Tensor");
+  m.def("add_rms_norm(Tensor x, Tensor? branch, Tensor weight, float eps) -> (Tensor, Tensor)");
+  m.def("rotary_heads(Tensor q, Tensor k, Tensor cos, Tensor signed_sin) -> (Tensor, Tensor)");
 }
 TORCH_LIBRARY_IMPL(multidraft_gguf, CPU, m) {
   m.impl("linear", &gguf_linear);
   m.impl("linear_q8", &gguf_linear_q8);
   m.impl("linear_q8_on", &q8_linear_on);
+  m.impl("linear_q8_many", &gguf_linear_q8_many);
+  m.impl("linear_q8_many_on", &q8_linear_many_on);
   m.impl("dequantize", &gguf_dequantize);
   m.impl("attention", &invariant_attention);
+  m.impl("add_rms_norm", &add_rms_norm);
+  m.impl("rotary_heads", &rotary_heads);
 }
