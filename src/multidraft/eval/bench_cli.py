@@ -11,6 +11,7 @@ from multidraft import validation
 from multidraft.errors import InvalidOptionError
 from multidraft.eval import forward_cost_cli, presets
 from multidraft.eval.bench_args import add_model_argument
+from multidraft.eval.results import BASELINE, BASELINES
 from multidraft.decoders.draft_length import add_draft_length_argument
 from multidraft.models.runner_choice import add_dtype_argument, add_runner_argument, dtype_choice
 from multidraft.models.device import add_device_argument
@@ -34,7 +35,7 @@ def register(subparsers) -> None:
                         help="'all' or a comma-separated list of methods (see `multidraft methods`) and HF peers "
                              "(hf_greedy, hf_prompt_lookup, hf_assisted; llama_cpp_greedy, llama_cpp_prompt_lookup on the "
                              "model's GGUF, with `make llama`); the baseline (--baseline) always runs first")
-    parser.add_argument("--baseline", default="hf_greedy", choices=("hf_greedy", "greedy"),
+    parser.add_argument("--baseline", default=BASELINE, choices=BASELINES,
                         help="what speedups and output equality are measured against: HF generate() greedy "
                              "(default), or our own greedy on the same runner (no HF model is loaded then, unless "
                              "an HF peer is asked for)")

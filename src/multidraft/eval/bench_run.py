@@ -140,7 +140,7 @@ def _run_turns(lm, draft_lm, item, method: BenchMethod, config, quality: bool, a
 def _needs_quality(method: BenchMethod, baseline: str) -> bool:
     # Lossless greedy-time outputs equal the baseline's, so their perplexity adds nothing. Peers other than the
     # baseline get none either (the llama.cpp ones are not lossless, but a target forward per row is not worth it).
-    return method.name == baseline or (not method.peer and (not method.lossless or method.sampled))
+    return method.label == baseline or (not method.peer and (not method.lossless or method.sampled))
 
 
 def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,

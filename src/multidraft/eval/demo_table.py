@@ -17,7 +17,7 @@ import sys
 
 from multidraft.eval.bench import read_results
 from multidraft.eval.report import failed_cell, peer_configs
-from multidraft.eval.results import BASELINE, baseline_of
+from multidraft.eval.results import BASELINE, BASELINE_NAMES, baseline_of
 
 
 def failures(rows: list[dict]) -> dict[str, str]:
@@ -75,9 +75,8 @@ def demo_table(rows: list[dict], baseline: str = BASELINE) -> str:
     lines.append("")
     builds = peer_configs(rows)
     llama = f" llama.cpp peers: {'; '.join(builds)}, on the same GGUF." if builds else ""
-    reference = "HF generate() greedy's" if baseline == "hf_greedy" else "our greedy's"
     lines.append(f"{prompts} prompts; tok/s pooled over them; our methods on the '{runner}' runner, HF peers stock; "
-                 f"'same as greedy': the output equals {reference}." + llama)
+                 f"'same as greedy': the output equals {BASELINE_NAMES[baseline]}'s." + llama)
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Optional
 
-from multidraft.eval.results import RESULTS_NAME, baseline_of, read_results
+from multidraft.eval.results import BASELINE_NAMES, RESULTS_NAME, baseline_of, read_results
 
 REPORT_NAME = "report.md"
 SPEEDUP_PNG, HISTOGRAM_PNG, SPD_PNG = "speedup.png", "acceptance_histogram.png", "spd_latency.png"
@@ -133,8 +133,7 @@ def render_tables(header: dict, rows: list[dict], analysis: Optional[dict] = Non
     """The summary matrix and one table per task (what the CLI prints)."""
     analysis = analysis or analyse(header, rows)
     tasks, methods = analysis["tasks"], analysis["methods"]
-    versus = "HF greedy" if analysis["baseline"] == "hf_greedy" else "our greedy"
-    lines = [f"## Summary: median speedup over {versus} (mean acceptance length)", "",
+    lines = [f"## Summary: median speedup over {BASELINE_NAMES[analysis['baseline']]} (mean acceptance length)", "",
              "| method | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
     for label, method in methods.items():
         cells = []
@@ -180,8 +179,7 @@ def render_report(header: dict, rows: list[dict], plots: list[str]) -> str:
              f"- tasks: {', '.join(header['tasks'])}; started {header.get('created', '?')}; "
              f"{len(runs)} run(s): {', '.join(r['mode'] for r in runs)}",
              f"- load average (1 min) over rows: {min(loads):.1f} to {max(loads):.1f}" if loads else "- load average: —",
-             f"- baseline `{baseline_of(header)}` = "
-             f"{'HF `generate()` greedy' if baseline_of(header) == 'hf_greedy' else 'our greedy'}. Speedup = tok/s of a method / tok/s of the baseline "
+             f"- baseline `{analysis['baseline']}` = {BASELINE_NAMES[analysis['baseline']]}. Speedup = tok/s of a method / tok/s of the baseline "
              f"on the same prompt; min / median / max over prompts. Mean acceptance length = generated tokens / target "
              f"verification calls (pooled over prompts); peers (HF, llama.cpp) do not report it.",
              "- matched prompts: those on which every greedy lossless row equals the baseline's output, so every method "
@@ -309,7 +307,7 @@ def plot_spd_latency(header: dict, rows: list[dict], path: Path) -> bool:
     greedy = [r["seconds"] for r in ok if r["method"] == reference and r["task"] in tasks]
     if greedy:
         ax.axhline(statistics.median(greedy), color="gray", linestyle=":",
-                   label="one greedy run (HF)" if reference == "hf_greedy" else "one greedy run")
+                   label=f"one greedy run ({BASELINE_NAMES[reference]})")
     ax.set_xlabel("k (drafts)")
     ax.set_ylabel("median latency per prompt (s)")
     ax.set_xticks(ks)

@@ -19,7 +19,8 @@ FORMAT = 1
 RESULTS_NAME = "results.jsonl"
 BASELINE = "hf_greedy"      # the column every speedup and equality check is measured against, unless --baseline
 # says otherwise: HF generate() greedy, or our own greedy (no HF model loaded: `make demo`'s short run).
-BASELINES = ("hf_greedy", "greedy")
+BASELINE_NAMES = {"hf_greedy": "HF greedy", "greedy": "our greedy"}     # the baselines, as tables and reports name them
+BASELINES = tuple(BASELINE_NAMES)
 
 
 def baseline_of(header: dict) -> str:
