@@ -128,3 +128,12 @@ def test_every_option_has_a_spec_and_rows_check_their_defaults():
     for name, row in ROWS:
         assert all(isinstance(opt, Opt) for opt in row.specs.values())
         row.resolve_options(_needed(name))             # the defaults pass the row's own checks
+
+
+def test_every_cap_an_option_names_is_one_the_server_hands_over():
+    """ServerBounds.limit(name) is None for a cap the server does not pass: an option naming a ServerConfig field
+    missing from config.CAPS would go uncapped over HTTP, silently."""
+    from multidraft.server.config import CAPS
+    named = {opt.cap for row in METHODS.values() for opt in row.specs.values() if opt.cap is not None}
+    assert named and named <= set(CAPS), sorted(named - set(CAPS))
+    assert all(isinstance(getattr(ServerConfig(), cap), int) for cap in CAPS)
