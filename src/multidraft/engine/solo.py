@@ -19,7 +19,7 @@ from typing import Optional
 from multidraft.engine.entry import Entry
 from multidraft.engine.metrics import EngineMetrics
 from multidraft.errors import reraise_fatal
-from multidraft.forward_watch import watch_layers
+from multidraft.forward_watch import watch_forwards, watch_layers
 from multidraft.types import Generation
 
 
@@ -44,9 +44,8 @@ class SoloRun:
     def start(self) -> bool:
         """Run up to its first forward (or to its end); True when done."""
         self.metrics.num_requests_alone += 1
-        model = getattr(self.lm, "model", None)
-        if self.interleaved and hasattr(model, "register_forward_pre_hook"):
-            self._handles.append(model.register_forward_pre_hook(lambda _module, _args: self._wait_turn()))
+        if self.interleaved:
+            self._handles += watch_forwards([self.lm], before_forward=self._wait_turn)
         self._handles += watch_layers([self.lm], self._check)
         self._thread.start()
         return self._wait_rest()

@@ -140,12 +140,16 @@ class NativeForward:
     @torch.inference_mode()
     def run(self, cache, input_ids: Optional[torch.Tensor], embeds: Optional[torch.Tensor], positions: torch.Tensor,
             visible: torch.Tensor, keep_rows=None, hidden_layers: Sequence[int] = (),
-            heads_by_layer: Optional[dict] = None, prefill: bool = False) -> NativeOutput:
+            heads_by_layer: Optional[dict] = None, prefill: bool = False, watch=None) -> NativeOutput:
         """New rows (input_ids (T,) or embeds (T, d)) at `positions` (T,), appended to `cache` (HF's DynamicCache,
         a GrowingKVCache (the caller advances it after) or a StaticArena with its write_index set); visible (T, S) bool: which cached/new keys each row sees, S the
         keys the cache holds after this forward (an arena: at least its kv_limit). keep_rows: rows that get logits
         (a slice or index tensor; None: all). Captures: hidden states after the given layers (0 = embeddings) and,
-        per layer, the post-rotary queries of the chosen heads with the layer's keys."""
+        per layer, the post-rotary queries of the chosen heads with the layer's keys. watch: the LM's WatchPoints
+        (forward_watch.py), called where HF's modules would fire their pre-hooks: a deadline or a cancel it raises
+        stops the forward within one layer, and a request running in turns waits before its forward."""
+        if watch is not None:
+            watch.before_forward()
         out = NativeOutput(logits=torch.empty(0))
         x = (self.embedding.dequantize(input_ids.reshape(-1).cpu()) if embeds is None else embeds.float())[None]
         rows, width = x.shape[1], visible.shape[1]
@@ -156,6 +160,8 @@ class NativeForward:
         norms = [layer.attn_norm for layer in self.layers[1:]] + [self.final_norm]
         x, h = _add_rms_norm(x, None, *self.layers[0].attn_norm)
         for index, layer in enumerate(self.layers):
+            if watch is not None:
+                watch.before_layer()
             q, k, v = self._linears((layer.q, layer.k, layer.v), h, prefill)
             q, k = _rotary_heads(q, k, cos, signed_sin)                     # (H, T, D), (1, KVH, T, D)
             keys, values = _store(cache, index, k, v.view(1, rows, -1, self.head_dim).transpose(1, 2))

@@ -16,6 +16,7 @@ from typing import Optional, Sequence, Union
 import torch
 
 from multidraft.errors import InvalidOptionError, PromptError
+from multidraft.forward_watch import WatchPoints
 from multidraft.models import quantized, runners, static_runner
 from multidraft.models.runners.base import ForwardOutput  # noqa: F401  (part of this module's API)
 from multidraft.models.attention_rows import AttentionQueries, install_query_hooks
@@ -47,6 +48,7 @@ class LM:
         self.context_length = int(getattr(text_config, "max_position_embeddings", 0) or 2048)
         self.eos_token_ids = self._eos_ids()
         self._decoder_layers = self._find_layers()
+        self.forward_watch = WatchPoints()   # checks a runner with its own layer loop calls (forward_watch.py)
         self.static_capacity = static_runner.DEFAULT_CAPACITY
         self.runner_setup_seconds = 0.0    # how long the last use_runner took (kernel build, graph capture): the bench
         # None: the model's own kind: for a model on GGUF blocks (models/quantized.py) "auto" keeps the activations it

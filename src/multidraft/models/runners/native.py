@@ -55,7 +55,8 @@ class NativeRunner(QuantizedQ8Runner):
         growing = isinstance(cache, GrowingKVCache)
         out = self.native.run(cache if growing else cache.hf_cache, None if ids is None else ids[0],
                               None if embeds is None else embeds[0], positions, allowed, logits_rows,
-                              () if hidden_layer is None else (hidden_layer,), by_layer, prefill=past == 0)
+                              () if hidden_layer is None else (hidden_layer,), by_layer, prefill=past == 0,
+                              watch=lm.forward_watch)
         if growing:
             cache.advance(num_new)
         check_finite(out.logits)
@@ -67,5 +68,5 @@ class NativeRunner(QuantizedQ8Runner):
 
     def packed(self, arena, ids, positions, visible, wanted, layers, dense):
         output = self.native.run(arena, torch.tensor(ids), None, torch.tensor(positions), visible,
-                                 torch.tensor(wanted), layers, prefill=dense)
+                                 torch.tensor(wanted), layers, prefill=dense, watch=self.lm.forward_watch)
         return output.logits, output.hidden
