@@ -6,6 +6,8 @@ import pytest
 
 import multidraft
 from multidraft import Engine, Request
+from multidraft.models import gguf_kernels
+from tests.tiny_gguf import tiny_gguf_lm
 from tests.tiny_models import make_tiny_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -14,9 +16,17 @@ BEAM_PROMPT = "the cat sat on the mat and the cat sat on"
 OTHER_PROMPT = "def x ( y ) : return x ( y ) + 1 if x"
 
 
-@pytest.fixture(scope="module")
-def lm():
-    lm = make_tiny_lm("qwen2", seed=1)
+@pytest.fixture(scope="module", params=["hf-modules", "native"])
+def lm(request):
+    """HF's modules (forward pre-hooks carry the turns) and the native forward (its own layer loop calls the LM's
+    watch points: forward_watch.py)."""
+    if request.param == "native":
+        if not gguf_kernels.load(progress=False):
+            pytest.skip(f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
+        lm = tiny_gguf_lm("qwen2", "Q4_K", seed=1, runner="native")
+        assert lm.runner == "native"
+    else:
+        lm = make_tiny_lm("qwen2", seed=1)
     lm.eos_token_ids = set()            # fixed lengths: the requests overlap for many steps
     return lm
 

@@ -6,8 +6,6 @@ threads. A negative control shows the comparison sees a one-rounding change in t
 linears.
 """
 
-import tempfile
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,8 +14,7 @@ import multidraft
 from multidraft.models import gguf_kernels, native
 from multidraft.models.kv_cache import KVCache
 from multidraft.models.packed import KVArena, Segment, packed_forward
-from tests.tiny_gguf import write_tiny_gguf
-from tests.tiny_models import make_tokenizer
+from tests.tiny_gguf import tiny_gguf_lm
 
 pytestmark = pytest.mark.skipif(not gguf_kernels.load(progress=False),
                                 reason=f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
@@ -31,14 +28,9 @@ PROMPT = [(7 * i + 3) % 60 + 1 for i in range(70)]          # longer than PREFIL
 
 def _pair(arch, type_name):
     """(native LM, quantized-q8 LM on HF's modules) of one tiny GGUF model."""
-    from multidraft.models.quantized import load_quantized_model
-    from multidraft.models.runner import LM
-
-    folder = Path(tempfile.mkdtemp(prefix=f"tiny-native-{arch}-{type_name}-"))
-    path = write_tiny_gguf(folder, arch, type_name, seed=3)
     with pytest.warns(RuntimeWarning, match="change nothing") if type_name == "Q5_K" else _nothing():
-        ours = LM(load_quantized_model(folder, path), make_tokenizer(), name="tiny", runner="native")
-        reference = LM(load_quantized_model(folder, path), make_tokenizer(), name="tiny", runner="quantized-q8")
+        ours = tiny_gguf_lm(arch, type_name, seed=3, runner="native")
+        reference = tiny_gguf_lm(arch, type_name, seed=3, runner="quantized-q8")
     assert (ours.runner, reference.runner) == ("native", "quantized-q8")
     return ours, reference
 

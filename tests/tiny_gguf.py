@@ -94,3 +94,15 @@ def write_tiny_gguf(folder: Path, arch: str = "qwen2", type_name: str = "Q4_K", 
     model.save_pretrained(folder)
     make_tokenizer().save_pretrained(folder)
     return folder / "model.gguf"
+
+
+def tiny_gguf_lm(arch: str = "qwen2", type_name: str = "Q4_K", seed: int = 0, runner: str = "native"):
+    """An LM on a fresh tiny GGUF model (a temporary folder), run by `runner` (the native forward by default)."""
+    import tempfile
+
+    from multidraft.models.quantized import load_quantized_model
+    from multidraft.models.runner import LM
+
+    folder = Path(tempfile.mkdtemp(prefix=f"tiny-gguf-{arch}-{type_name}-"))
+    path = write_tiny_gguf(folder, arch, type_name, seed=seed)
+    return LM(load_quantized_model(folder, path), make_tokenizer(), name="tiny", runner=runner)
