@@ -4,12 +4,12 @@ deadline) stops it within one layer.
 
 Beam and superposed interleave with the batch: the decoder runs in a thread of its own that waits before each of its
 model forwards until the engine's next step lets it through, so each engine step runs at most one of its forwards and
-the batched requests keep stepping in between (on HF's modules the waits and checks are forward pre-hooks; the
-native forward's own layer loop calls the LM's watch points instead: forward_watch.py). The turns are strict (the
-engine thread waits while the decoder thread runs and the other way round), so the model never runs two forwards at once, callbacks never run concurrently with
-the engine, and the decoders need no change: their tokens are the same as alone. pld_plus with attention rows runs
-whole in its first turn: its capture hooks are installed on the model's layers inside `lm.forward`, before the point
-where the turn is taken, so the batch's forward would feed them."""
+the batched requests keep stepping in between (on HF's modules the waits and checks are forward pre-hooks; the native
+forward's own layer loop calls the LM's watch points instead: forward_watch.py). The turns are strict (the engine
+thread waits while the decoder thread runs and the other way round), so the model never runs two forwards at once,
+callbacks never run concurrently with the engine, and the decoders need no change: their tokens are the same as
+alone. pld_plus with attention rows runs whole in its first turn: its capture hooks are installed on the model's
+layers inside `lm.forward`, before the point where the turn is taken, so the batch's forward would feed them."""
 
 from __future__ import annotations
 
