@@ -2,6 +2,8 @@
 step, the batched requests emitting tokens in between; outputs equal their alone outputs; a cancel stops them within
 one step. Counted in steps and forwards, never timed."""
 
+import threading
+
 import pytest
 
 import multidraft
@@ -82,3 +84,38 @@ def test_cancelling_a_beam_mid_way_stops_it_within_one_step(lm):
     assert not engine.scheduler.solo
     engine.run()
     assert engine.take(ids[1]).token_ids == multidraft.generate_request(lm, _other("pld")).token_ids
+
+
+def test_pld_plus_with_attention_rows_takes_turns_and_equals_alone(lm):
+    """Its capture hooks stay on the layers while it waits for its turn: the batch's forwards must not feed them."""
+    heads = [[0, 0], [1, 1]]
+    ranked = Request.build(BEAM_PROMPT, "pld_plus", max_new_tokens=16,
+                           options=dict(rank_by="attention", induction_heads=heads))
+    engine = Engine(lm, max_num_seqs=4)
+    tokens = []
+    ids = [engine.submit(ranked), engine.submit(_other("pld"), on_token=tokens.append)]
+    trace = _trace(engine, ids, tokens)
+    alone = multidraft.generate_request(lm, ranked)
+    assert engine.take(ids[0]).token_ids == alone.token_ids and alone.stats.draft_tokens_accepted > 0
+    assert engine.take(ids[1]).token_ids == multidraft.generate_request(lm, _other("pld")).token_ids
+    forwards = [f for f, _ in trace]
+    assert forwards[-1] >= 5 and all(b - a <= 1 for a, b in zip([0] + forwards, forwards))
+    emitted_between = [t for (f0, t0), (f1, t) in zip(trace, trace[1:]) if f0 >= 1 and f1 < forwards[-1] and t > t0]
+    assert len(emitted_between) >= 3                 # it did not run whole: the other request stepped in between
+
+
+def test_capture_hooks_ignore_forwards_of_other_threads():
+    """What lets pld_plus with attention rows wait for its turn with its hooks installed: a forward on another thread
+    (the engine's batch) feeds none of them; the owner's own forward still does."""
+    lm = make_tiny_lm("qwen2", seed=1)
+    captured = {"hidden": [], "attn": []}
+    hooks = lm._install_hooks(1, [(0, 0), (1, 1)], captured)
+    other = threading.Thread(target=lambda: lm.forward(lm.new_cache(), [3, 4, 5, 6]))
+    other.start()
+    other.join()
+    assert captured["hidden"] == []
+    for hook in hooks:
+        hook.remove()
+    assert captured["attn"] == []                    # no layer's queries were kept
+    output = lm.forward(lm.new_cache(), [3, 4, 5, 6], hidden_layer=1, attention_heads=[(0, 0), (1, 1)])
+    assert output.hidden is not None and len(output.attention.queries) == 2

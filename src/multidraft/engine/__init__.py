@@ -17,9 +17,9 @@ multi_draft, mtad, bild, blockwise) and greedy / sample (a drafter that proposes
 too (multidraft.batched_drafts): every request's proposal runs as a generator of the draft forwards it needs, and
 the forwards of one depth level of all requests using one draft model go through one packed forward over a KV
 arena of that draft model (each request's draft session in a region of it). What cannot share the packed forward
-runs through `generate_request` (engine/solo.py): methods with their own decoder (beam, superposed) take turns with the
-batch, one of their forwards per step, so the batched requests keep emitting tokens between them; drafters that
-capture attention rows (pld_plus rank_by="attention") run whole, between steps. Such a request is watched inside its
+runs through `generate_request` (engine/solo.py): methods with their own decoder (beam, superposed) and drafters that
+capture attention rows (pld_plus rank_by="attention") take turns with the batch, one of their forwards per step, so
+the batched requests keep emitting tokens between them. Such a request is watched inside its
 forwards (multidraft.forward_watch): before every decoder layer, `Engine.cancel` or the request's `check` (a server's
 deadline) stops it, so the model is free for the others within one layer.
 

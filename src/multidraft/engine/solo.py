@@ -2,14 +2,14 @@
 `generate_request`, watched before every layer of its forwards so that a cancel or the request's `check` (a server's
 deadline) stops it within one layer.
 
-Beam and superposed interleave with the batch: the decoder runs in a thread of its own that waits before each of its
-model forwards until the engine's next step lets it through, so each engine step runs at most one of its forwards and
-the batched requests keep stepping in between (on HF's modules the waits and checks are forward pre-hooks; the native
-forward's own layer loop calls the LM's watch points instead: forward_watch.py). The turns are strict (the engine
-thread waits while the decoder thread runs and the other way round), so the model never runs two forwards at once,
-callbacks never run concurrently with the engine, and the decoders need no change: their tokens are the same as
-alone. pld_plus with attention rows runs whole in its first turn: its capture hooks are installed on the model's
-layers inside `lm.forward`, before the point where the turn is taken, so the batch's forward would feed them."""
+They interleave with the batch: the decoder runs in a thread of its own that waits before each of its model forwards
+until the engine's next step lets it through, so each engine step runs at most one of its forwards and the batched
+requests keep stepping in between (on HF's modules the waits and checks are forward pre-hooks; the native forward's
+own layer loop calls the LM's watch points instead: forward_watch.py). The turns are strict (the engine thread waits
+while the decoder thread runs and the other way round), so the model never runs two forwards at once, callbacks never
+run concurrently with the engine, and the decoders need no change: their tokens are the same as alone. pld_plus with
+attention rows keeps its capture hooks on the layers while it waits for its turn; they fire only on the thread that
+installed them (attention_rows.on_this_thread), so the batch's forwards never feed them."""
 
 from __future__ import annotations
 
@@ -30,11 +30,10 @@ class StopSolo(BaseException):
 
 
 class SoloRun:
-    """One request's own decoder, one forward per `advance` (whole at `start` when it may not interleave)."""
+    """One request's own decoder, one forward per `advance`."""
 
     def __init__(self, lm, artifacts, metrics: EngineMetrics, entry: Entry):
         self.lm, self.artifacts, self.metrics, self.entry = lm, artifacts, metrics, entry
-        self.interleaved = entry.pair is None            # its own decoder (beam, superposed): no capture hooks
         self.done = False
         self._turn = threading.Semaphore(0)     # released by the engine: run up to the next forward
         self._rest = threading.Semaphore(0)     # released by the decoder thread: it waits at a forward, or is done
@@ -45,8 +44,7 @@ class SoloRun:
     def start(self) -> bool:
         """Run up to its first forward (or to its end); True when done."""
         self.metrics.num_requests_alone += 1
-        if self.interleaved:
-            self._handles += watch_forwards([self.lm], before_forward=self._wait_turn)
+        self._handles += watch_forwards([self.lm], before_forward=self._wait_turn)
         self._handles += watch_layers([self.lm], self._check)
         self._thread.start()
         return self._wait_rest()

@@ -16,6 +16,7 @@ attention, which the runner then uses directly.
 from __future__ import annotations
 
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -87,8 +88,21 @@ def install_query_hooks(decoder_layers, heads_by_layer: dict[int, list[int]], pe
             shared = {kv: keys[kv] for kv in {head // groups for head in heads}}   # one object per KV head
             per_layer[layer] = [(queries[0, i], shared[head // groups], float(attn.scaling))
                                 for i, head in enumerate(heads)]
-        hooks.append(module.register_forward_hook(keep_queries, with_kwargs=True))
+        hooks.append(module.register_forward_hook(on_this_thread(keep_queries), with_kwargs=True))
     return hooks
+
+
+def on_this_thread(hook):
+    """`hook` firing only for forwards on the thread that installed it: a request that takes turns with the engine's
+    batch (engine/solo.py) keeps its capture hooks on the layers while it waits, and the batch's forwards, run by the
+    engine's thread meanwhile, must not feed them."""
+    owner = threading.get_ident()
+
+    def hook_on_owner_thread(*args, **kwargs):
+        if threading.get_ident() == owner:
+            return hook(*args, **kwargs)
+        return None
+    return hook_on_owner_thread
 
 
 def _rotary_function(module):

@@ -19,7 +19,7 @@ from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.forward_watch import WatchPoints
 from multidraft.models import quantized, runners, static_runner
 from multidraft.models.runners.base import ForwardOutput  # noqa: F401  (part of this module's API)
-from multidraft.models.attention_rows import AttentionQueries, install_query_hooks
+from multidraft.models.attention_rows import AttentionQueries, install_query_hooks, on_this_thread
 from multidraft.models.kv_cache import (KVCache, StaticKVCache, additive_mask, tree_attention_mask,  # noqa: F401
                                        tree_depths)
 
@@ -326,7 +326,7 @@ class LM:
             def keep_hidden(_module, _inputs, output):
                 tensor = output[0] if isinstance(output, (tuple, list)) else output
                 captured["hidden"].append(tensor[0].detach().float())
-            hooks.append(module.register_forward_hook(keep_hidden))
+            hooks.append(module.register_forward_hook(on_this_thread(keep_hidden)))
         if attention_heads:
             by_layer, order = self._heads_by_layer(attention_heads)
             per_layer: dict = {}
@@ -351,7 +351,8 @@ class LM:
                     per_layer[layer] = None if weights is None else weights[0, by_layer[layer]].detach().float()
                 return keep_attention
             for layer in by_layer:
-                hooks.append(self._decoder_layers[layer].self_attn.register_forward_hook(make_hook(layer)))
+                attention = self._decoder_layers[layer].self_attn
+                hooks.append(attention.register_forward_hook(on_this_thread(make_hook(layer))))
 
             class _Collector:
                 def remove(self_inner):
