@@ -119,3 +119,17 @@ def test_capture_hooks_ignore_forwards_of_other_threads():
     assert captured["attn"] == []                    # no layer's queries were kept
     output = lm.forward(lm.new_cache(), [3, 4, 5, 6], hidden_layer=1, attention_heads=[(0, 0), (1, 1)])
     assert output.hidden is not None and len(output.attention.queries) == 2
+
+
+def test_close_stops_a_request_taking_turns_and_its_thread(lm):
+    with Engine(lm, max_num_seqs=4) as engine:
+        ids = [engine.submit(_beam()), engine.submit(_other("pld"))]
+        engine.step()
+        engine.step()
+        assert engine.metrics.num_requests_running == 2        # the beam taking turns counts as running
+        thread = engine.scheduler.solo[0].solo._thread
+        assert thread.is_alive()
+    thread.join(timeout=10)
+    assert not thread.is_alive() and not engine.has_work()
+    assert engine.metrics.num_requests_running == 0
+    assert [engine.take(i).stats.stop_reason for i in ids] == ["cancelled", "cancelled"]

@@ -164,6 +164,7 @@ class Engine:
             if entry.solo.advance():
                 self.scheduler.solo.remove(entry)
                 finished.append(entry.id)
+        self.scheduler.count_running()
         return finished
 
     def _start_solo(self, entry: Entry, finished: list[int]) -> None:
@@ -177,6 +178,20 @@ class Engine:
         """Step until every submitted request is finished."""
         while self.has_work():
             self.step()
+
+    def close(self) -> None:
+        """Cancel every request not yet finished and step until they have stopped: an engine dropped while a request
+        takes turns would otherwise keep that request's decoder thread (and the model) waiting until exit. Finished
+        and cancelled requests can still be taken. `with Engine(...) as engine:` closes it on the way out."""
+        for request_id in list(self.scheduler.entries):
+            self.scheduler.cancel(request_id)
+        self.run()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def generate_batch(lm, requests: Iterable, *, artifacts: Optional[Artifacts] = None, max_num_seqs: int = 8,

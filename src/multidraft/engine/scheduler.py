@@ -101,7 +101,11 @@ class Scheduler:
                 own_decoder(entry, finished)
             else:
                 self._start(entry, region, finished)
-        self.metrics.num_requests_running = len(self.running)
+        self.count_running()
+
+    def count_running(self) -> None:
+        """Running: in the batch, or taking turns with it (its own decoder)."""
+        self.metrics.num_requests_running = len(self.running) + len(self.solo)
 
     def _regions(self, entry: Entry):
         """Its region of the arena (and of its draft model's), or None while they do not fit."""
@@ -202,7 +206,7 @@ class Scheduler:
         self.release_draft_region(entry)
         if entry in self.running:
             self.running.remove(entry)
-        self.metrics.num_requests_running = len(self.running)
+        self.count_running()
 
     @staticmethod
     def release_draft_region(entry: Entry) -> None:
