@@ -26,9 +26,10 @@ $(STAMP): $(PY) pyproject.toml
 install: $(STAMP)
 
 # llama-cpp-python (the `llama` extra) for the bench's llama.cpp rows: PyPI ships only its source, so it is built
-# with cmake + gcc, once per flag set (~8-17 min on 2 cores), for this CPU's SIMD features read from /proc/cpuinfo
+# with cmake + gcc, once per flag set (~5-10 min on 2 cores), for this CPU's SIMD features read from /proc/cpuinfo
 # (AVX2, FMA, F16C, AVX-512 and its VNNI/BF16 parts, AVX-VNNI where present) with GGML_NATIVE=OFF and the AMX
-# backend left out (it segfaulted in llama.cpp's first decode on a Sapphire Rapids Xeon, issue 43). pip's wheel
+# backend left out (it segfaulted in llama.cpp's first decode on a Sapphire Rapids Xeon, issue 43), and without
+# llama.cpp's `common` library, which the Python bindings never load (eval/llama_build.py NO_COMMON). pip's wheel
 # cache ignores CMAKE_ARGS, so the wheel goes to ~/.cache/multidraft/wheels/llama-cpp-python-VERSION-KEY/ (KEY: a
 # hash of the flags) and is installed from there; an installed build of this KEY makes this a no-op.
 # `python src/multidraft/eval/llama_build.py cmake-args` prints the flags. `make test` does not need llama.cpp.

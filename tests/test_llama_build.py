@@ -70,9 +70,10 @@ def test_install_builds_once_per_key_and_replaces_another_flag_set(monkeypatch, 
         commands.append(command)
         if "wheel" in command:           # the source build: leaves a wheel in its -w folder
             folder = Path(command[command.index("-w") + 1])
-            folder.mkdir(parents=True)
             (folder / "llama_cpp_python-0.3.36-cp311-cp311-linux_x86_64.whl").write_bytes(b"")
-            assert env["CMAKE_ARGS"] == llama_build.this_machine_args() and "--no-cache-dir" in command
+            machine, include = env["CMAKE_ARGS"].split(" -DCMAKE_PROJECT_llama.cpp_INCLUDE=")
+            assert machine == llama_build.this_machine_args() and "--no-cache-dir" in command
+            assert Path(include).read_text() == llama_build.NO_COMMON      # llama.cpp's `common` left out
         return subprocess.CompletedProcess(command, 0)
 
     monkeypatch.setattr(llama_build.subprocess, "run", run)

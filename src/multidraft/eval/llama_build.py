@@ -46,6 +46,12 @@ ALWAYS_OFF = ("GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16")
 # llama-cpp-python's multimodal library (mtmd, imported only by its llava chat handlers): the bench never loads it,
 # and leaving it out shortens the build on every platform.
 LIBRARY_ONLY = "-DLLAVA_BUILD=OFF"
+# llama-cpp-python forces llama.cpp's `common` library on (chat-template parsers, argument parsing, downloads: 52 of
+# the build's 127 objects on x86), though its Python bindings load libllama alone. CMake includes this file right
+# after llama.cpp's own project() call (CMAKE_PROJECT_<name>_INCLUDE, a documented hook), that is after the force
+# and before llama.cpp reads the option, so `common` is neither built nor installed.
+NO_COMMON = 'set(LLAMA_BUILD_COMMON OFF CACHE BOOL "llama-cpp-python loads libllama alone" FORCE)\n'
+NO_COMMON_FILE = "no-common.cmake"
 
 
 def cpu_flags(cpuinfo: str) -> set[str]:
@@ -89,7 +95,7 @@ def pinned_version(pyproject: Path = Path(__file__).resolve().parents[3] / "pypr
 def build_key(version: str, args: str) -> str:
     """What the wheel depends on: the version, the flags and the Python it was built for."""
     python = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    return hashlib.sha256(f"{version}\n{args}\n{python}".encode()).hexdigest()[:12]
+    return hashlib.sha256(f"{version}\n{args}\n{NO_COMMON}{python}".encode()).hexdigest()[:12]
 
 
 def wheel_dir(version: str, key: str) -> Path:
@@ -104,9 +110,12 @@ def build_wheel(version: str, args: str, folder: Path) -> Path:
         return wheels[0]
     tmp = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    print(f"make llama: building {PACKAGE} {version} from source, once for this flag set (~8-17 min on 2 cores)\n"
+    print(f"make llama: building {PACKAGE} {version} from source, once for this flag set (~5-10 min on 2 cores)\n"
           f"  CMAKE_ARGS={args or '(llama.cpp defaults)'}", flush=True)
-    env = dict(os.environ, CMAKE_ARGS=args, FORCE_CMAKE="1")
+    tmp.mkdir(parents=True)
+    (tmp / NO_COMMON_FILE).write_text(NO_COMMON)
+    args += f" -DCMAKE_PROJECT_llama.cpp_INCLUDE={tmp / NO_COMMON_FILE}"
+    env = dict(os.environ, CMAKE_ARGS=args.strip(), FORCE_CMAKE="1")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-cache-dir",
                     "--no-binary", PACKAGE, "-w", str(tmp), f"{PACKAGE}=={version}"], env=env, check=True)
     folder.parent.mkdir(parents=True, exist_ok=True)

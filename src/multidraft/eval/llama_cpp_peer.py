@@ -36,7 +36,7 @@ from multidraft.eval.peer_process import PeerFailed, PeerProcess
 GREEDY = "llama_cpp_greedy"
 PROMPT_LOOKUP = "llama_cpp_prompt_lookup"
 LLAMA_CPP_PEERS = (GREEDY, PROMPT_LOOKUP)
-INSTALL_HINT = ("run `make llama` in a checkout (a source build for this CPU, ~8-17 minutes on 2 cores), or "
+INSTALL_HINT = ("run `make llama` in a checkout (a source build for this CPU, ~5-10 minutes on 2 cores), or "
                 "`CMAKE_ARGS=\"$(python -m multidraft.eval.llama_build cmake-args)\" pip install 'multidraft[llama]'`")
 DEFAULT_MAX_NGRAM_SIZE = 2          # LlamaPromptLookupDecoding's default (what users get)
 _CONTEXT_STEP = 1024                # n_ctx is rounded up to this, so most prompts of a run fit the first Llama
