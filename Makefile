@@ -70,12 +70,14 @@ test-fast: $(STAMP)
 # `--runner auto` (the GGUF's own blocks; the first run builds its CPU kernels once, ~1-2 min; `make llama` builds
 # llama-cpp-python once). The full per-task tables go to bench-out/demo/report.md. HF's generate() rows:
 # `multidraft bench foundation` (docs/speed.md).
+# The first time, llama-cpp-python builds in the background (its log: bench-out/llama-build.log) while the model and
+# data are pulled: the compiler and the pull's download and conversion share the machine.
 demo: $(STAMP)
-	@$(MAKE) --no-print-directory llama || echo "make demo: llama-cpp-python did not build or install; the llama.cpp \
-	rows will say so"
-	$(MD) models pull qwen2.5-coder-1.5b
-	$(MD) data pull cpython-stdlib
 	@mkdir -p bench-out
+	@$(MAKE) --no-print-directory llama > bench-out/llama-build.log 2>&1 & build=$$!; \
+	$(MD) models pull qwen2.5-coder-1.5b && $(MD) data pull cpython-stdlib; ready=$$?; \
+	if wait $$build; then grep "^make llama" bench-out/llama-build.log; else tail -n 5 bench-out/llama-build.log; \
+	echo "make demo: llama-cpp-python did not build or install; the llama.cpp rows will say so"; fi; exit $$ready
 	$(MD) bench --model qwen2.5-coder-1.5b --runner auto --tasks code_edit \
 		--baseline greedy --methods greedy,pld,suffix,llama_cpp_greedy,llama_cpp_prompt_lookup --limit 2 \
 		--max-new-tokens 64 \
