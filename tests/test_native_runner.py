@@ -247,6 +247,23 @@ def test_rms_norm_mean_is_torchs_on_many_rows():
         assert not torch.equal(squares.sum(-1) * (1 / width), squares.mean(-1))
 
 
+def test_rotary_tables_are_the_bits_of_each_forward(pair):
+    """cos / signed sin read from the tables grown by blocks equal the ones computed for the forward's own rows (1,
+    several, unordered, past a block), head dims 64 (the tiny models) and 128; the control (the angles computed in
+    float64, then rounded) differs, so the check sees one rounding."""
+    for head_dim in (64, 128):
+        forward = native.NativeForward(pair[0].model)
+        forward.head_dim, forward.inv_freq = head_dim, 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2) / head_dim))
+        forward._cos = forward._sin = torch.empty(0, head_dim)
+        for positions in ([0], [255], [256], [700], list(range(300, 340)), [9, 3, 600, 4]):
+            positions = torch.tensor(positions)
+            got, expected = forward._rotary(positions), forward._rotary_rows(positions)
+            assert all(torch.equal(g, e) for g, e in zip(got, expected))
+        assert forward._cos.shape[0] % native.ROTARY_BLOCK == 0
+        angles = torch.arange(700).double()[:, None] * forward.inv_freq.double()
+        assert not torch.equal(torch.cat((angles, angles), -1).cos().float(), forward._cos[:700])
+
+
 def test_all_finite_sees_every_nan_and_infinity():
     x = torch.randn(1000)
     assert gguf_kernels.all_finite(x) and gguf_kernels.all_finite(torch.full((13,), 3e38))

@@ -35,6 +35,7 @@ from multidraft.models.quantized import block_linear, block_linears
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 STATIC_ROTARY = ("default", "linear", "llama3", "yarn")      # inv_freq fixed at load
+ROTARY_BLOCK = 256        # positions per rotary table block: 256 x D values, one torch call (under its 32768 grain)
 
 
 def unsupported_reason(model) -> Optional[str]:
@@ -119,9 +120,27 @@ class NativeForward:
         attn = base.layers[0].self_attn
         self.head_dim, self.scaling = int(attn.head_dim), float(attn.scaling)
         self.num_heads = int(model.config.num_attention_heads)
+        self._cos = self._sin = torch.empty(0, self.head_dim)             # rotary tables by position (_rotary)
 
     # ----- the pieces, as HF computes them -----
     def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """_rotary_rows(positions), read from tables grown on demand in blocks of ROTARY_BLOCK positions (two
+        lookups per forward instead of ten small ops). Each table row has the bits of the same position computed
+        in a forward of any number of rows: torch's cos/sin/products are elementwise and run all-vector when a
+        call's values fill whole vectors (T * D a multiple of 32, the widest vector pair: AVX-512's), which a head
+        dimension that is a multiple of 32 guarantees; other head dimensions compute per forward."""
+        if self.head_dim % 32:
+            return self._rotary_rows(positions)
+        needed = int(positions.max()) + 1
+        if needed > self._cos.shape[0]:
+            have, want = self._cos.shape[0], max(needed, 2 * self._cos.shape[0])
+            blocks = [self._rotary_rows(torch.arange(start, start + ROTARY_BLOCK))
+                      for start in range(have, want, ROTARY_BLOCK)]
+            self._cos = torch.cat([self._cos] + [cos for cos, _ in blocks])
+            self._sin = torch.cat([self._sin] + [sin for _, sin in blocks])
+        return self._cos[positions], self._sin[positions]
+
+    def _rotary_rows(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and signed sin (T, D) of positions (T,): Qwen2/LlamaRotaryEmbedding.forward's cos and sin,
         with the sin's first half negated (see _rotary_heads)."""
         freqs = positions[:, None].float() * self.inv_freq
