@@ -254,14 +254,15 @@ def test_rotary_tables_are_the_bits_of_each_forward(pair):
     for head_dim in (64, 128):
         forward = native.NativeForward(pair[0].model)
         forward.head_dim, forward.inv_freq = head_dim, 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2) / head_dim))
-        forward._cos = forward._sin = torch.empty(0, head_dim)
+        forward._tables = (torch.empty(0, head_dim),) * 2
         for positions in ([0], [255], [256], [700], list(range(300, 340)), [9, 3, 600, 4]):
             positions = torch.tensor(positions)
             got, expected = forward._rotary(positions), forward._rotary_rows(positions)
             assert all(torch.equal(g, e) for g, e in zip(got, expected))
-        assert forward._cos.shape[0] % native.ROTARY_BLOCK == 0
+        table = forward._tables[0]
+        assert table.shape[0] % native.ROTARY_BLOCK == 0
         angles = torch.arange(700).double()[:, None] * forward.inv_freq.double()
-        assert not torch.equal(torch.cat((angles, angles), -1).cos().float(), forward._cos[:700])
+        assert not torch.equal(torch.cat((angles, angles), -1).cos().float(), table[:700])
 
 
 def test_all_finite_sees_every_nan_and_infinity():

@@ -120,7 +120,7 @@ class NativeForward:
         attn = base.layers[0].self_attn
         self.head_dim, self.scaling = int(attn.head_dim), float(attn.scaling)
         self.num_heads = int(model.config.num_attention_heads)
-        self._cos = self._sin = torch.empty(0, self.head_dim)             # rotary tables by position (_rotary)
+        self._tables = (torch.empty(0, self.head_dim),) * 2               # rotary cos, signed sin by position
 
     # ----- the pieces, as HF computes them -----
     def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -131,14 +131,13 @@ class NativeForward:
         dimension that is a multiple of 32 guarantees; other head dimensions compute per forward."""
         if self.head_dim % 32:
             return self._rotary_rows(positions)
-        needed = int(positions.max()) + 1
-        if needed > self._cos.shape[0]:
-            have, want = self._cos.shape[0], max(needed, 2 * self._cos.shape[0])
+        needed, (cos, sin) = int(positions.max()) + 1, self._tables     # one read: a pair grown together
+        if needed > cos.shape[0]:
             blocks = [self._rotary_rows(torch.arange(start, start + ROTARY_BLOCK))
-                      for start in range(have, want, ROTARY_BLOCK)]
-            self._cos = torch.cat([self._cos] + [cos for cos, _ in blocks])
-            self._sin = torch.cat([self._sin] + [sin for _, sin in blocks])
-        return self._cos[positions], self._sin[positions]
+                      for start in range(cos.shape[0], max(needed, 2 * cos.shape[0]), ROTARY_BLOCK)]
+            cos, sin = torch.cat([cos] + [c for c, _ in blocks]), torch.cat([sin] + [s for _, s in blocks])
+            self._tables = cos, sin
+        return cos[positions], sin[positions]
 
     def _rotary_rows(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and signed sin (T, D) of positions (T,): Qwen2/LlamaRotaryEmbedding.forward's cos and sin,
