@@ -195,6 +195,79 @@ def test_layer_ops_are_torchs_fp32_operations_bit_for_bit(rows):
         assert not torch.equal(got[0], _rotary_torch(q, k, cos, sin, fused=True)[0])
 
 
+@pytest.mark.parametrize("rows", [1, 3, 40])
+def test_rotary_store_and_silu_mul_are_torchs_bits(rows):
+    """The rotary op that writes the cache (keys rotated into slots [start, start + T) of a (1, KVH, slots, D)
+    buffer, values copied, other slots untouched) and silu(gate) * up in one op, against the torch ops."""
+    generator = torch.Generator().manual_seed(100 + rows)
+    for head_dim, heads, kv_heads in ((128, 12, 2), (64, 9, 3)):
+        q = torch.randn(1, rows, heads * head_dim, generator=generator)
+        k, v = (torch.randn(1, rows, kv_heads * head_dim, generator=generator) for _ in range(2))
+        angles = torch.rand(rows, head_dim, generator=generator) * 100
+        cos, sin = angles.cos(), angles.sin()
+        keys, values = (torch.randn(1, kv_heads, 50, head_dim, generator=generator) for _ in range(2))
+        before = keys.clone(), values.clone()
+        got_q = native._rotary_store(q, k, v, cos, sin, keys, values, 7)
+        expected_q, expected_k = _rotary_torch(q, k, cos, sin)
+        assert torch.equal(got_q, expected_q) and torch.equal(keys[:, :, 7:7 + rows], expected_k)
+        assert torch.equal(values[:, :, 7:7 + rows], v.view(1, rows, kv_heads, head_dim).transpose(1, 2))
+        for buffer, old in zip((keys, values), before):
+            assert torch.equal(buffer[:, :, :7], old[:, :, :7]) and torch.equal(buffer[:, :, 7 + rows:], old[:, :, 7 + rows:])
+    for width in (8960, 1536, 37):
+        gate, up = (torch.randn(1, rows, width, generator=generator) * 4 for _ in range(2))
+        expected = torch.nn.functional.silu(gate) * up
+        assert torch.equal(native._silu_mul(gate, up), expected)
+        assert not torch.equal(_silu_mul_rounded_once(gate, up), expected)
+
+
+def _silu_mul_rounded_once(gate, up):
+    """The control: silu * up in float64, rounded once (another rounding than torch's)."""
+    gate, up = gate.double(), up.double()
+    return (gate / (1 + torch.exp(-gate)) * up).float()
+
+
+def test_rms_norm_mean_is_torchs_on_many_rows():
+    """The norm's mean (torch's sum divided by the count) on many rows against torch's mean; the control (the sum
+    times the count's reciprocal) differs from it on these rows, so the check can see another division."""
+    generator = torch.Generator().manual_seed(9)
+    for width in (1536, 576, 960):
+        x = torch.randn(1, 4000, width, generator=generator) * 2
+        weight = torch.ones(width)
+        _, normed = native._add_rms_norm(x, None, weight, 1e-6)
+        assert torch.equal(normed, _norm_torch(x, None, weight, 1e-6)[1])
+        squares = x.pow(2)
+        assert not torch.equal(squares.sum(-1) * (1 / width), squares.mean(-1))
+
+
+def test_rotary_tables_are_the_bits_of_each_forward(pair):
+    """cos / signed sin read from the tables grown by blocks equal the ones computed for the forward's own rows (1,
+    several, unordered, past a block), head dims 64 (the tiny models) and 128; the control (the angles computed in
+    float64, then rounded) differs, so the check sees one rounding."""
+    for head_dim in (64, 128):
+        forward = native.NativeForward(pair[0].model)
+        forward.head_dim, forward.inv_freq = head_dim, 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2) / head_dim))
+        forward._tables = (torch.empty(0, head_dim),) * 2
+        for positions in ([0], [255], [256], [700], list(range(300, 340)), [9, 3, 600, 4]):
+            positions = torch.tensor(positions)
+            got, expected = forward._rotary(positions), forward._rotary_rows(positions)
+            assert all(torch.equal(g, e) for g, e in zip(got, expected))
+        table = forward._tables[0]
+        assert table.shape[0] % native.ROTARY_BLOCK == 0
+        angles = torch.arange(700).double()[:, None] * forward.inv_freq.double()
+        assert not torch.equal(torch.cat((angles, angles), -1).cos().float(), table[:700])
+
+
+def test_all_finite_sees_every_nan_and_infinity():
+    x = torch.randn(1000)
+    assert gguf_kernels.all_finite(x) and gguf_kernels.all_finite(torch.full((13,), 3e38))
+    assert gguf_kernels.all_finite(torch.empty(0))
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        for where in (0, 5, 991, 995, 999):             # in the 8-lane part and in the tail
+            y = x.clone()
+            y[where] = bad
+            assert not gguf_kernels.all_finite(y)
+
+
 def _rotary_fused(q, k, cos, signed_sin):
     return _rotary_torch(q, k, cos, signed_sin, fused=True)
 
@@ -212,8 +285,17 @@ def _linears_nudged(matrices, x, activations, biases, prefill=False):
     return block_linears(matrices, nudged, activations, biases, prefill)
 
 
+def _rotary_store_fused(q, k, v, cos, signed_sin, keys, values, start):
+    query, key = _rotary_torch(q, k, cos, signed_sin, fused=True)
+    keys[:, :, start:start + key.shape[2]] = key
+    values[:, :, start:start + key.shape[2]] = v.view(1, key.shape[2], -1, key.shape[3]).transpose(1, 2)
+    return query
+
+
 @pytest.mark.parametrize("name,variant,tolerance", [("_add_rms_norm", _norm_divided, 1e-2),
                                                     ("_rotary_heads", _rotary_fused, 1e-2),
+                                                    ("_rotary_store", _rotary_store_fused, 1e-2),
+                                                    ("_silu_mul", _silu_mul_rounded_once, 1e-2),
                                                     ("block_linears", _linears_nudged, 1e-1)])
 def test_negative_control_another_rounding_around_the_linears_is_seen(monkeypatch, name, variant, tolerance):
     """Another order of the fp32 operations around the kernels (the norm divided, the rotary rounded once) or a
@@ -221,9 +303,11 @@ def test_negative_control_another_rounding_around_the_linears_is_seen(monkeypatc
     close, but not the same bits, so the bit checks above see it."""
     ours, reference = _pair("qwen2", "Q4_K")
     expected = reference.forward(KVCache(), PROMPT[:12]).logits
-    assert torch.equal(ours.forward(KVCache(), PROMPT[:12]).logits, expected)
+    # the runner's own cache takes the rotary op that writes it (_rotary_store), HF's takes _rotary_heads
+    cache = ours.new_cache if name == "_rotary_store" else KVCache
+    assert torch.equal(ours.forward(cache(), PROMPT[:12]).logits, expected)
     monkeypatch.setattr(native, name, variant)
-    changed = ours.forward(KVCache(), PROMPT[:12]).logits
+    changed = ours.forward(cache(), PROMPT[:12]).logits
     assert not torch.equal(changed, expected)
     assert float((changed - expected).abs().max()) <= tolerance * float(expected.abs().max())
 

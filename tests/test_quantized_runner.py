@@ -76,6 +76,22 @@ def test_attention_matches_softmax_and_each_row_only_sees_its_keys():
         assert torch.equal(alone[0], out[t])
 
 
+def test_attention_bits_do_not_depend_on_its_schedule():
+    """Each KV head's keys are read in L1 chunks shared by its query heads (a job = a row of a share of them):
+    every chunking and split gives the bits of one job per head over all keys at once, at head sizes with and
+    without a tail of 8 lanes, with masked keys and a row that sees nothing."""
+    generator = torch.Generator().manual_seed(7)
+    for heads, kv_heads, rows, keys, dim in ((12, 2, 2, 150, 128), (6, 3, 3, 70, 36), (4, 4, 1, 9, 64)):
+        q = torch.randn(heads, rows, dim, generator=generator)
+        k, v = torch.randn(kv_heads, keys, dim, generator=generator), torch.randn(kv_heads, keys, dim, generator=generator)
+        visible = torch.rand(rows, keys, generator=generator) < 0.8
+        visible[-1] = rows == 1                                 # a row that sees no key (when there are several)
+        one_pass = gguf_kernels.attention_with(q, k, v, visible, 0.09, keys, heads // kv_heads)
+        assert torch.equal(gguf_kernels.attention(q, k, v, visible, 0.09), one_pass)
+        for chunk, parts in ((4, 1), (8, 2), (32, 1), (12, 3)):
+            assert torch.equal(gguf_kernels.attention_with(q, k, v, visible, 0.09, chunk, parts), one_pass)
+
+
 def _tiny(arch, type_name, tie=False):
     from multidraft.models.quantized import load_quantized_model
     from multidraft.models.runner import LM

@@ -8,9 +8,12 @@ Ops (torch.ops.multidraft_gguf):
   kernels/q8_linear.inc);
 - linear_q8_many(x, [blocks], [type], K, [bias or None]): several linear_q8 on one input quantized once, + biases;
 - dequantize(blocks, type, K, ids) -> (len(ids), K) fp32: chosen rows of W (embedding lookups, prefill GEMM);
-- attention(q (H, T, D), k (KVH, S, D), v, visible (T, S) bool, scaling) -> (T, H, D);
-- add_rms_norm(x, branch or None, weight, eps) -> (x + branch, its RMSNorm) and rotary_heads(q, k, cos, signed_sin):
-  the native forward's elementwise steps, torch's fp32 operations bit for bit (kernels/layer_ops.inc).
+- attention(q (H, T, D), k (KVH, S, D), v, visible (T, S) bool, scaling) -> (T, H, D), each KV head's keys read
+  once for all its query heads;
+- add_rms_norm(x, branch or None, weight, eps) -> (x + branch, its RMSNorm), rotary_heads(q, k, cos, signed_sin),
+  rotary_store (the same, keys and values written into a cache layer's buffers) and silu_mul(gate, up): the native
+  forward's elementwise steps, torch's fp32 operations bit for bit (kernels/layer_ops.inc);
+- all_finite(x) -> bool: no NaN or infinity in x, in one pass.
 """
 
 from __future__ import annotations
@@ -202,6 +205,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.
     return torch.ops.multidraft_gguf.attention(q, k, v, visible, float(scaling))
 
 
+def attention_with(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scaling: float,
+                   chunk: int, parts: int) -> torch.Tensor:
+    """attention with its schedule named (tests): keys per L1 chunk and jobs per KV head (0: the defaults)."""
+    return torch.ops.multidraft_gguf.attention_with(q, k, v, visible, float(scaling), chunk, parts)
+
+
 def add_rms_norm(x: torch.Tensor, branch: Optional[torch.Tensor], weight: torch.Tensor,
                  eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.ops.multidraft_gguf.add_rms_norm(x, branch, weight, float(eps))
@@ -210,3 +219,17 @@ def add_rms_norm(x: torch.Tensor, branch: Optional[torch.Tensor], weight: torch.
 def rotary_heads(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
                  signed_sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.ops.multidraft_gguf.rotary_heads(q, k, cos, signed_sin)
+
+
+def rotary_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor,
+                 keys: torch.Tensor, values: torch.Tensor, start: int) -> torch.Tensor:
+    """rotary_heads' q; its k and v written into the (1, KVH, slots, D) buffers keys and values at [start, start + T)."""
+    return torch.ops.multidraft_gguf.rotary_store(q, k, v, cos, signed_sin, keys, values, int(start))
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    return torch.ops.multidraft_gguf.silu_mul(gate, up)
+
+
+def all_finite(x: torch.Tensor) -> bool:
+    return torch.ops.multidraft_gguf.all_finite(x)

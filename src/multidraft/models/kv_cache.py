@@ -109,15 +109,22 @@ class GrowingKVCache:
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer: int):
         """Write (1, KVH, T, D) rows at [length, length + T) of `layer`; that layer's whole buffers."""
         end = self._length + key_states.shape[2]
+        keys, values = self.room(layer, key_states.shape[2], key_states.shape[1], key_states.shape[3], key_states)
+        keys[:, :, self._length:end] = key_states
+        values[:, :, self._length:end] = value_states
+        return keys, values
+
+    def room(self, layer: int, count: int, kv_heads: int, head_dim: int, like: torch.Tensor):
+        """`layer`'s whole buffers (1, kv_heads, slots, head_dim) of like's dtype, with slots for `count` rows at
+        [length, length + count) (the native forward writes them there itself: gguf_kernels.rotary_store)."""
+        end = self._length + count
         if layer == len(self.keys):
             slots = max(self.MIN_SLOTS, 1 << (end - 1).bit_length())
-            self.keys.append(key_states.new_zeros((*key_states.shape[:2], slots, key_states.shape[3])))
-            self.values.append(value_states.new_zeros((*value_states.shape[:2], slots, value_states.shape[3])))
+            self.keys.append(like.new_zeros((1, kv_heads, slots, head_dim)))
+            self.values.append(like.new_zeros((1, kv_heads, slots, head_dim)))
         elif end > self.keys[layer].shape[2]:
             self.keys[layer] = self._grown(self.keys[layer], end)
             self.values[layer] = self._grown(self.values[layer], end)
-        self.keys[layer][:, :, self._length:end] = key_states
-        self.values[layer][:, :, self._length:end] = value_states
         return self.keys[layer], self.values[layer]
 
     def _grown(self, buffer: torch.Tensor, needed: int) -> torch.Tensor:

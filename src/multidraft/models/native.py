@@ -10,7 +10,8 @@ Exactness. Around the linears it performs the very fp32 operations HF's modeling
 in the same order (RMSNorm: x * rsqrt(mean(x^2) + eps), then weight *; rotary: positions x inv_freq, cat, cos/sin x
 attention_scaling, q*cos + rotate_half(q)*sin; residual + branch; silu(gate) * up), and the linears and attention
 are the same kernel calls (quantized.block_linear, gguf_kernels.attention). The residual + norm and the rotary run
-as one kernel op each (gguf_kernels.add_rms_norm, rotary_heads: the same roundings, torch's own mean), and linears
+as one kernel op each (gguf_kernels.add_rms_norm, rotary_heads: the same roundings, torch's own sum; the rotary
+writes the keys and values straight into a GrowingKVCache; silu_mul: torch's silu, then the product), and linears
 that read one input quantize it once (block_linears). So its
 logits are the quantized runner's bits for the same tokens and activations mode, alone, in a verify, in a tree
 or in the engine's packed forward (tests/test_native_runner.py checks it bit for bit), and every property the
@@ -34,6 +35,7 @@ from multidraft.models.quantized import block_linear, block_linears
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 STATIC_ROTARY = ("default", "linear", "llama3", "yarn")      # inv_freq fixed at load
+ROTARY_BLOCK = 256        # positions per rotary table block: 256 x D values, one torch call (under its 32768 grain)
 
 
 def unsupported_reason(model) -> Optional[str]:
@@ -118,9 +120,26 @@ class NativeForward:
         attn = base.layers[0].self_attn
         self.head_dim, self.scaling = int(attn.head_dim), float(attn.scaling)
         self.num_heads = int(model.config.num_attention_heads)
+        self._tables = (torch.empty(0, self.head_dim),) * 2               # rotary cos, signed sin by position
 
     # ----- the pieces, as HF computes them -----
     def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """_rotary_rows(positions), read from tables grown on demand in blocks of ROTARY_BLOCK positions (two
+        lookups per forward instead of ten small ops). Each table row has the bits of the same position computed
+        in a forward of any number of rows: torch's cos/sin/products are elementwise and run all-vector when a
+        call's values fill whole vectors (T * D a multiple of 32, the widest vector pair: AVX-512's), which a head
+        dimension that is a multiple of 32 guarantees; other head dimensions compute per forward."""
+        if self.head_dim % 32:
+            return self._rotary_rows(positions)
+        needed, (cos, sin) = int(positions.max()) + 1, self._tables     # one read: a pair grown together
+        if needed > cos.shape[0]:
+            blocks = [self._rotary_rows(torch.arange(start, start + ROTARY_BLOCK))
+                      for start in range(cos.shape[0], max(needed, 2 * cos.shape[0]), ROTARY_BLOCK)]
+            cos, sin = torch.cat([cos] + [c for c, _ in blocks]), torch.cat([sin] + [s for _, s in blocks])
+            self._tables = cos, sin
+        return cos[positions], sin[positions]
+
+    def _rotary_rows(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and signed sin (T, D) of positions (T,): Qwen2/LlamaRotaryEmbedding.forward's cos and sin,
         with the sin's first half negated (see _rotary_heads)."""
         freqs = positions[:, None].float() * self.inv_freq
@@ -163,15 +182,19 @@ class NativeForward:
             if watch is not None:
                 watch.before_layer()
             q, k, v = self._linears((layer.q, layer.k, layer.v), h, prefill)
-            q, k = _rotary_heads(q, k, cos, signed_sin)                     # (H, T, D), (1, KVH, T, D)
-            keys, values = _store(cache, index, k, v.view(1, rows, -1, self.head_dim).transpose(1, 2))
+            if isinstance(cache, GrowingKVCache):       # k and v written into the cache by the rotary op
+                keys, values = cache.room(index, rows, k.shape[-1] // self.head_dim, self.head_dim, k)
+                q = _rotary_store(q, k, v, cos, signed_sin, keys, values, cache.length)
+                keys, values = keys[0], values[0]
+            else:
+                q, k = _rotary_heads(q, k, cos, signed_sin)                 # (H, T, D), (1, KVH, T, D)
+                keys, values = _store(cache, index, k, v.view(1, rows, -1, self.head_dim).transpose(1, 2))
             if visible.shape[1] != keys.shape[1]:       # an arena's slots past the mask's width: never visible
                 visible = torch.nn.functional.pad(visible, (0, keys.shape[1] - visible.shape[1]))
             attn = gguf_kernels.attention(q, keys, values, visible, self.scaling)
             x, h = _add_rms_norm(x, self._linear(layer.o, attn.reshape(1, rows, -1), prefill), *layer.mlp_norm)
             gate, up = self._linears((layer.gate, layer.up), h, prefill)
-            x, h = _add_rms_norm(x, self._linear(layer.down, torch.nn.functional.silu(gate) * up, prefill),
-                                 *norms[index])
+            x, h = _add_rms_norm(x, self._linear(layer.down, _silu_mul(gate, up), prefill), *norms[index])
             if index + 1 in hidden_layers:
                 out.hidden[index + 1] = x[0]
             if heads_by_layer and index in heads_by_layer:
@@ -203,6 +226,18 @@ def _rotary_heads(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, signed_si
     exact), so each value goes through the same two roundings (the products, then their sum); one kernel op that
     also lays q out as (H, T, D) and k as (1, KVH, T, D)."""
     return gguf_kernels.rotary_heads(q, k, cos, signed_sin)
+
+
+def _rotary_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor,
+                  keys: torch.Tensor, values: torch.Tensor, start: int) -> torch.Tensor:
+    """_rotary_heads' q (H, T, D), with its k and the v (1, T, KVH * D) written into a GrowingKVCache layer's
+    buffers (1, KVH, slots, D) at [start, start + T): the values _store would write, without its copies."""
+    return gguf_kernels.rotary_store(q, k, v, cos, signed_sin, keys, values, start)
+
+
+def _silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """HF's act_fn(gate_proj(x)) * up_proj(x) with SiLU: torch's silu, then the product, in one kernel op."""
+    return gguf_kernels.silu_mul(gate, up)
 
 
 def _store(cache, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

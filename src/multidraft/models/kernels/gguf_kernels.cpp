@@ -617,13 +617,14 @@ inline void key_scores(const float* qr, const float* kbase, int64_t D, const int
   }
 }
 
-// out[d] = sum over kept keys i, in order, of p[i] * v_i[d] (one fused multiply-add per key and lane, from 0),
-// for W x 8 lanes held in registers across all keys.
+// out[d] = sum over kept keys i, in order, of p[i] * v_i[d] (one fused multiply-add per key and lane), for W x 8
+// lanes held in registers across the n keys: from 0 when `fresh`, else continuing the sums already in `out` (a
+// chunk of keys after the previous ones: storing and reloading an fp32 lane changes no bit).
 template <int W>
 inline void weighted_values(const float* vbase, int64_t D, const int64_t* keys, const float* p, int64_t n,
-                            float* out) {
+                            float* out, bool fresh) {
   __m256 a[W];
-  for (int j = 0; j < W; ++j) a[j] = _mm256_setzero_ps();
+  for (int j = 0; j < W; ++j) a[j] = fresh ? _mm256_setzero_ps() : _mm256_loadu_ps(out + 8 * j);
   for (int64_t i = 0; i < n; ++i) {
     const __m256 pv = _mm256_set1_ps(p[i]);
     const float* vr = vbase + keys[i] * D;
@@ -632,12 +633,55 @@ inline void weighted_values(const float* vbase, int64_t D, const int64_t* keys, 
   for (int j = 0; j < W; ++j) _mm256_storeu_ps(out + 8 * j, a[j]);
 }
 
+// One query row of the heads [h0, h1) of one KV head, over its n visible keys: the per-head arithmetic of
+// invariant_attention's comment. The keys (then the values) are read in chunks of `chunk` that stay in L1 while
+// every head of the group uses them, so a grouped-query model reads its cache once per KV head, not per query
+// head; a score or a value lane is the same sequence of operations in any chunking.
+void attention_row_group(const float* qp, const float* kbase, const float* vbase, int64_t T, int64_t t, int64_t D,
+                         int64_t S, int64_t h0, int64_t h1, const int64_t* keys, int64_t n, int64_t chunk,
+                         float scale, float* scores, float* acc, float* out, int64_t H) {
+  const int64_t D8 = D & ~int64_t(7);
+  for (int64_t c = 0; c < n; c += chunk)
+    for (int64_t h = h0; h < h1; ++h)
+      key_scores(qp + (h * T + t) * D, kbase, D, keys + c, std::min(chunk, n - c), scale, scores + (h - h0) * S + c);
+  for (int64_t h = h0; h < h1; ++h) {
+    float* sc = scores + (h - h0) * S;
+    const float best = *std::max_element(sc, sc + n);
+    float total = 0.f;
+    for (int64_t i = 0; i < n; ++i) { sc[i] = std::exp(sc[i] - best); total += sc[i]; }
+    acc[(h - h0) * (D + 1) + D] = 1.f / total;
+  }
+  for (int64_t c = 0; c < n; c += chunk) {
+    const int64_t m = std::min(chunk, n - c);
+    for (int64_t h = h0; h < h1; ++h) {
+      float* a = acc + (h - h0) * (D + 1);
+      const float* p = scores + (h - h0) * S + c;
+      int64_t d0 = 0;
+      for (; d0 + 64 <= D8; d0 += 64) weighted_values<8>(vbase + d0, D, keys + c, p, m, a + d0, c == 0);
+      for (; d0 < D8; d0 += 8) weighted_values<1>(vbase + d0, D, keys + c, p, m, a + d0, c == 0);
+    }
+  }
+  for (int64_t h = h0; h < h1; ++h) {
+    float* a = acc + (h - h0) * (D + 1);
+    const float* p = scores + (h - h0) * S;
+    for (int64_t d = D8; d < D; ++d) {
+      float lane = 0.f;
+      for (int64_t i = 0; i < n; ++i) lane = std::fma(p[i], vbase[keys[i] * D + d], lane);
+      a[d] = lane;
+    }
+    float* o = out + (t * H + h) * D;
+    for (int64_t d = 0; d < D; ++d) o[d] = a[d] * a[D];
+  }
+}
+
 // q (H, T, D), k and v (KVH, S, D), visible (T, S) bool -> (T, H, D). Per (head, query row): scores over the
 // visible keys in key order, softmax with a sequential sum, values accumulated in key order. Nothing depends on
 // T or on the keys a row cannot see, so a row gets the same bits in any forward that gives it the same keys (and
-// a cache may hand over spare, masked slots past its length at no cost but the mask's scan).
-at::Tensor invariant_attention(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
-                               const at::Tensor& visible_in, double scaling) {
+// a cache may hand over spare, masked slots past its length at no cost but the mask's scan). A job is one query
+// row of `parts`-th of a KV head's query heads; chunk: keys per L1 chunk (0: a default from D). The bits of a
+// head depend on neither (the attention_with op lets tests vary them).
+at::Tensor attention_with(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                          const at::Tensor& visible_in, double scaling, int64_t chunk, int64_t parts) {
   auto q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
   auto visible = visible_in.to(at::kBool).contiguous();
   TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
@@ -646,42 +690,41 @@ at::Tensor invariant_attention(const at::Tensor& q_in, const at::Tensor& k_in, c
   TORCH_CHECK(H % KVH == 0 && v.size(1) == S && visible.size(0) == T && visible.size(1) == S,
               "invariant_attention: shape mismatch");
   auto out = at::empty({T, H, D}, q.options());
+  const int64_t group = H / KVH;
+  if (chunk <= 0) chunk = std::max<int64_t>(4, (int64_t(4096) / std::max<int64_t>(D, 1)) & ~int64_t(3));
+  if (parts <= 0) parts = (at::get_num_threads() + KVH * T - 1) / (KVH * T);
+  parts = std::max<int64_t>(1, std::min(parts, group));
   const float* qp = q.data_ptr<float>();
   const float* kp = k.data_ptr<float>();
   const float* vp = v.data_ptr<float>();
   const bool* mp = visible.data_ptr<bool>();
   float* op = out.data_ptr<float>();
-  const int64_t group = H / KVH, D8 = D & ~int64_t(7);
   const float scale = float(scaling);
-  at::parallel_for(0, H * T, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> scores(S);
+  at::parallel_for(0, KVH * T * parts, 1, [&](int64_t b, int64_t e) {
+    const int64_t most = (group + parts - 1) / parts;
+    std::vector<float> scores(most * std::max<int64_t>(S, 1));
     std::vector<int64_t> keys(S);
-    std::vector<float> acc(D);
+    std::vector<float> acc(most * (D + 1));
     for (int64_t job = b; job < e; ++job) {
-      const int64_t h = job / T, t = job % T, kv = h / group;
+      const int64_t part = job % parts, t = (job / parts) % T, kv = job / (parts * T);
+      const int64_t h0 = kv * group + part * group / parts, h1 = kv * group + (part + 1) * group / parts;
       int64_t n = 0;
       for (int64_t s = 0; s < S; ++s)
         if (mp[t * S + s]) keys[n++] = s;
-      float* o = op + (t * H + h) * D;
-      if (n == 0) { std::fill(o, o + D, 0.f); continue; }
-      key_scores(qp + (h * T + t) * D, kp + kv * S * D, D, keys.data(), n, scale, scores.data());
-      const float best = *std::max_element(scores.begin(), scores.begin() + n);
-      float total = 0.f;
-      for (int64_t i = 0; i < n; ++i) { scores[i] = std::exp(scores[i] - best); total += scores[i]; }
-      const float* vbase = vp + kv * S * D;
-      int64_t d0 = 0;
-      for (; d0 + 64 <= D8; d0 += 64) weighted_values<8>(vbase + d0, D, keys.data(), scores.data(), n, acc.data() + d0);
-      for (; d0 < D8; d0 += 8) weighted_values<1>(vbase + d0, D, keys.data(), scores.data(), n, acc.data() + d0);
-      for (int64_t d = D8; d < D; ++d) {
-        float lane = 0.f;
-        for (int64_t i = 0; i < n; ++i) lane = std::fma(scores[i], vbase[keys[i] * D + d], lane);
-        acc[d] = lane;
+      if (n == 0) {
+        for (int64_t h = h0; h < h1; ++h) std::fill(op + (t * H + h) * D, op + (t * H + h + 1) * D, 0.f);
+        continue;
       }
-      const float inv = 1.f / total;
-      for (int64_t d = 0; d < D; ++d) o[d] = acc[d] * inv;
+      attention_row_group(qp, kp + kv * S * D, vp + kv * S * D, T, t, D, S, h0, h1, keys.data(), n, chunk, scale,
+                          scores.data(), acc.data(), op, H);
     }
   });
   return out;
+}
+
+at::Tensor invariant_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const at::Tensor& visible, double scaling) {
+  return attention_with(q, k, v, visible, scaling, 0, 0);
 }
 
 #include "layer_ops.inc"
@@ -699,8 +742,13 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("q8_quantize(Tensor x, int block, bool scalar) -> (Tensor, Tensor, Tensor, Tensor)", &q8_quantize);
   m.def("dequantize(Tensor blocks, int type, int K, Tensor ids) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor visible, float scaling) -> Tensor");
+  m.def("attention_with(Tensor q, Tensor k, Tensor v, Tensor visible, float scaling, int chunk, int parts) -> Tensor");
   m.def("add_rms_norm(Tensor x, Tensor? branch, Tensor weight, float eps) -> (Tensor, Tensor)");
   m.def("rotary_heads(Tensor q, Tensor k, Tensor cos, Tensor signed_sin) -> (Tensor, Tensor)");
+  m.def("rotary_store(Tensor q, Tensor k, Tensor v, Tensor cos, Tensor signed_sin, Tensor(a!) keys, Tensor(b!) values, "
+        "int start) -> Tensor");
+  m.def("silu_mul(Tensor gate, Tensor up) -> Tensor");
+  m.def("all_finite(Tensor x) -> bool");
 }
 TORCH_LIBRARY_IMPL(multidraft_gguf, CPU, m) {
   m.impl("linear", &gguf_linear);
@@ -710,6 +758,10 @@ TORCH_LIBRARY_IMPL(multidraft_gguf, CPU, m) {
   m.impl("linear_q8_many_on", &q8_linear_many_on);
   m.impl("dequantize", &gguf_dequantize);
   m.impl("attention", &invariant_attention);
+  m.impl("attention_with", &attention_with);
   m.impl("add_rms_norm", &add_rms_norm);
   m.impl("rotary_heads", &rotary_heads);
+  m.impl("rotary_store", &rotary_store);
+  m.impl("silu_mul", &silu_mul);
+  m.impl("all_finite", &all_finite);
 }
