@@ -96,3 +96,12 @@ def test_the_script_runs_by_path_without_the_package():
     script = Path(llama_build.__file__)
     out = subprocess.run([sys.executable, "-I", str(script), "cmake-args"], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == llama_build.this_machine_args()
+
+
+def test_the_recipe_that_leaves_out_common_is_in_the_key(monkeypatch):
+    """A wheel built with another recipe (e.g. with llama.cpp's `common` library) is never taken for this one."""
+    args = llama_build.cmake_args(set(ZEN3.split()))
+    key = llama_build.build_key("0.3.36", args)
+    assert "LLAMA_BUILD_COMMON OFF" in llama_build.NO_COMMON
+    monkeypatch.setattr(llama_build, "NO_COMMON", "")
+    assert llama_build.build_key("0.3.36", args) != key
