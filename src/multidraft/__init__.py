@@ -6,6 +6,7 @@
     print(result.text, result.stats.summary())
 """
 
+from multidraft import openmp_wait  # noqa: F401,I001  (first: sets OpenMP's spin before torch loads it)
 from multidraft.api import generate, generate_request
 from multidraft.artifacts import Artifacts
 from multidraft.engine import Engine, generate_batch

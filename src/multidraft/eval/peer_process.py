@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 from multidraft.errors import MultidraftError
+from multidraft.openmp_wait import peer_environment
 
 _LIVE: "weakref.WeakSet[PeerProcess]" = weakref.WeakSet()
 
@@ -39,7 +40,7 @@ def child_environment() -> dict[str, str]:
     """The parent's environment, with its import path: the child imports what the parent would (the checkout's
     source tree, a test's stand-in module)."""
     path = [p for p in sys.path if p and os.path.isdir(p)]
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+    return dict(peer_environment(dict(os.environ)), PYTHONPATH=os.pathsep.join(path))
 
 
 def exit_description(returncode: int) -> str:

@@ -1,0 +1,35 @@
+"""openmp_wait.py: importing multidraft sets OpenMP's spin before torch loads libgomp, unless the user set one; peer
+processes get their defaults back. Checked in fresh interpreters (the setting is read once per process)."""
+
+import json
+import os
+import subprocess
+import sys
+
+from multidraft.eval.peer_process import child_environment
+from multidraft.openmp_wait import OURS, SPIN_COUNT, peer_environment
+
+PROBE = ("import os, json, multidraft; from multidraft.eval.peer_process import child_environment; "
+         "print(json.dumps([os.environ.get('GOMP_SPINCOUNT'), child_environment().get('GOMP_SPINCOUNT')]))")
+
+
+def _probe(**env):
+    base = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", OURS)}
+    out = subprocess.run([sys.executable, "-c", PROBE], env={**base, **env, "PYTHONPATH": os.pathsep.join(sys.path)},
+                         capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_sets_the_spin_and_peers_do_not_inherit_it():
+    assert _probe() == [SPIN_COUNT, None]
+
+
+def test_a_users_own_setting_wins_and_reaches_the_peers():
+    assert _probe(GOMP_SPINCOUNT="1234") == ["1234", "1234"]
+    assert _probe(OMP_WAIT_POLICY="PASSIVE") == [None, None]
+
+
+def test_peer_environment_removes_only_what_multidraft_added():
+    assert peer_environment({"GOMP_SPINCOUNT": SPIN_COUNT, OURS: "1", "X": "y"}) == {"X": "y"}
+    assert peer_environment({"GOMP_SPINCOUNT": "5", "X": "y"}) == {"GOMP_SPINCOUNT": "5", "X": "y"}
+    assert "GOMP_SPINCOUNT" not in child_environment() or OURS not in os.environ
