@@ -62,7 +62,8 @@ def test_tokens_alone_equal_tokens_in_batches(lm, sampled, prefill_alone):
 def test_draft_model_methods_batch(target, draft):
     lm = target                                   # conftest's pair: a draft that agrees often
     artifacts = multidraft.Artifacts()
-    requests = [Request.build(PROMPTS[0], "speculative", max_new_tokens=24, options=dict(draft_model=draft)),
+    requests = [Request.build(PROMPTS[0], "speculative", max_new_tokens=24, draft_length="fixed",
+                              options=dict(draft_model=draft)),
                 Request.build(PROMPTS[1], "multi_draft", max_new_tokens=20, options=dict(draft_model=draft)),
                 Request.build(PROMPTS[2], "mtad", max_new_tokens=18, options=dict(draft_model=draft)),
                 Request.build(PROMPTS[4], "bild", max_new_tokens=22, options=dict(draft_model=draft)),

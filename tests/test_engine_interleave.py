@@ -89,7 +89,7 @@ def test_cancelling_a_beam_mid_way_stops_it_within_one_step(lm):
 def test_pld_plus_with_attention_rows_takes_turns_and_equals_alone(lm):
     """Its capture hooks stay on the layers while it waits for its turn: the batch's forwards must not feed them."""
     heads = [[0, 0], [1, 1]]
-    ranked = Request.build(BEAM_PROMPT, "pld_plus", max_new_tokens=16,
+    ranked = Request.build(BEAM_PROMPT, "pld_plus", max_new_tokens=16, draft_length="fixed",
                            options=dict(rank_by="attention", induction_heads=heads))
     engine = Engine(lm, max_num_seqs=4)
     tokens = []

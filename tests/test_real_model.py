@@ -44,7 +44,9 @@ def test_pld_equals_greedy_on_smollm(smollm, prompt):
 
 
 def test_pld_accepts_drafts_on_a_copying_task(smollm):
-    pld = multidraft.generate(smollm, PROMPTS[0], method="pld", max_new_tokens=40)
+    # draft_length="fixed": every drafted token verified. Under "adaptive" how much is verified follows the forward
+    # costs measured on this machine, so the acceptance length varies from machine to machine (1.18 on a CI run).
+    pld = multidraft.generate(smollm, PROMPTS[0], method="pld", max_new_tokens=40, draft_length="fixed")
     assert pld.stats.draft_tokens_accepted > 0
     assert pld.stats.mean_acceptance_length > 1.2
     assert pld.stats.target_calls < pld.stats.generated_tokens
