@@ -111,7 +111,8 @@ def test_tree_drafts_are_lossless_under_greedy(tiny_lm, seed):
     sampler = PositionSampler(SamplingParams())
     stats = DecodeStats()
     output = OutputCollector(tiny_lm, 30)
-    draft_and_verify(tiny_lm, ids, RandomTreeDrafter(greedy.token_ids, seed), GreedyVerifier(), sampler, output, stats)
+    draft_and_verify(tiny_lm, ids, RandomTreeDrafter(greedy.token_ids, seed), GreedyVerifier(), sampler, output, stats,
+                     draft_length="fixed")            # every node verified: the acceptance below is the drafter's
     assert output.token_ids == greedy.token_ids
     assert stats.mean_acceptance_length > 1.0
 
