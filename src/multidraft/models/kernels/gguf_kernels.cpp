@@ -479,21 +479,32 @@ void q6_k_rows(const float* x, const uint8_t* w, int64_t row_bytes, float* out, 
   }
 }
 
-template <typename F>
+template <int MAXG, typename F>
 void by_group_size(int mg, F&& f) {
   switch (mg) {
     case 1: f(std::integral_constant<int, 1>()); break;
     case 2: f(std::integral_constant<int, 2>()); break;
     case 3: f(std::integral_constant<int, 3>()); break;
-    default: f(std::integral_constant<int, 4>()); break;
+    case 4: f(std::integral_constant<int, 4>()); break;
+    default:
+      if constexpr (MAXG > 4) {
+        switch (mg) {
+          case 5: f(std::integral_constant<int, 5>()); break;
+          case 6: f(std::integral_constant<int, 6>()); break;
+          case 7: f(std::integral_constant<int, 7>()); break;
+          default: f(std::integral_constant<int, 8>()); break;
+        }
+      } else {
+        f(std::integral_constant<int, 4>());
+      }
   }
 }
 
 // The fused kernels' schedule: weight rows split over threads, in slices of 64 that stay in L1/L2 while every
-// balanced group of at most 4 input rows runs over them; rows(m0, MG, c, ce) runs one group on one slice.
-template <typename F>
+// balanced group of at most MAXG (4 or 8) input rows runs over them; rows(m0, MG, c, ce) runs one group on one slice.
+template <int MAXG = 4, typename F>
 void for_row_groups(int64_t M, int64_t N, F&& rows) {
-  const int64_t groups = (M + 3) / 4;
+  const int64_t groups = (M + MAXG - 1) / MAXG;
   const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
   const int64_t grain = std::max<int64_t>(16, (N + threads - 1) / threads);
   at::parallel_for(0, N, grain, [&](int64_t b, int64_t e) {
@@ -501,7 +512,7 @@ void for_row_groups(int64_t M, int64_t N, F&& rows) {
       const int64_t ce = std::min(e, c + 64);
       for (int64_t g = 0; g < groups; ++g) {
         const int64_t m0 = g * M / groups, m1 = (g + 1) * M / groups;
-        by_group_size(int(m1 - m0), [&](auto size) { rows(m0, size, c, ce); });
+        by_group_size<MAXG>(int(m1 - m0), [&](auto size) { rows(m0, size, c, ce); });
       }
     }
   });
