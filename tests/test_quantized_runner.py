@@ -76,6 +76,27 @@ def test_attention_matches_softmax_and_each_row_only_sees_its_keys():
         assert torch.equal(alone[0], out[t])
 
 
+def test_attention_softmax_weights_are_exp_to_two_ulp_and_nan_stays_nan():
+    """The softmax numerators come from the kernel's own exp (fixed fp32 steps, no libm): the weights are softmax's
+    to a few ulp at every key count (the last, partial vector of 8 included), one key alone gets weight 1 exactly,
+    and a NaN score gives NaN."""
+    torch.manual_seed(1)
+    keys = 37
+    k = torch.randn(1, keys, keys) * 4
+    q = torch.randn(1, 1, keys)
+    v = torch.eye(keys)[None]                                     # out = the normalized weights themselves
+    for count in (1, 7, 8, 9, 17, keys):
+        out = gguf_kernels.attention(q, k[:, :count], v[:, :count], torch.ones(1, count, dtype=torch.bool),
+                                     0.5)[0, 0, :count]
+        expected = torch.softmax((q[0, 0] @ k[0, :count].T).double() * 0.5, -1)
+        torch.testing.assert_close(out.double(), expected, rtol=1e-6, atol=1e-12)
+        if count == 1:
+            assert out.item() == 1.0
+    q_nan = q.clone()
+    q_nan[0, 0, 0] = float("nan")
+    assert torch.isnan(gguf_kernels.attention(q_nan, k, v, torch.ones(1, keys, dtype=torch.bool), 1.0)).all()
+
+
 def test_attention_bits_do_not_depend_on_its_schedule():
     """Each KV head's keys are read in L1 chunks shared by its query heads (a job = a row of a share of them):
     every chunking and split gives the bits of one job per head over all keys at once, at head sizes with and

@@ -628,6 +628,47 @@ inline void key_scores(const float* qr, const float* kbase, int64_t D, const int
   }
 }
 
+// exp(x) in eight lanes with a fixed sequence of fp32 operations (no libm: glibc's expf differs between versions,
+// and a scalar call per key was a third of the attention's time): x clamped to [-87.34, 88.37] (a NaN stays NaN),
+// n = round(x * log2(e)), r = x - n * ln2 in two parts (Cody-Waite), exp(r) by Cephes' degree-6 polynomial
+// (relative error below 2 ulp on [-ln2/2, ln2/2]), times 2^n through the exponent bits. Every step an explicit
+// operation and contraction off, so every machine with AVX2 and FMA, whatever its compiler, computes these bits.
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+inline __m256 exp_lanes(__m256 x) {
+  x = _mm256_min_ps(_mm256_set1_ps(88.3762626647949f), _mm256_max_ps(_mm256_set1_ps(-87.3365478515625f), x));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+}
+
+// sc[i] = exp(sc[i] - best) for i < n, and their sum added in index order (the softmax's numerators and total); the
+// last partial vector goes through the same lanes (padded), so a value's bits never depend on where it sits.
+inline float exp_shifted(float* sc, int64_t n, float best) {
+  const __m256 b = _mm256_set1_ps(best);
+  float total = 0.f;
+  for (int64_t i = 0; i < n; i += 8) {
+    alignas(32) float lanes[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    const int64_t m = std::min<int64_t>(8, n - i);
+    std::memcpy(lanes, sc + i, m * sizeof(float));
+    _mm256_store_ps(lanes, exp_lanes(_mm256_sub_ps(_mm256_load_ps(lanes), b)));
+    std::memcpy(sc + i, lanes, m * sizeof(float));
+    for (int64_t j = 0; j < m; ++j) total += lanes[j];
+  }
+  return total;
+}
+#pragma GCC pop_options
+
 // out[d] = sum over kept keys i, in order, of p[i] * v_i[d] (one fused multiply-add per key and lane), for W x 8
 // lanes held in registers across the n keys: from 0 when `fresh`, else continuing the sums already in `out` (a
 // chunk of keys after the previous ones: storing and reloading an fp32 lane changes no bit).
@@ -658,9 +699,7 @@ void attention_row_group(const float* qp, const float* kbase, const float* vbase
   for (int64_t h = h0; h < h1; ++h) {
     float* sc = scores + (h - h0) * S;
     const float best = *std::max_element(sc, sc + n);
-    float total = 0.f;
-    for (int64_t i = 0; i < n; ++i) { sc[i] = std::exp(sc[i] - best); total += sc[i]; }
-    acc[(h - h0) * (D + 1) + D] = 1.f / total;
+    acc[(h - h0) * (D + 1) + D] = 1.f / exp_shifted(sc, n, best);
   }
   for (int64_t c = 0; c < n; c += chunk) {
     const int64_t m = std::min(chunk, n - c);
