@@ -35,7 +35,8 @@ def test_both_rankers_equal_greedy_on_every_task(smollm_eager):
     for prompt in prompts:
         greedy = multidraft.generate(smollm_eager, prompt, max_new_tokens=16)
         for rank_by in ("hidden", "attention"):
-            out = multidraft.generate(smollm_eager, prompt, method="pld_plus", rank_by=rank_by, max_new_tokens=16)
+            out = multidraft.generate(smollm_eager, prompt, method="pld_plus", rank_by=rank_by, max_new_tokens=16,
+                                      draft_length="fixed")             # the acceptance below: not timing-bound
             assert out.token_ids == greedy.token_ids, (rank_by, prompt)
             accepted += out.stats.draft_tokens_accepted
     assert accepted > 0
