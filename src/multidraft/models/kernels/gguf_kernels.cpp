@@ -479,25 +479,13 @@ void q6_k_rows(const float* x, const uint8_t* w, int64_t row_bytes, float* out, 
   }
 }
 
+// f(std::integral_constant<int, min(mg, MAXG)>()) for a group of mg >= 1 rows.
 template <int MAXG, typename F>
 void by_group_size(int mg, F&& f) {
-  switch (mg) {
-    case 1: f(std::integral_constant<int, 1>()); break;
-    case 2: f(std::integral_constant<int, 2>()); break;
-    case 3: f(std::integral_constant<int, 3>()); break;
-    case 4: f(std::integral_constant<int, 4>()); break;
-    default:
-      if constexpr (MAXG > 4) {
-        switch (mg) {
-          case 5: f(std::integral_constant<int, 5>()); break;
-          case 6: f(std::integral_constant<int, 6>()); break;
-          case 7: f(std::integral_constant<int, 7>()); break;
-          default: f(std::integral_constant<int, 8>()); break;
-        }
-      } else {
-        f(std::integral_constant<int, 4>());
-      }
+  if constexpr (MAXG > 1) {
+    if (mg < MAXG) return by_group_size<MAXG - 1>(mg, f);
   }
+  f(std::integral_constant<int, MAXG>());
 }
 
 // The fused kernels' schedule: weight rows split over threads, in slices of 64 that stay in L1/L2 while every
@@ -628,8 +616,8 @@ inline void key_scores(const float* qr, const float* kbase, int64_t D, const int
   }
 }
 
-// exp(x) in eight lanes with a fixed sequence of fp32 operations (no libm: glibc's expf differs between versions,
-// and a scalar call per key was a third of the attention's time): x clamped to [-87.34, 88.37] (a NaN stays NaN),
+// exp(x) in eight lanes with a fixed sequence of fp32 operations (no libm: glibc's expf differs between versions;
+// and a little faster: 903 values 3.6 us against 5.1 us of std::exp calls, standalone on a Zen 3): x clamped to [-87.34, 88.37] (a NaN stays NaN),
 // n = round(x * log2(e)), r = x - n * ln2 in two parts (Cody-Waite), exp(r) by Cephes' degree-6 polynomial
 // (relative error below 2 ulp on [-ln2/2, ln2/2]), times 2^n through the exponent bits. Every step an explicit
 // operation and contraction off, so every machine with AVX2 and FMA, whatever its compiler, computes these bits.
