@@ -302,6 +302,7 @@ def test_negative_control_another_rounding_around_the_linears_is_seen(monkeypatc
     shared input quantized one int8 step off (the random tiny model amplifies it: a looser bound):
     close, but not the same bits, so the bit checks above see it."""
     ours, reference = _pair("qwen2", "Q4_K")
+    ours.runner_object.native.fuse = False          # the step-by-step layer (the fused op: the tests below)
     expected = reference.forward(KVCache(), PROMPT[:12]).logits
     # the runner's own cache takes the rotary op that writes it (_rotary_store), HF's takes _rotary_heads
     cache = ours.new_cache if name == "_rotary_store" else KVCache
@@ -310,6 +311,61 @@ def test_negative_control_another_rounding_around_the_linears_is_seen(monkeypatc
     changed = ours.forward(cache(), PROMPT[:12]).logits
     assert not torch.equal(changed, expected)
     assert float((changed - expected).abs().max()) <= tolerance * float(expected.abs().max())
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fused_decoder_layer_is_the_step_by_step_layers_bits(monkeypatch, threads):
+    """On the runner's own cache with 8-bit activations each layer runs as one op (gguf_kernels.decoder_layer):
+    the bits of the step-by-step loop over every forward of _same_forwards (prefill, verify, tree with captures,
+    embeddings in, a general visibility), Qwen2 with q/k/v biases and Llama, and the fused op is what ran."""
+    calls = []
+    fused_op = gguf_kernels.decoder_layer
+    monkeypatch.setattr(gguf_kernels, "decoder_layer", lambda *args: calls.append(1) or fused_op(*args))
+    steps = [(5 * i + 2) % 60 + 1 for i in range(23)]
+    previous = _threads(threads)
+    try:
+        for arch, type_name in (("qwen2", "Q4_K"), ("llama", "Q6_K")):
+            ours = tiny_gguf_lm(arch, type_name, seed=3, runner="native")
+            forward = ours.runner_object.native
+            assert forward.fuse
+            fused = _same_forwards(ours, steps)
+            assert len(calls) == 7 * len(forward.layers)
+            forward.fuse = False
+            stepwise = _same_forwards(ours, steps)
+            assert len(calls) == 7 * len(forward.layers)
+            for index, (a, b) in enumerate(zip(fused, stepwise)):
+                assert torch.equal(a, b), (arch, index)
+            calls.clear()
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_fused_decoder_layer_negative_control_a_nudged_residual_is_seen(monkeypatch):
+    """The comparison above sees a one-ulp change of the residual stream entering a fused layer."""
+    ours = tiny_gguf_lm("qwen2", "Q4_K", seed=3, runner="native")
+    expected = ours.forward(ours.new_cache(), PROMPT[:12]).logits
+    fused_op = gguf_kernels.decoder_layer
+    monkeypatch.setattr(gguf_kernels, "decoder_layer",
+                        lambda x, *rest: fused_op(torch.nextafter(x, torch.full_like(x, float("inf"))), *rest))
+    changed = ours.forward(ours.new_cache(), PROMPT[:12]).logits
+    assert not torch.equal(changed, expected)
+    assert float((changed - expected).abs().max()) <= 1e-2 * float(expected.abs().max())
+
+
+def test_linear_time_counts_the_linears_the_fused_layer_calls():
+    """forward-cost's outside-the-linears share reads the kernels' own clock: it counts the linears a fused layer
+    calls from C++ while on, and nothing while off."""
+    ours = tiny_gguf_lm("qwen2", "Q4_K", seed=3, runner="native")
+    cache = ours.new_cache()
+    ours.forward(cache, PROMPT[:12])
+    gguf_kernels.linear_time(False)
+    ours.forward(cache, [5])
+    assert gguf_kernels.linear_time(True) == 0
+    ours.forward(cache, [6])
+    spent = gguf_kernels.linear_time(False)
+    assert spent > 0
+    ours.forward(cache, [7])
+    assert gguf_kernels.linear_time(False) == 0
 
 
 def test_unsupported_architectures_stay_on_hf_modules():

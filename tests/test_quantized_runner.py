@@ -100,7 +100,8 @@ def test_attention_softmax_weights_match_softmax_at_every_key_count_and_nan_stay
 def test_attention_bits_do_not_depend_on_its_schedule():
     """Each KV head's keys are read in L1 chunks shared by its query heads (a job = a row of a share of them):
     every chunking and split gives the bits of one job per head over all keys at once, at head sizes with and
-    without a tail of 8 lanes, with masked keys and a row that sees nothing."""
+    without a tail of 8 lanes, with masked keys and a row that sees nothing. Chunks of 4 score each key alone,
+    longer ones eight keys at a time (hsum8): the two reductions must give the same bits."""
     generator = torch.Generator().manual_seed(7)
     for heads, kv_heads, rows, keys, dim in ((12, 2, 2, 150, 128), (6, 3, 3, 70, 36), (4, 4, 1, 9, 64)):
         q = torch.randn(heads, rows, dim, generator=generator)

@@ -165,26 +165,15 @@ def isa_of(runner: str):
 
 @contextlib.contextmanager
 def linear_timer():
-    """Inside: the GGUF linear ops (gguf_kernels.linear, linear_q8, linear_q8_many) timed; yields a one-item list of
-    seconds."""
+    """Inside: the GGUF linear kernels timed where they run (in C++, so the linears the fused decoder layer calls
+    count too); yields a one-item list of seconds, filled on exit."""
     from multidraft.models import gguf_kernels
     spent = [0.0]
-    originals = {name: getattr(gguf_kernels, name) for name in ("linear", "linear_q8", "linear_q8_many")}
-
-    def timed(op):
-        def call(*args):
-            start = time.perf_counter()
-            out = op(*args)
-            spent[0] += time.perf_counter() - start
-            return out
-        return call
-    for name, op in originals.items():
-        setattr(gguf_kernels, name, timed(op))
+    gguf_kernels.linear_time(True)
     try:
         yield spent
     finally:
-        for name, op in originals.items():
-            setattr(gguf_kernels, name, op)
+        spent[0] = gguf_kernels.linear_time(False) / 1e9
 
 
 def outside_linears_share(view, runner: str, reps: int, prefix: int = 300) -> Optional[float]:

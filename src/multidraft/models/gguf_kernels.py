@@ -231,5 +231,18 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return torch.ops.multidraft_gguf.silu_mul(gate, up)
 
 
+def decoder_layer(x: torch.Tensor, h: torch.Tensor, blocks: list, types: list, biases: list, norms: list, eps: list,
+                  cos: torch.Tensor, signed_sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int,
+                  visible: torch.Tensor, scaling: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One native decoder layer in one op (native.py): (x, h for the next layer, the rotated queries (H, T, D))."""
+    return torch.ops.multidraft_gguf.decoder_layer(x, h, blocks, types, biases, norms, [float(e) for e in eps], cos,
+                                                   signed_sin, keys, values, int(start), visible, float(scaling))
+
+
+def linear_time(on: bool) -> int:
+    """Switch the linear kernels' own timing on or off; the nanoseconds they spent since the previous call."""
+    return int(torch.ops.multidraft_gguf.linear_time(bool(on)))
+
+
 def all_finite(x: torch.Tensor) -> bool:
     return torch.ops.multidraft_gguf.all_finite(x)

@@ -121,6 +121,10 @@ class NativeForward:
         self.head_dim, self.scaling = int(attn.head_dim), float(attn.scaling)
         self.num_heads = int(model.config.num_attention_heads)
         self._tables = (torch.empty(0, self.head_dim),) * 2               # rotary cos, signed sin by position
+        self.kv_heads = self.layers[0].k[0].rows // self.head_dim
+        norms_after = [layer.attn_norm for layer in self.layers[1:]] + [self.final_norm]
+        self._fused = [_fused_layer(layer, after) for layer, after in zip(self.layers, norms_after)]
+        self.fuse = all(pack is not None for pack in self._fused)     # tests turn it off to compare
 
     # ----- the pieces, as HF computes them -----
     def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -178,9 +182,18 @@ class NativeForward:
         # each residual add runs with the norm after it: the next layer's (or the final) norm ends a layer
         norms = [layer.attn_norm for layer in self.layers[1:]] + [self.final_norm]
         x, h = _add_rms_norm(x, None, *self.layers[0].attn_norm)
+        fused = self.fuse and self.mode.activations == "q8" and isinstance(cache, GrowingKVCache)
         for index, layer in enumerate(self.layers):
             if watch is not None:
                 watch.before_layer()
+            if fused:                                   # the steps below in one kernel op, the same bits
+                keys, values = cache.room(index, rows, self.kv_heads, self.head_dim, x)
+                if visible.shape[1] != keys.shape[2]:
+                    visible = torch.nn.functional.pad(visible, (0, keys.shape[2] - visible.shape[1]))
+                x, h, q = gguf_kernels.decoder_layer(x, h, *self._fused[index], cos, signed_sin, keys, values,
+                                                     cache.length, visible, self.scaling)
+                self._captures(out, index, q, keys[0], width, hidden_layers, heads_by_layer, x, copy=True)
+                continue
             q, k, v = self._linears((layer.q, layer.k, layer.v), h, prefill)
             if isinstance(cache, GrowingKVCache):       # k and v written into the cache by the rotary op
                 keys, values = cache.room(index, rows, k.shape[-1] // self.head_dim, self.head_dim, k)
@@ -195,22 +208,43 @@ class NativeForward:
             x, h = _add_rms_norm(x, self._linear(layer.o, attn.reshape(1, rows, -1), prefill), *layer.mlp_norm)
             gate, up = self._linears((layer.gate, layer.up), h, prefill)
             x, h = _add_rms_norm(x, self._linear(layer.down, _silu_mul(gate, up), prefill), *norms[index])
-            if index + 1 in hidden_layers:
-                out.hidden[index + 1] = x[0]
-            if heads_by_layer and index in heads_by_layer:
-                # a GrowingKVCache's buffer is written in place by later forwards: the capture keeps a copy
-                seen = keys[:, :width].clone() if isinstance(cache, GrowingKVCache) else keys
-                out.queries[index] = self._queries(q, seen, heads_by_layer[index])
+            self._captures(out, index, q, keys, width, hidden_layers, heads_by_layer, x,
+                           copy=isinstance(cache, GrowingKVCache))
         if keep_rows is not None:                       # h: the final norm of every row (row-wise: the same bits)
             h = h[:, keep_rows]
         out.logits = self._linear(self.head, h, prefill)[0]
         return out
+
+    def _captures(self, out: NativeOutput, index: int, q: torch.Tensor, keys: torch.Tensor, width: int,
+                  hidden_layers: Sequence[int], heads_by_layer: Optional[dict], x: torch.Tensor, copy: bool) -> None:
+        """Layer `index`'s captures: the hidden state after it, the chosen heads' queries with their keys."""
+        if index + 1 in hidden_layers:
+            out.hidden[index + 1] = x[0]
+        if heads_by_layer and index in heads_by_layer:
+            # a GrowingKVCache's buffer is written in place by later forwards: the capture keeps a copy
+            seen = keys[:, :width].clone() if copy else keys
+            out.queries[index] = self._queries(q, seen, heads_by_layer[index])
 
     def _queries(self, q: torch.Tensor, keys: torch.Tensor, heads: Sequence[int]) -> list:
         """What attention_rows' hooks keep: per head (its queries (T, D), its KV head's keys (S, D), scaling)."""
         groups = self.num_heads // keys.shape[0]
         shared = {kv: keys[kv] for kv in {head // groups for head in heads}}        # one object per KV head
         return [(q[head], shared[head // groups], self.scaling) for head in heads]
+
+
+def _fused_layer(layer: _Layer, norm_after: tuple) -> Optional[tuple]:
+    """decoder_layer's weight arguments (blocks, types, q/k/v biases, norms, eps) for a layer whose linears all take
+    8-bit activations (q, k, v and gate, up sharing an activation block) and whose o and down have no bias; None
+    for another layer (it runs step by step)."""
+    linears = (layer.q, layer.k, layer.v, layer.o, layer.gate, layer.up, layer.down)
+    if not all(matrix.has_q8_kernel for matrix, _ in linears) or layer.o[1] is not None or layer.down[1] is not None:
+        return None
+    block = [gguf_kernels.q8_block(matrix.type_id) for matrix, _ in linears]
+    if len(set(block[:3])) != 1 or block[4] != block[5]:
+        return None
+    return ([matrix.blocks for matrix, _ in linears], [matrix.type_id for matrix, _ in linears],
+            [layer.q[1], layer.k[1], layer.v[1]], [layer.mlp_norm[0], norm_after[0]],
+            [layer.mlp_norm[1], norm_after[1]])
 
 
 def _add_rms_norm(x: torch.Tensor, branch: Optional[torch.Tensor], weight: torch.Tensor,

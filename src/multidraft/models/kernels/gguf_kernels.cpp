@@ -16,6 +16,7 @@
 #include <cpuid.h>
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <string>
 #include <sys/syscall.h>
@@ -506,6 +507,28 @@ void for_row_groups(int64_t M, int64_t N, F&& rows) {
   });
 }
 
+// Time spent in the linear ops, summed while switched on (`multidraft bench forward-cost`: the share of a forward
+// outside the linears, including those the fused decoder layer calls from C++); off, one relaxed load per call.
+std::atomic<bool> linear_timing{false};
+std::atomic<int64_t> linear_nanoseconds{0};
+
+struct LinearClock {
+  const bool on = linear_timing.load(std::memory_order_relaxed);
+  const std::chrono::steady_clock::time_point start = on ? std::chrono::steady_clock::now()
+                                                         : std::chrono::steady_clock::time_point();
+  ~LinearClock() {
+    if (on)
+      linear_nanoseconds += std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::steady_clock::now() - start).count();
+  }
+};
+
+// Switches the timing on or off; returns the nanoseconds summed since the previous call (and starts again at 0).
+int64_t linear_time(bool on) {
+  linear_timing = on;
+  return linear_nanoseconds.exchange(0);
+}
+
 // x (..., K) -> an empty (..., N) of the same options.
 at::Tensor output_for(const at::Tensor& x, int64_t N) {
   auto sizes = x.sizes().vec();
@@ -523,6 +546,7 @@ void check_blocks(const at::Tensor& blocks, int64_t type, int64_t K) {
 }
 
 at::Tensor gguf_linear(const at::Tensor& x_in, const at::Tensor& blocks, int64_t type, int64_t K) {
+  const LinearClock clock;
   check_blocks(blocks, type, K);
   TORCH_CHECK(x_in.scalar_type() == at::kFloat && x_in.size(-1) == K, "gguf_linear: fp32 input of width K");
   auto x = x_in.contiguous();
@@ -585,26 +609,48 @@ at::Tensor gguf_dequantize(const at::Tensor& blocks, int64_t type, int64_t K, co
 
 // ---------------------------------------------------------------- attention
 
-// One (head, row)'s dot products with its visible keys, four keys at a time (independent accumulators for
-// instruction-level parallelism); each key's own arithmetic is the same: 8 fp32 lanes of fused multiply-adds over
-// d, a horizontal sum, then the tail.
+// hsum of eight vectors at once: lane j = hsum(v[j]), by the very tree hsum uses (lane i + lane i+4, then the pairs
+// two apart, then the last pair; fp32 addition is commutative, so each sum's bits are hsum's).
+inline __m256 hsum8(const __m256 v[8]) {
+  __m256 half[4];                                     // [v_a's i + (i+4) | v_b's], a = 2c, b = 2c + 1
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c)
+    half[c] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * c], v[2 * c + 1], 0x20),
+                            _mm256_permute2f128_ps(v[2 * c], v[2 * c + 1], 0x31));
+  // [s0 s1 s2 s3 | ...] of keys (0, 2 | 1, 3) and (4, 6 | 5, 7): s0 + s2 and s1 + s3 side by side
+  const __m256 p0 = _mm256_add_ps(_mm256_shuffle_ps(half[0], half[1], 0x44), _mm256_shuffle_ps(half[0], half[1], 0xEE));
+  const __m256 p1 = _mm256_add_ps(_mm256_shuffle_ps(half[2], half[3], 0x44), _mm256_shuffle_ps(half[2], half[3], 0xEE));
+  // (s0 + s2) + (s1 + s3): lanes hold keys 0, 2, 4, 6 | 1, 3, 5, 7
+  const __m256 sums = _mm256_hadd_ps(p0, p1);
+  return _mm256_permutevar8x32_ps(sums, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// One (head, row)'s dot products with its visible keys, eight keys at a time (independent accumulators in
+// registers; the eight horizontal sums reduced together); each key's own arithmetic is the same: 8 fp32 lanes of
+// fused multiply-adds over d, hsum's tree, then the tail, then the scale.
 inline void key_scores(const float* qr, const float* kbase, int64_t D, const int64_t* keys, int64_t n, float scale,
                        float* scores) {
   const int64_t D8 = D & ~int64_t(7);
   int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const float* kr[4] = {kbase + keys[i] * D, kbase + keys[i + 1] * D, kbase + keys[i + 2] * D,
-                          kbase + keys[i + 3] * D};
-    __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (; i + 8 <= n; i += 8) {
+    const float* kr[8];
+    __m256 a[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) kr[j] = kbase + keys[i + j] * D, a[j] = _mm256_setzero_ps();
     for (int64_t d = 0; d < D8; d += 8) {
       const __m256 qv = _mm256_loadu_ps(qr + d);
-      for (int j = 0; j < 4; ++j) a[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[j] + d), a[j]);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[j] + d), a[j]);
     }
-    for (int j = 0; j < 4; ++j) {
-      float dot = hsum(a[j]);
-      for (int64_t d = D8; d < D; ++d) dot = std::fma(qr[d], kr[j][d], dot);
-      scores[i + j] = dot * scale;
+    __m256 dots = hsum8(a);
+    if (D8 != D) {                                    // the tail after the horizontal sum, as hsum's callers do
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, dots);
+      for (int j = 0; j < 8; ++j)
+        for (int64_t d = D8; d < D; ++d) lanes[j] = std::fma(qr[d], kr[j][d], lanes[j]);
+      dots = _mm256_load_ps(lanes);
     }
+    _mm256_storeu_ps(scores + i, _mm256_mul_ps(dots, _mm256_set1_ps(scale)));
   }
   for (; i < n; ++i) {
     const float* kr = kbase + keys[i] * D;
@@ -644,15 +690,16 @@ inline __m256 exp_lanes(__m256 x) {
 // last partial vector goes through the same lanes (padded), so a value's bits never depend on where it sits.
 inline float exp_shifted(float* sc, int64_t n, float best) {
   const __m256 b = _mm256_set1_ps(best);
-  float total = 0.f;
-  for (int64_t i = 0; i < n; i += 8) {
+  const int64_t n8 = n & ~int64_t(7);
+  for (int64_t i = 0; i < n8; i += 8) _mm256_storeu_ps(sc + i, exp_lanes(_mm256_sub_ps(_mm256_loadu_ps(sc + i), b)));
+  if (n8 < n) {
     alignas(32) float lanes[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    const int64_t m = std::min<int64_t>(8, n - i);
-    std::memcpy(lanes, sc + i, m * sizeof(float));
+    std::memcpy(lanes, sc + n8, (n - n8) * sizeof(float));
     _mm256_store_ps(lanes, exp_lanes(_mm256_sub_ps(_mm256_load_ps(lanes), b)));
-    std::memcpy(sc + i, lanes, m * sizeof(float));
-    for (int64_t j = 0; j < m; ++j) total += lanes[j];
+    std::memcpy(sc + n8, lanes, (n - n8) * sizeof(float));
   }
+  float total = 0.f;
+  for (int64_t i = 0; i < n; ++i) total += sc[i];
   return total;
 }
 #pragma GCC pop_options
@@ -786,7 +833,11 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("rotary_store(Tensor q, Tensor k, Tensor v, Tensor cos, Tensor signed_sin, Tensor(a!) keys, Tensor(b!) values, "
         "int start) -> Tensor");
   m.def("silu_mul(Tensor gate, Tensor up) -> Tensor");
+  m.def("decoder_layer(Tensor x, Tensor h, Tensor[] blocks, int[] types, Tensor?[] biases, Tensor[] norms, "
+        "float[] eps, Tensor cos, Tensor signed_sin, Tensor(a!) keys, Tensor(b!) values, int start, Tensor visible, "
+        "float scaling) -> (Tensor, Tensor, Tensor)");
   m.def("all_finite(Tensor x) -> bool");
+  m.def("linear_time(bool on) -> int", &linear_time);
 }
 TORCH_LIBRARY_IMPL(multidraft_gguf, CPU, m) {
   m.impl("linear", &gguf_linear);
@@ -801,5 +852,6 @@ TORCH_LIBRARY_IMPL(multidraft_gguf, CPU, m) {
   m.impl("rotary_heads", &rotary_heads);
   m.impl("rotary_store", &rotary_store);
   m.impl("silu_mul", &silu_mul);
+  m.impl("decoder_layer", &decoder_layer);
   m.impl("all_finite", &all_finite);
 }
