@@ -314,38 +314,66 @@ def test_negative_control_another_rounding_around_the_linears_is_seen(monkeypatc
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_fused_decoder_layer_is_the_step_by_step_layers_bits(monkeypatch, threads):
-    """On the runner's own cache with 8-bit activations each layer runs as one op (gguf_kernels.decoder_layer):
-    the bits of the step-by-step loop over every forward of _same_forwards (prefill, verify, tree with captures,
-    embeddings in, a general visibility), Qwen2 with q/k/v biases and Llama, and the fused op is what ran."""
-    calls = []
-    fused_op = gguf_kernels.decoder_layer
-    monkeypatch.setattr(gguf_kernels, "decoder_layer", lambda *args: calls.append(1) or fused_op(*args))
+def test_fused_decoder_layers_are_the_step_by_step_layers_bits(monkeypatch, threads):
+    """On the runner's own cache with 8-bit activations each layer runs as one op (gguf_kernels.decoder_layer), and a
+    forward that captures and checks nothing runs all its layers in one op (decoder_stack): both give the bits of the
+    step-by-step loop over every forward of _same_forwards (prefill, verify, tree with captures, embeddings in, a
+    general visibility), Qwen2 with q/k/v biases and Llama, and each fused op is what ran where it should."""
+    calls = {"decoder_layer": 0, "decoder_stack": 0}
+    for name in calls:
+        op = getattr(gguf_kernels, name)
+        monkeypatch.setattr(gguf_kernels, name, lambda *args, op=op, name=name: calls.__setitem__(name, calls[name] + 1)
+                            or op(*args))
     steps = [(5 * i + 2) % 60 + 1 for i in range(23)]
     previous = _threads(threads)
     try:
         for arch, type_name in (("qwen2", "Q4_K"), ("llama", "Q6_K")):
             ours = tiny_gguf_lm(arch, type_name, seed=3, runner="native")
             forward = ours.runner_object.native
-            assert forward.fuse
-            fused = _same_forwards(ours, steps)
-            assert len(calls) == 7 * len(forward.layers)
+            assert forward.fuse and forward.fuse_stack
+            stacked = _same_forwards(ours, steps)
+            # one forward (the tree) captures per layer: it runs layer by layer; the other six in one op each
+            assert calls == {"decoder_layer": len(forward.layers), "decoder_stack": 6}
+            forward.fuse_stack = False
+            layered = _same_forwards(ours, steps)
+            assert calls == {"decoder_layer": 8 * len(forward.layers), "decoder_stack": 6}
             forward.fuse = False
             stepwise = _same_forwards(ours, steps)
-            assert len(calls) == 7 * len(forward.layers)
-            for index, (a, b) in enumerate(zip(fused, stepwise)):
-                assert torch.equal(a, b), (arch, index)
-            calls.clear()
+            assert calls == {"decoder_layer": 8 * len(forward.layers), "decoder_stack": 6}
+            for index, (a, b, c) in enumerate(zip(stacked, layered, stepwise)):
+                assert torch.equal(a, c) and torch.equal(b, c), (arch, index)
+            calls.update(decoder_layer=0, decoder_stack=0)
     finally:
         torch.set_num_threads(previous)
 
 
-def test_fused_decoder_layer_negative_control_a_nudged_residual_is_seen(monkeypatch):
-    """The comparison above sees a one-ulp change of the residual stream entering a fused layer."""
+def test_a_check_between_layers_keeps_the_layer_loop(monkeypatch):
+    """A forward whose model is watched between layers (a deadline, a cancel: forward_watch.py) runs layer by layer,
+    so each check runs before its layer."""
     ours = tiny_gguf_lm("qwen2", "Q4_K", seed=3, runner="native")
+    stacks = []
+    op = gguf_kernels.decoder_stack
+    monkeypatch.setattr(gguf_kernels, "decoder_stack", lambda *args: stacks.append(1) or op(*args))
+    seen = []
+    handles = ours.forward_watch.add(None, lambda: seen.append(1))
+    try:
+        ours.forward(ours.new_cache(), PROMPT[:12])
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert len(seen) == len(ours.runner_object.native.layers) and not stacks
+    ours.forward(ours.new_cache(), PROMPT[:12])
+    assert stacks == [1]
+
+
+@pytest.mark.parametrize("name", ["decoder_layer", "decoder_stack"])
+def test_fused_layers_negative_control_a_nudged_residual_is_seen(monkeypatch, name):
+    """The comparisons above see a one-ulp change of the residual stream entering a fused op."""
+    ours = tiny_gguf_lm("qwen2", "Q4_K", seed=3, runner="native")
+    ours.runner_object.native.fuse_stack = name == "decoder_stack"
     expected = ours.forward(ours.new_cache(), PROMPT[:12]).logits
-    fused_op = gguf_kernels.decoder_layer
-    monkeypatch.setattr(gguf_kernels, "decoder_layer",
+    fused_op = getattr(gguf_kernels, name)
+    monkeypatch.setattr(gguf_kernels, name,
                         lambda x, *rest: fused_op(torch.nextafter(x, torch.full_like(x, float("inf"))), *rest))
     changed = ours.forward(ours.new_cache(), PROMPT[:12]).logits
     assert not torch.equal(changed, expected)

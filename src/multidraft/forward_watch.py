@@ -38,6 +38,11 @@ class WatchPoints:
         for check in tuple(self._layer):
             check()
 
+    @property
+    def checks_layers(self) -> bool:
+        """Whether a check runs before each layer (else a runner may run all its layers in one call)."""
+        return bool(self._layer)
+
 
 class _Registered:
     """A handle like torch's hook handles: remove() unregisters the check."""

@@ -239,6 +239,15 @@ def decoder_layer(x: torch.Tensor, h: torch.Tensor, blocks: list, types: list, b
                                                    signed_sin, keys, values, int(start), visible, float(scaling))
 
 
+def decoder_stack(x: torch.Tensor, h: torch.Tensor, blocks: list, types: list, biases: list, norms: list, eps: list,
+                  cos: torch.Tensor, signed_sin: torch.Tensor, keys: list, values: list, start: int,
+                  visible: torch.Tensor, scaling: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every native decoder layer in one op (decoder_layer's arguments per layer, concatenated; keys / values: one
+    cache buffer per layer): (x, h after the last layer)."""
+    return torch.ops.multidraft_gguf.decoder_stack(x, h, blocks, types, biases, norms, [float(e) for e in eps], cos,
+                                                   signed_sin, keys, values, int(start), visible, float(scaling))
+
+
 def linear_time(on: bool) -> int:
     """Switch the linear kernels' own timing on or off; the nanoseconds they spent since the previous call."""
     return int(torch.ops.multidraft_gguf.linear_time(bool(on)))

@@ -127,6 +127,9 @@ class NativeForward:
         norms_after = [layer.attn_norm for layer in self.layers[1:]] + [self.final_norm]
         self._fused = [_fused_layer(layer, after) for layer, after in zip(self.layers, norms_after)]
         self.fuse = all(pack is not None for pack in self._fused)     # tests turn it off to compare
+        self.fuse_stack = self.fuse             # all layers in one op when a forward captures and checks nothing
+        self._stack = tuple([item for pack in self._fused for item in pack[part]] for part in range(5)) \
+            if self.fuse else None
 
     # ----- the pieces, as HF computes them -----
     def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -185,6 +188,16 @@ class NativeForward:
         norms = [layer.attn_norm for layer in self.layers[1:]] + [self.final_norm]
         x, h = _add_rms_norm(x, None, *self.layers[0].attn_norm)
         fused = self.fuse and self.mode.activations == "q8" and isinstance(cache, GrowingKVCache)
+        if fused and self.fuse_stack and not heads_by_layer and all(layer == 0 for layer in hidden_layers) \
+                and (watch is None or not watch.checks_layers):
+            buffers = [cache.room(index, rows, self.kv_heads, self.head_dim, x) for index in range(len(self.layers))]
+            slots = buffers[0][0].shape[2]              # the layers grow together: one mask width for all
+            if all(keys.shape[2] == slots for keys, _ in buffers):
+                if visible.shape[1] != slots:
+                    visible = torch.nn.functional.pad(visible, (0, slots - visible.shape[1]))
+                x, h = gguf_kernels.decoder_stack(x, h, *self._stack, cos, signed_sin, [k for k, _ in buffers],
+                                                  [v for _, v in buffers], cache.length, visible, self.scaling)
+                return self._head(out, h, keep_rows, prefill)
         for index, layer in enumerate(self.layers):
             if watch is not None:
                 watch.before_layer()
@@ -212,7 +225,11 @@ class NativeForward:
             x, h = _add_rms_norm(x, self._linear(layer.down, _silu_mul(gate, up), prefill), *norms[index])
             self._captures(out, index, q, keys, width, hidden_layers, heads_by_layer, x,
                            copy=isinstance(cache, GrowingKVCache))
-        if keep_rows is not None:                       # h: the final norm of every row (row-wise: the same bits)
+        return self._head(out, h, keep_rows, prefill)
+
+    def _head(self, out: NativeOutput, h: torch.Tensor, keep_rows, prefill: bool) -> NativeOutput:
+        """The LM head on the final norm `h` of the rows kept (row-wise: the same bits)."""
+        if keep_rows is not None:
             h = h[:, keep_rows]
         out.logits = self._linear(self.head, h, prefill)[0]
         return out

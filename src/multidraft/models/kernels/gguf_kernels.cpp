@@ -836,6 +836,9 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("decoder_layer(Tensor x, Tensor h, Tensor[] blocks, int[] types, Tensor?[] biases, Tensor[] norms, "
         "float[] eps, Tensor cos, Tensor signed_sin, Tensor(a!) keys, Tensor(b!) values, int start, Tensor visible, "
         "float scaling) -> (Tensor, Tensor, Tensor)");
+  m.def("decoder_stack(Tensor x, Tensor h, Tensor[] blocks, int[] types, Tensor?[] biases, Tensor[] norms, "
+        "float[] eps, Tensor cos, Tensor signed_sin, Tensor(a!)[] keys, Tensor(b!)[] values, int start, Tensor visible, "
+        "float scaling) -> (Tensor, Tensor)");
   m.def("all_finite(Tensor x) -> bool");
   m.def("linear_time(bool on) -> int", &linear_time);
 }
@@ -853,5 +856,6 @@ TORCH_LIBRARY_IMPL(multidraft_gguf, CPU, m) {
   m.impl("rotary_store", &rotary_store);
   m.impl("silu_mul", &silu_mul);
   m.impl("decoder_layer", &decoder_layer);
+  m.impl("decoder_stack", &decoder_stack);
   m.impl("all_finite", &all_finite);
 }
