@@ -124,8 +124,9 @@ class NativeForward:
         self.num_heads = int(model.config.num_attention_heads)
         self._tables = (torch.empty(0, self.head_dim),) * 2               # rotary cos, signed sin by position
         self.kv_heads = self.layers[0].k[0].rows // self.head_dim
-        norms_after = [layer.attn_norm for layer in self.layers[1:]] + [self.final_norm]
-        self._fused = [_fused_layer(layer, after) for layer, after in zip(self.layers, norms_after)]
+        # each residual add runs with the norm after it: the next layer's (or the final) norm ends a layer
+        self._norms_after = [layer.attn_norm for layer in self.layers[1:]] + [self.final_norm]
+        self._fused = [_fused_layer(layer, after) for layer, after in zip(self.layers, self._norms_after)]
         self.fuse = all(pack is not None for pack in self._fused)     # tests turn it off to compare
         self.fuse_stack = self.fuse             # all layers in one op when a forward captures and checks nothing
         self._stack = tuple([item for pack in self._fused for item in pack[part]] for part in range(5)) \
@@ -184,8 +185,6 @@ class NativeForward:
         cos, signed_sin = self._rotary(positions)
         if 0 in hidden_layers:
             out.hidden[0] = x[0]
-        # each residual add runs with the norm after it: the next layer's (or the final) norm ends a layer
-        norms = [layer.attn_norm for layer in self.layers[1:]] + [self.final_norm]
         x, h = _add_rms_norm(x, None, *self.layers[0].attn_norm)
         fused = self.fuse and self.mode.activations == "q8" and isinstance(cache, GrowingKVCache)
         if fused and self.fuse_stack and not heads_by_layer and all(layer == 0 for layer in hidden_layers) \
@@ -193,18 +192,16 @@ class NativeForward:
             buffers = [cache.room(index, rows, self.kv_heads, self.head_dim, x) for index in range(len(self.layers))]
             slots = buffers[0][0].shape[2]              # the layers grow together: one mask width for all
             if all(keys.shape[2] == slots for keys, _ in buffers):
-                if visible.shape[1] != slots:
-                    visible = torch.nn.functional.pad(visible, (0, slots - visible.shape[1]))
                 x, h = gguf_kernels.decoder_stack(x, h, *self._stack, cos, signed_sin, [k for k, _ in buffers],
-                                                  [v for _, v in buffers], cache.length, visible, self.scaling)
+                                                  [v for _, v in buffers], cache.length, _widened(visible, slots),
+                                                  self.scaling)
                 return self._head(out, h, keep_rows, prefill)
         for index, layer in enumerate(self.layers):
             if watch is not None:
                 watch.before_layer()
             if fused:                                   # the steps below in one kernel op, the same bits
                 keys, values = cache.room(index, rows, self.kv_heads, self.head_dim, x)
-                if visible.shape[1] != keys.shape[2]:
-                    visible = torch.nn.functional.pad(visible, (0, keys.shape[2] - visible.shape[1]))
+                visible = _widened(visible, keys.shape[2])
                 x, h, q = gguf_kernels.decoder_layer(x, h, *self._fused[index], cos, signed_sin, keys, values,
                                                      cache.length, visible, self.scaling)
                 self._captures(out, index, q, keys[0], width, hidden_layers, heads_by_layer, x, copy=True)
@@ -217,12 +214,11 @@ class NativeForward:
             else:
                 q, k = _rotary_heads(q, k, cos, signed_sin)                 # (H, T, D), (1, KVH, T, D)
                 keys, values = _store(cache, index, k, v.view(1, rows, -1, self.head_dim).transpose(1, 2))
-            if visible.shape[1] != keys.shape[1]:       # an arena's slots past the mask's width: never visible
-                visible = torch.nn.functional.pad(visible, (0, keys.shape[1] - visible.shape[1]))
+            visible = _widened(visible, keys.shape[1])
             attn = gguf_kernels.attention(q, keys, values, visible, self.scaling)
             x, h = _add_rms_norm(x, self._linear(layer.o, attn.reshape(1, rows, -1), prefill), *layer.mlp_norm)
             gate, up = self._linears((layer.gate, layer.up), h, prefill)
-            x, h = _add_rms_norm(x, self._linear(layer.down, _silu_mul(gate, up), prefill), *norms[index])
+            x, h = _add_rms_norm(x, self._linear(layer.down, _silu_mul(gate, up), prefill), *self._norms_after[index])
             self._captures(out, index, q, keys, width, hidden_layers, heads_by_layer, x,
                            copy=isinstance(cache, GrowingKVCache))
         return self._head(out, h, keep_rows, prefill)
@@ -249,6 +245,12 @@ class NativeForward:
         groups = self.num_heads // keys.shape[0]
         shared = {kv: keys[kv] for kv in {head // groups for head in heads}}        # one object per KV head
         return [(q[head], shared[head // groups], self.scaling) for head in heads]
+
+
+def _widened(visible: torch.Tensor, slots: int) -> torch.Tensor:
+    """The (T, S) visibility padded with unseen columns to a cache's `slots` (an arena's or a grown buffer's slots
+    past the mask's width are never visible)."""
+    return visible if visible.shape[1] == slots else torch.nn.functional.pad(visible, (0, slots - visible.shape[1]))
 
 
 def _fused_layer(layer: _Layer, norm_after: tuple) -> Optional[tuple]:
