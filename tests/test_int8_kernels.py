@@ -357,3 +357,56 @@ def test_a_path_that_fails_its_self_check_is_not_used(monkeypatch):
         monkeypatch.undo()
         gguf_kernels._choose_isa()
     assert gguf_kernels.isa() != "scalar"
+
+
+# ---------------------------------------------------------------- Q4_K packed in groups of 8 rows (Q4_K_X8)
+
+
+def _x8_data(seed, outputs=48, rows=40):
+    rng = np.random.default_rng(seed)
+    blocks = torch.from_numpy(random_blocks("Q4_K", outputs, 768, rng, scale=0.05))
+    x = torch.randn(rows, 768, generator=torch.Generator().manual_seed(seed)) * torch.logspace(-2, 1, rows)[:, None]
+    return blocks, gguf_kernels.repack_q4_k_x8(blocks), x
+
+
+@pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
+def test_q4_k_packed_in_eights_gives_q4_ks_bits_on_every_path_row_and_thread_count(path):
+    if gguf_kernels.missing_flag(path):
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
+    blocks, packed, x = _x8_data(7)
+    assert packed.shape == (48, 3 * 148)
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            for rows in range(1, 41):
+                part = x[40 - rows:]
+                expected = gguf_kernels.linear_q8_on(part, blocks, 12, 768, "scalar")
+                got = gguf_kernels.linear_q8_on(part, packed, gguf_kernels.Q4_K_X8, 768, path)
+                assert torch.equal(_bits(got), _bits(expected)), (path, count, rows)
+    finally:
+        torch.set_num_threads(threads)
+    # the many-matrices op (q/k/v, gate/up) takes packed and plain matrices side by side
+    plain_q6 = torch.from_numpy(random_blocks("Q6_K", 40, 768, np.random.default_rng(8), scale=0.05))
+    both = gguf_kernels.linear_q8_many_on(x[:5], [packed, plain_q6], [gguf_kernels.Q4_K_X8, 14], 768,
+                                          [None, None], path)
+    assert torch.equal(_bits(both[0]), _bits(gguf_kernels.linear_q8_on(x[:5], blocks, 12, 768, "scalar")))
+    assert torch.equal(_bits(both[1]), _bits(gguf_kernels.linear_q8_on(x[:5], plain_q6, 14, 768, "scalar")))
+
+
+def test_the_packed_layout_is_read_as_laid_out_and_bad_packed_input_is_refused():
+    blocks, packed, x = _x8_data(9, outputs=16, rows=3)
+    expected = _bits(gguf_kernels.linear_q8(x, blocks, 12, 768))
+    assert torch.equal(_bits(gguf_kernels.linear_q8(x, packed, gguf_kernels.Q4_K_X8, 768)), expected)
+    # Negative control: one changed scale byte (row 2's sub-block 0 in super-block 1) changes row 2's outputs only.
+    changed = packed.clone()
+    changed.view(-1)[1184 + 32 + 2] ^= 1        # rows 0..7 are one group of 1184 bytes per super-block, in order
+    got = _bits(gguf_kernels.linear_q8(x, changed, gguf_kernels.Q4_K_X8, 768))
+    assert not torch.equal(got[:, 2], expected[:, 2]) and torch.equal(got[:, 3:], expected[:, 3:])
+    assert torch.equal(got[:, :2], expected[:, :2])
+    with pytest.raises(RuntimeError, match="repack_q4_k_x8's output"):
+        gguf_kernels.linear_q8(x, blocks, gguf_kernels.Q4_K_X8, 768)
+    with pytest.raises(RuntimeError, match="multiple of 8"):
+        gguf_kernels.repack_q4_k_x8(blocks[:12])
+    with pytest.raises(RuntimeError, match="unsupported block type 112"):
+        gguf_kernels.linear(x, packed, gguf_kernels.Q4_K_X8, 768)     # fp32 activations read GGUF blocks only

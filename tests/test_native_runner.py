@@ -491,3 +491,18 @@ def test_growing_cache_negative_control_growth_without_copy_is_seen(monkeypatch)
     cache = ours.new_cache()
     ours.forward(cache, prompt)
     assert not torch.equal(ours.forward(cache, list(range(1, 11))).logits, expected)
+
+
+@pytest.mark.skipif(gguf_kernels.isa() == "amx", reason="AMX's tile kernel reads the GGUF layout: nothing is packed")
+def test_q4_k_matrices_are_packed_for_the_8bit_kernels_and_the_logits_keep_their_bits():
+    ours, reference = _pair("qwen2", "Q4_K")
+    steps = [(3 * i + 1) % 60 + 1 for i in range(9)]
+    for lm in (ours, reference):
+        assert all(m.gguf_matrix.packed is not None for m in lm.model.modules() if isinstance(m, torch.nn.Linear))
+    packed = _same_forwards(ours, steps)
+    for module in reference.model.modules():      # the HF-module runner reads each matrix's weights per call
+        if isinstance(module, torch.nn.Linear):
+            module.gguf_matrix.packed = None
+    plain = _same_forwards(reference, steps)
+    for index, (a, b) in enumerate(zip(packed, plain)):
+        assert torch.equal(a, b), index

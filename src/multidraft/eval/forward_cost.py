@@ -99,13 +99,16 @@ def read_bandwidth(threads: int, megabytes: int = 1024) -> float:
 
 
 def weight_bytes_per_token(lm: LM) -> int:
-    """Bytes of weights one forward streams: every linear's matrix once (the quantized runner: its blocks; the
-    embedding lookup reads a few rows only)."""
+    """Bytes of weights one forward streams: every linear's matrix once (the quantized runners: the blocks their
+    kernels read, Q4_K's packed copy with 8-bit activations; the embedding lookup reads a few rows only)."""
     total = 0
     for module in lm.model.modules():
         if isinstance(module, torch.nn.Linear):
             matrix = getattr(module, "gguf_matrix", None)
-            total += matrix.nbytes if matrix is not None else module.weight.numel() * module.weight.element_size()
+            if matrix is None:
+                total += module.weight.numel() * module.weight.element_size()
+            else:
+                total += matrix.streamed_bytes if module.gguf_mode.activations == "q8" else matrix.nbytes
     return total
 
 

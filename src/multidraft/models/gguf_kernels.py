@@ -42,6 +42,9 @@ Q8_TYPES = {2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 12: "Q4_K", 1
 BLOCK_LAYOUTS = {2: (32, 18, (0,)), 3: (32, 20, (0, 2)), 6: (32, 22, (0,)), 7: (32, 24, (0, 2)), 8: (32, 34, (0,)),
                  12: (256, 144, (0, 2)), 14: (256, 210, (208,))}
 
+# Q4_K repacked in groups of 8 rows for the 8-bit kernels (kernels/q8_x8.inc): our own type number, not GGUF's.
+Q4_K_X8 = 112
+
 _lock = threading.Lock()
 _loaded = False
 _failure: Optional[str] = None
@@ -180,14 +183,23 @@ def random_blocks(type_id: int, rows: int, width: int, generator: torch.Generato
     return blocks.reshape(rows, superblocks * size).contiguous()
 
 
+def repack_q4_k_x8(blocks: torch.Tensor) -> torch.Tensor:
+    """Q4_K blocks (rows a multiple of 8) in the Q4_K_X8 layout that linear_q8 reads faster, with the same bits."""
+    return torch.ops.multidraft_gguf.repack_q4_k_x8(blocks)
+
+
 def self_check(path: str, max_rows: int = 40) -> bool:
-    """True when `path` gives the scalar reference's bits on random blocks of every Q8 type, 1..max_rows rows."""
+    """True when `path` gives the scalar reference's bits on random blocks of every Q8 type (and Q4_K repacked
+    as Q4_K_X8), 1..max_rows rows."""
     generator = torch.Generator().manual_seed(1234)
-    width, outputs = 512, 37
-    for type_id in Q8_TYPES:
-        blocks = random_blocks(type_id, outputs, width, generator)
+    width = 512
+    for type_id in tuple(Q8_TYPES) + (Q4_K_X8,):
+        plain = 12 if type_id == Q4_K_X8 else type_id
+        blocks = random_blocks(plain, 40 if type_id == Q4_K_X8 else 37, width, generator)   # X8: rows in eights
         x = torch.randn(max_rows, width, generator=generator)
-        expected = linear_q8_on(x, blocks, type_id, width, "scalar").view(torch.int32)   # each row on its own
+        expected = linear_q8_on(x, blocks, plain, width, "scalar").view(torch.int32)   # each row on its own
+        if type_id == Q4_K_X8:
+            blocks = repack_q4_k_x8(blocks)
         for rows in range(1, max_rows + 1):
             got = linear_q8_on(x[max_rows - rows:], blocks, type_id, width, path)
             if not torch.equal(got.view(torch.int32), expected[max_rows - rows:]):

@@ -9,7 +9,7 @@ Names: HF parameter names are mapped to GGUF names with gguf-py's own table (the
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -30,6 +30,8 @@ class BlockMatrix:
     type_id: int
     width: int
     name: str = ""
+    # Q4_K in the layout the 8-bit kernels read fastest (gguf_kernels.Q4_K_X8), made by pack_for_q8
+    packed: Optional[torch.Tensor] = field(default=None, repr=False)
 
     @property
     def rows(self) -> int:
@@ -49,9 +51,25 @@ class BlockMatrix:
         layout = gguf_kernels.BLOCK_LAYOUTS.get(self.type_id)
         return layout is not None and self.width % layout[0] == 0
 
+    @property
+    def q8_weights(self) -> tuple[torch.Tensor, int]:
+        """(blocks, type) as the 8-bit kernels read them: the packed copy where there is one (the same bits)."""
+        return (self.packed, gguf_kernels.Q4_K_X8) if self.packed is not None else (self.blocks, self.type_id)
+
+    @property
+    def streamed_bytes(self) -> int:
+        """Bytes one 8-bit-activation linear reads (the packed copy's where there is one)."""
+        return int(self.q8_weights[0].numel())
+
+    def pack_for_q8(self) -> None:
+        """Repack a Q4_K matrix (rows in eights) for the 8-bit kernels, once: a second copy of its blocks (the
+        original stays mapped from the file for the fp32 path and row lookups; in q8 mode only the copy is read)."""
+        if self.packed is None and self.type_id == 12 and self.rows % 8 == 0 and self.width % 256 == 0:
+            self.packed = gguf_kernels.repack_q4_k_x8(self.blocks)
+
     def linear(self, x: torch.Tensor, q8: bool = False) -> torch.Tensor:
         if q8 and self.has_q8_kernel:
-            return gguf_kernels.linear_q8(x, self.blocks, self.type_id, self.width)
+            return gguf_kernels.linear_q8(x, *self.q8_weights, self.width)
         return gguf_kernels.linear(x, self.blocks, self.type_id, self.width)
 
     def dequantize(self, rows: Optional[torch.Tensor] = None) -> torch.Tensor:

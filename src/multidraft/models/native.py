@@ -263,7 +263,7 @@ def _fused_layer(layer: _Layer, norm_after: tuple) -> Optional[tuple]:
     block = [gguf_kernels.q8_block(matrix.type_id) for matrix, _ in linears]
     if len(set(block[:3])) != 1 or block[4] != block[5]:
         return None
-    return ([matrix.blocks for matrix, _ in linears], [matrix.type_id for matrix, _ in linears],
+    return ([matrix.q8_weights[0] for matrix, _ in linears], [matrix.q8_weights[1] for matrix, _ in linears],
             [layer.q[1], layer.k[1], layer.v[1]], [layer.mlp_norm[0], norm_after[0]],
             [layer.mlp_norm[1], norm_after[1]])
 

@@ -106,6 +106,10 @@ def set_activations(model, activations: str) -> None:
                       "Q6_K), so 8-bit activations change nothing (quantized-q8 runs as quantized)", RuntimeWarning,
                       stacklevel=3)
     model.gguf_mode.activations = activations
+    if activations == "q8" and gguf_kernels.isa() != "amx":     # AMX's tile kernel reads the GGUF layout
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear) and getattr(module, "gguf_matrix", None) is not None:
+                module.gguf_matrix.pack_for_q8()
 
 
 def runner_name(model) -> str:
@@ -138,8 +142,9 @@ def block_linears(matrices: list, x: torch.Tensor, activations: str, biases: lis
     linear_q8_many: q, k, v or gate, up of one layer)."""
     q8 = activations == "q8" and all(m.has_q8_kernel for m in matrices)
     if q8 and len({gguf_kernels.q8_block(m.type_id) for m in matrices}) == 1:
-        return gguf_kernels.linear_q8_many(x.float(), [m.blocks for m in matrices], [m.type_id for m in matrices],
-                                           matrices[0].width, list(biases))
+        weights = [m.q8_weights for m in matrices]
+        return gguf_kernels.linear_q8_many(x.float(), [blocks for blocks, _ in weights],
+                                           [type_id for _, type_id in weights], matrices[0].width, list(biases))
     return [block_linear(m, x, activations, b, prefill) for m, b in zip(matrices, biases)]
 
 
