@@ -506,3 +506,14 @@ def test_q4_k_matrices_are_packed_for_the_8bit_kernels_and_the_logits_keep_their
     plain = _same_forwards(reference, steps)
     for index, (a, b) in enumerate(zip(packed, plain)):
         assert torch.equal(a, b), index
+
+
+def test_a_packed_matrix_gives_back_its_file_pages_and_reads_the_same_bytes_after():
+    lm = tiny_gguf_lm("qwen2", "Q4_K", seed=5, runner="quantized-q8")
+    weights, matrix = lm.model.gguf_weights, lm.model.model.layers[0].mlp.gate_proj.gguf_matrix
+    assert matrix.packed is not None or gguf_kernels.isa() == "amx"
+    copy = matrix.blocks.clone()                     # heap memory (73 KB: whole pages)
+    assert weights.release(matrix.blocks)            # the file's mapping: its pages dropped, faulted back on read
+    assert torch.equal(matrix.blocks, copy)
+    assert not weights.release(copy)                 # not the mapping: left alone (dropping heap pages zeroes them)
+    assert torch.equal(copy, matrix.blocks) and bool(copy.any())

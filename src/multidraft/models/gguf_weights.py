@@ -8,6 +8,7 @@ Names: HF parameter names are mapped to GGUF names with gguf-py's own table (the
 
 from __future__ import annotations
 
+import mmap
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +101,23 @@ class GGUFWeights:
         self._reader.fields.clear()
         arch = {name: key for key, name in gguf.MODEL_ARCH_NAMES.items()}.get(self.architecture)
         self._names = gguf.get_tensor_name_map(arch, num_layers) if arch is not None else None
+
+    def release(self, blocks: torch.Tensor) -> bool:
+        """Drop this process's resident pages of `blocks` when they are this file's own mapping (a packed copy now
+        serves the kernels): RSS stops counting them twice; a later read (the fp32 path, an embedding row) faults
+        them back in from the file. Memory that is not the mapping (a reordered or dequantized copy) is left
+        alone: False."""
+        mapping = getattr(self._reader.data, "_mmap", None)
+        if mapping is None or blocks.numel() == 0:
+            return False
+        start = blocks.data_ptr() - np.frombuffer(mapping, dtype=np.uint8).ctypes.data
+        end = start + blocks.numel() * blocks.element_size()
+        if start < 0 or end > len(mapping) or not blocks.is_contiguous():
+            return False
+        first, last = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE, end // mmap.PAGESIZE * mmap.PAGESIZE
+        if last > first:                           # whole pages of this matrix only (the file is mapped read-only)
+            mapping.madvise(mmap.MADV_DONTNEED, first, last - first)
+        return True
 
     def gguf_name(self, hf_name: str) -> Optional[str]:
         """The GGUF tensor an HF parameter (`model.layers.0.self_attn.q_proj.weight`) comes from, if any."""

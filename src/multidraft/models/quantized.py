@@ -107,9 +107,13 @@ def set_activations(model, activations: str) -> None:
                       stacklevel=3)
     model.gguf_mode.activations = activations
     if activations == "q8" and gguf_kernels.isa() != "amx":     # AMX's tile kernel reads the GGUF layout
+        weights = getattr(model, "gguf_weights", None)
         for module in model.modules():
-            if isinstance(module, torch.nn.Linear) and getattr(module, "gguf_matrix", None) is not None:
-                module.gguf_matrix.pack_for_q8()
+            matrix = getattr(module, "gguf_matrix", None)
+            if isinstance(module, torch.nn.Linear) and matrix is not None and matrix.packed is None:
+                matrix.pack_for_q8()
+                if matrix.packed is not None and weights is not None:
+                    weights.release(matrix.blocks)
 
 
 def runner_name(model) -> str:
