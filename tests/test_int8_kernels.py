@@ -359,6 +359,36 @@ def test_a_path_that_fails_its_self_check_is_not_used(monkeypatch):
     assert gguf_kernels.isa() != "scalar"
 
 
+def test_a_path_that_crashes_its_probe_costs_that_path_only(monkeypatch, tmp_path):
+    # A child process stands in for a trapping instruction (it kills itself with SIGILL in avx2's check): the
+    # parent survives, records avx2 as crashed beside the build, and never puts linear_q8 on it.
+    monkeypatch.setattr(gguf_kernels, "_build_folder", str(tmp_path))
+    monkeypatch.setattr(gguf_kernels, "_crashed", None)
+    monkeypatch.setenv("MULTIDRAFT_ISA_PROBE_CRASH", "avx2")
+    try:
+        crashed = gguf_kernels.crashing_paths()
+        assert crashed == {"avx2": "signal 4"}
+        with pytest.warns(RuntimeWarning, match="avx2 path .* crashed its self-check"):
+            gguf_kernels.use_isa()
+        assert gguf_kernels.isa() != "avx2"
+        with pytest.warns(RuntimeWarning, match="avx2 path"):
+            gguf_kernels.use_isa("avx2")             # forced: the next one down
+        assert gguf_kernels.isa() == "scalar"
+        # the verdict is read back from its file, not probed again (the crash variable is gone)
+        monkeypatch.delenv("MULTIDRAFT_ISA_PROBE_CRASH")
+        monkeypatch.setattr(gguf_kernels, "_crashed", None)
+        assert gguf_kernels.crashing_paths() == {"avx2": "signal 4"}
+        assert [f.name.startswith("paths-") for f in tmp_path.iterdir()] == [True]
+        # with no crash, every path this CPU claims passes and nothing is recorded as crashed
+        (next(tmp_path.iterdir())).unlink()
+        monkeypatch.setattr(gguf_kernels, "_crashed", None)
+        assert gguf_kernels.crashing_paths() == {}
+    finally:
+        monkeypatch.undo()
+        gguf_kernels._choose_isa()
+    assert gguf_kernels.isa() != "scalar"
+
+
 # ---------------------------------------------------------------- Q4_K packed in groups of 8 rows (Q4_K_X8)
 
 

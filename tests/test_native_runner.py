@@ -493,7 +493,6 @@ def test_growing_cache_negative_control_growth_without_copy_is_seen(monkeypatch)
     assert not torch.equal(ours.forward(cache, list(range(1, 11))).logits, expected)
 
 
-@pytest.mark.skipif(gguf_kernels.isa() == "amx", reason="AMX's tile kernel reads the GGUF layout: nothing is packed")
 def test_q4_k_matrices_are_packed_for_the_8bit_kernels_and_the_logits_keep_their_bits():
     ours, reference = _pair("qwen2", "Q4_K")
     steps = [(3 * i + 1) % 60 + 1 for i in range(9)]
@@ -511,7 +510,7 @@ def test_q4_k_matrices_are_packed_for_the_8bit_kernels_and_the_logits_keep_their
 def test_a_packed_matrix_gives_back_its_file_pages_and_reads_the_same_bytes_after():
     lm = tiny_gguf_lm("qwen2", "Q4_K", seed=5, runner="quantized-q8")
     weights, matrix = lm.model.gguf_weights, lm.model.model.layers[0].mlp.gate_proj.gguf_matrix
-    assert matrix.packed is not None or gguf_kernels.isa() == "amx"
+    assert matrix.packed is not None
     copy = matrix.blocks.clone()                     # heap memory (73 KB: whole pages)
     assert weights.release(matrix.blocks)            # the file's mapping: its pages dropped, faulted back on read
     assert torch.equal(matrix.blocks, copy)

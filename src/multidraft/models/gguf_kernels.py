@@ -48,6 +48,7 @@ Q4_K_X8 = 112
 _lock = threading.Lock()
 _loaded = False
 _failure: Optional[str] = None
+_build_folder: Optional[str] = None
 
 
 def source() -> str:
@@ -74,16 +75,18 @@ def load(progress: bool = True) -> bool:
             return True
         if unavailable_reason():
             return False
+        text = source()
+        from multidraft.paths import subdir
+        key = hashlib.sha256((text + torch.__version__ + sys.prefix).encode()).hexdigest()[:12]
+        global _build_folder
+        _build_folder = str(subdir("kernels") / f"gguf-{key}")
         if hasattr(torch.ops.multidraft_gguf, "linear"):
             _choose_isa()
             _loaded = True
             return True
-        text = source()
-        from multidraft.paths import subdir
-        key = hashlib.sha256((text + torch.__version__ + sys.prefix).encode()).hexdigest()[:12]
         try:
-            fast_linear.compile_library("multidraft_gguf_kernels", text, str(subdir("kernels") / f"gguf-{key}"),
-                                        "quantized CPU kernels", progress)
+            fast_linear.compile_library("multidraft_gguf_kernels", text, _build_folder, "quantized CPU kernels",
+                                        progress)
         except Exception as error:       # no compiler, no ninja, a build error: the caller falls back
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
             _failure = f"the quantized CPU kernels could not be built ({first_line})"
@@ -144,6 +147,8 @@ def isa() -> str:
 
 
 def _choose_isa() -> None:
+    if os.environ.get(_PROBE_ENV):          # the probe child: it runs self_check on the paths it is told
+        return
     use_isa(os.environ.get("MULTIDRAFT_ISA", "").strip().lower() or None, "MULTIDRAFT_ISA=")
 
 
@@ -162,6 +167,11 @@ def use_isa(path: Optional[str] = None, label: str = "") -> str:
         candidates = list(reversed(ISA_PATHS[:ISA_PATHS.index(path) + 1]))
     else:
         candidates = [p for p in reversed(ISA_PATHS) if not missing_flag(p)]
+    crashed = crashing_paths()
+    for candidate in [p for p in candidates if p in crashed]:
+        warnings.warn(f"multidraft: the {candidate} path of the 8-bit kernels crashed its self-check in a child "
+                      f"process ({crashed[candidate]}); using a lower path", RuntimeWarning, stacklevel=3)
+    candidates = [p for p in candidates if p not in crashed]
     for candidate in candidates:
         if candidate == "scalar" or self_check(candidate):
             break
@@ -170,6 +180,85 @@ def use_isa(path: Optional[str] = None, label: str = "") -> str:
     torch.ops.multidraft_gguf.set_q8_path(_PATH_NUMBERS[candidate])
     _isa = candidate
     return candidate
+
+
+# ---------------------------------------------------------------- a path that crashes costs itself, not the process
+
+_PROBE_ENV = "MULTIDRAFT_ISA_PROBE"
+_crashed: Optional[dict] = None
+
+
+def _cpu_key() -> str:
+    """This CPU's model and flags (a VM moved to another host may have others), hashed."""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            lines = [line for line in handle.read().splitlines() if line.startswith(("model name", "flags"))][:2]
+    except OSError:
+        lines = []
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]
+
+
+def crashing_paths() -> dict:
+    """{path: why} for the paths whose self-check kills a process here (an illegal instruction, a hang). Learnt once
+    per kernel build and CPU in a child process that runs self_check on each path this CPU claims, so an instruction
+    the CPU advertises but cannot run (a hypervisor, a compiler bug) costs that path, never the caller; kept in a
+    file beside the build."""
+    global _crashed
+    if _crashed is not None:
+        return _crashed
+    import json
+    claimed = [p for p in ISA_PATHS if p != "scalar" and not missing_flag(p)]
+    record = os.path.join(_build_folder, f"paths-{_cpu_key()}.json") if _build_folder else None
+    if record and os.path.exists(record):
+        try:
+            with open(record) as handle:
+                _crashed = {p: why for p, why in json.load(handle).items() if p in ISA_PATHS}
+            return _crashed
+        except (OSError, ValueError):
+            pass                             # unreadable: probe again
+    crashed, todo = {}, claimed
+    while todo:
+        out, why, finished = _probe(todo)
+        done = [line.split()[1] for line in out.splitlines() if line.startswith("done ")]
+        started = [line.split()[1] for line in out.splitlines() if line.startswith("start ")]
+        todo = [p for p in todo if p not in done]
+        if finished or not todo:
+            break
+        if not started or started[-1] in done:       # died before a path ran: the probe itself failed
+            warnings.warn(f"multidraft: the 8-bit kernels' path probe failed ({why}); trusting the CPU's flags",
+                          RuntimeWarning, stacklevel=2)
+            _crashed = crashed
+            return _crashed                          # not recorded: the next process probes again
+        crashed[started[-1]] = why
+        todo = [p for p in todo if p != started[-1]]
+    _crashed = crashed
+    if record:
+        temporary = f"{record}.{os.getpid()}.tmp"
+        with open(temporary, "w") as handle:
+            json.dump(crashed, handle)
+        os.replace(temporary, record)
+    return _crashed
+
+
+def _probe(paths: list) -> tuple:
+    """A child process runs self_check on `paths` in turn: (its output, why it stopped, whether it finished)."""
+    import subprocess
+    env = dict(os.environ, **{_PROBE_ENV: "1"}, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    env.pop("MULTIDRAFT_ISA", None)
+    # MULTIDRAFT_ISA_PROBE_CRASH names a path whose check the child kills itself in: the tests' stand-in for an
+    # instruction that traps
+    code = ("import os, signal, sys\nfrom multidraft.models import gguf_kernels as g\ng.load(progress=False)\n"
+            "for p in sys.argv[1:]:\n    print('start', p, flush=True)\n"
+            "    if os.environ.get('MULTIDRAFT_ISA_PROBE_CRASH') == p: os.kill(os.getpid(), signal.SIGILL)\n"
+            "    g.self_check(p)\n    print('done', p, flush=True)\n")
+    try:
+        child = subprocess.run([sys.executable, "-c", code, *paths], env=env, capture_output=True, text=True,
+                               timeout=600)
+    except subprocess.TimeoutExpired as error:
+        out = error.stdout.decode() if isinstance(error.stdout, bytes) else (error.stdout or "")
+        return out, "no answer in 600 s", False
+    why = f"signal {-child.returncode}" if child.returncode < 0 else f"exit status {child.returncode}"
+    return child.stdout, why, child.returncode == 0
 
 
 def random_blocks(type_id: int, rows: int, width: int, generator: torch.Generator) -> torch.Tensor:

@@ -106,7 +106,7 @@ def set_activations(model, activations: str) -> None:
                       "Q6_K), so 8-bit activations change nothing (quantized-q8 runs as quantized)", RuntimeWarning,
                       stacklevel=3)
     model.gguf_mode.activations = activations
-    if activations == "q8" and gguf_kernels.isa() != "amx":     # AMX's tile kernel reads the GGUF layout
+    if activations == "q8":
         weights = getattr(model, "gguf_weights", None)
         for module in model.modules():
             matrix = getattr(module, "gguf_matrix", None)
