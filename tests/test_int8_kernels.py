@@ -392,7 +392,7 @@ def test_a_path_that_crashes_its_probe_costs_that_path_only(monkeypatch, tmp_pat
 # ---------------------------------------------------------------- Q4_K packed in groups of 8 rows (Q4_K_X8)
 
 
-def _x8_data(seed, outputs=48, rows=40):
+def _x8_data(seed, outputs=56, rows=40):          # 7 groups: AMX's tile kernel takes pairs and a last one alone
     rng = np.random.default_rng(seed)
     blocks = torch.from_numpy(random_blocks("Q4_K", outputs, 768, rng, scale=0.05))
     x = torch.randn(rows, 768, generator=torch.Generator().manual_seed(seed)) * torch.logspace(-2, 1, rows)[:, None]
@@ -404,7 +404,7 @@ def test_q4_k_packed_in_eights_gives_q4_ks_bits_on_every_path_row_and_thread_cou
     if gguf_kernels.missing_flag(path):
         pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
     blocks, packed, x = _x8_data(7)
-    assert packed.shape == (48, 3 * 148)
+    assert packed.shape == (56, 3 * 148)
     threads = torch.get_num_threads()
     try:
         for count in (1, 2):
@@ -425,15 +425,18 @@ def test_q4_k_packed_in_eights_gives_q4_ks_bits_on_every_path_row_and_thread_cou
 
 
 def test_the_packed_layout_is_read_as_laid_out_and_bad_packed_input_is_refused():
-    blocks, packed, x = _x8_data(9, outputs=16, rows=3)
-    expected = _bits(gguf_kernels.linear_q8(x, blocks, 12, 768))
-    assert torch.equal(_bits(gguf_kernels.linear_q8(x, packed, gguf_kernels.Q4_K_X8, 768)), expected)
-    # Negative control: one changed scale byte (row 2's sub-block 0 in super-block 1) changes row 2's outputs only.
-    changed = packed.clone()
-    changed.view(-1)[1184 + 32 + 2] ^= 1        # rows 0..7 are one group of 1184 bytes per super-block, in order
-    got = _bits(gguf_kernels.linear_q8(x, changed, gguf_kernels.Q4_K_X8, 768))
-    assert not torch.equal(got[:, 2], expected[:, 2]) and torch.equal(got[:, 3:], expected[:, 3:])
-    assert torch.equal(got[:, :2], expected[:, :2])
+    # 3 input rows and 6 (on an AMX CPU: the vector kernel, then the tile kernel)
+    for rows in (3, 6):
+        blocks, packed, x = _x8_data(9, outputs=16, rows=rows)
+        expected = _bits(gguf_kernels.linear_q8(x, blocks, 12, 768))
+        assert torch.equal(_bits(gguf_kernels.linear_q8(x, packed, gguf_kernels.Q4_K_X8, 768)), expected)
+        # Negative control: one changed scale byte (row 2's sub-block 0 in super-block 1) changes row 2's outputs
+        # only.
+        changed = packed.clone()
+        changed.view(-1)[1184 + 32 + 2] ^= 1    # rows 0..7 are one group of 1184 bytes per super-block, in order
+        got = _bits(gguf_kernels.linear_q8(x, changed, gguf_kernels.Q4_K_X8, 768))
+        assert not torch.equal(got[:, 2], expected[:, 2]) and torch.equal(got[:, 3:], expected[:, 3:])
+        assert torch.equal(got[:, :2], expected[:, :2])
     with pytest.raises(RuntimeError, match="repack_q4_k_x8's output"):
         gguf_kernels.linear_q8(x, blocks, gguf_kernels.Q4_K_X8, 768)
     with pytest.raises(RuntimeError, match="multiple of 8"):
