@@ -48,12 +48,12 @@ browser:
 compiler:
 	@command -v g++ >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq g++ >/dev/null)
 
-# The whole suite but the statistical grids: about 40 minutes (the last full run, on a 2-core AMD Zen 3: 39 min 24 s), plus the
+# The whole suite but the statistical grids: about 40 minutes on a 2-core AMD Zen 3 (39 min 24 s), 17 on a 2-core Xeon with AMX, plus the
 # installs the first time. MULTIDRAFT_REQUIRE_INSTALLED=1: a test that needs what these targets install (the pulled
 # SmolLM2, the compiler for the kernels) fails without it instead of skipping (tests/installed.py). The run ends
 # with one line per skip reason and its count (tests/conftest.py).
 test: models-data browser compiler
-	@echo "make test: the whole suite, about 40 minutes on 2 cores (the last full run, 2026-11-29, AMD Zen 3: 39 min 24 s)"
+	@echo "make test: the whole suite, 17-40 minutes on 2 cores (2026-11-29: AMD Zen 3 39 min 24 s, Intel Xeon with AMX 16 min 32 s)"
 	MULTIDRAFT_REQUIRE_INSTALLED=1 $(PY) -m pytest -q -p no:cacheprovider -m "not heavy"
 
 # The statistical grids (every selection scheme x warp at 4,700-7,500 runs, sized to detect a 0.05 total-variation

@@ -234,9 +234,12 @@ def crashing_paths() -> dict:
     _crashed = crashed
     if record:
         temporary = f"{record}.{os.getpid()}.tmp"
-        with open(temporary, "w") as handle:
-            json.dump(crashed, handle)
-        os.replace(temporary, record)
+        try:
+            with open(temporary, "w") as handle:
+                json.dump(crashed, handle)
+            os.replace(temporary, record)
+        except OSError:                              # a read-only build folder: probe again next time
+            pass
     return _crashed
 
 
