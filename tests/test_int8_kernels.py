@@ -16,6 +16,7 @@ import torch
 
 from multidraft.errors import InvalidOptionError
 from multidraft.models import gguf_kernels
+from multidraft.models.gguf_weights import BlockMatrix
 from tests.tiny_gguf import random_blocks
 
 pytestmark = pytest.mark.skipif(not gguf_kernels.load(progress=False),
@@ -443,3 +444,86 @@ def test_the_packed_layout_is_read_as_laid_out_and_bad_packed_input_is_refused()
         gguf_kernels.repack_q4_k_x8(blocks[:12])
     with pytest.raises(RuntimeError, match="unsupported block type 112"):
         gguf_kernels.linear(x, packed, gguf_kernels.Q4_K_X8, 768)     # fp32 activations read GGUF blocks only
+
+
+# ---------------------------------------------------------------- Q6_K packed in groups of 16 rows (Q6_K_X16, AMX)
+
+
+def _x16_data(seed, outputs=48, rows=40):
+    rng = np.random.default_rng(seed)
+    blocks = torch.from_numpy(random_blocks("Q6_K", outputs, 768, rng, scale=0.05))
+    x = torch.randn(rows, 768, generator=torch.Generator().manual_seed(seed)) * torch.logspace(-2, 1, rows)[:, None]
+    return blocks, gguf_kernels.repack_q6_k_x16(blocks), x
+
+
+@pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
+def test_q6_k_packed_in_sixteens_gives_q6_ks_bits_on_every_path_row_and_thread_count(path):
+    # amx: the tile kernel (1-4 input rows share a multiply four sub-blocks deep, 5-8 two, 9-16 one; 17-40 in runs
+    # of 16); amx-emulated: the same code with the tile ops in C++; the vector paths: their AVX2 kernel
+    if gguf_kernels.missing_flag(path):
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
+    blocks, packed, x = _x16_data(11)
+    assert packed.shape == blocks.shape == (48, 3 * 210)
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            for rows in range(1, 41):
+                part = x[40 - rows:]
+                expected = gguf_kernels.linear_q8_on(part, blocks, 14, 768, "scalar")
+                got = gguf_kernels.linear_q8_on(part, packed, gguf_kernels.Q6_K_X16, 768, path)
+                assert torch.equal(_bits(got), _bits(expected)), (path, count, rows)
+    finally:
+        torch.set_num_threads(threads)
+    plain_q4 = torch.from_numpy(random_blocks("Q4_K", 40, 768, np.random.default_rng(12), scale=0.05))
+    both = gguf_kernels.linear_q8_many_on(x[:6], [packed, plain_q4], [gguf_kernels.Q6_K_X16, 12], 768,
+                                          [None, None], path)
+    assert torch.equal(_bits(both[0]), _bits(gguf_kernels.linear_q8_on(x[:6], blocks, 14, 768, "scalar")))
+    assert torch.equal(_bits(both[1]), _bits(gguf_kernels.linear_q8_on(x[:6], plain_q4, 12, 768, "scalar")))
+
+
+def _x16_value_bit(row, value, superblock):
+    """The first bit of a row's value in the Q6_K_X16 bytes of group 0 (q6_x16.inc's layout)."""
+    t = 256 * (value // 16) + 64 * (value % 16 // 4) + 4 * row + value % 4
+    return (3360 * superblock + 288) * 8 + 6 * t
+
+
+def test_the_q6_packed_layout_is_read_as_laid_out_and_bad_packed_input_is_refused():
+    for rows in (1, 6, 12):                   # each stacking depth of the tile kernel on an AMX CPU
+        blocks, packed, x = _x16_data(13, outputs=32, rows=rows)
+        expected = _bits(gguf_kernels.linear_q8_on(x, blocks, 14, 768, "scalar"))
+        for path in ("scalar", gguf_kernels.isa()):
+            assert torch.equal(_bits(gguf_kernels.linear_q8_on(x, packed, gguf_kernels.Q6_K_X16, 768, path)), expected)
+        # Negative controls: row 2's scale of sub-block 0 in super-block 1, then one bit of row 5's value 37 in
+        # super-block 2: each changes its row's outputs only.
+        for row, byte, bit in ((2, 3360 + 32 + 2, 0), (5, *divmod(_x16_value_bit(5, 37, 2) + 1, 8))):
+            changed = packed.clone()
+            changed.view(-1)[byte] ^= 1 << bit
+            got = _bits(gguf_kernels.linear_q8(x, changed, gguf_kernels.Q6_K_X16, 768))
+            assert not torch.equal(got[:, row], expected[:, row]), (rows, row)
+            others = [n for n in range(32) if n != row]
+            assert torch.equal(got[:, others], expected[:, others]), (rows, row)
+    with pytest.raises(RuntimeError, match="repack_q6_k_x16's output"):
+        gguf_kernels.linear_q8(x, blocks[:, :420], gguf_kernels.Q6_K_X16, 768)
+    with pytest.raises(RuntimeError, match="multiple of 16"):
+        gguf_kernels.repack_q6_k_x16(blocks[:24])
+    with pytest.raises(RuntimeError, match="unsupported block type 114"):
+        gguf_kernels.linear(x, packed, gguf_kernels.Q6_K_X16, 768)     # fp32 activations read GGUF blocks only
+
+
+def test_q6_k_is_packed_only_where_the_amx_path_runs(monkeypatch):
+    rng = np.random.default_rng(14)
+    q6 = torch.from_numpy(random_blocks("Q6_K", 32, 512, rng, scale=0.05))
+    for isa, packed_type in (("amx", gguf_kernels.Q6_K_X16), ("avx2", None), ("avx512-vnni", None)):
+        monkeypatch.setattr(gguf_kernels, "_isa", isa)
+        matrix = BlockMatrix(q6, 14, 512)
+        matrix.pack_for_q8()
+        assert matrix.packed_type == packed_type, isa
+        assert matrix.q8_weights[1] == (packed_type or 14)
+    monkeypatch.setattr(gguf_kernels, "_isa", "amx")
+    odd = BlockMatrix(q6[:24], 14, 512)                       # rows not in sixteens: left as they are
+    odd.pack_for_q8()
+    assert odd.packed is None and odd.q8_weights[1] == 14
+    q4 = BlockMatrix(torch.from_numpy(random_blocks("Q4_K", 16, 512, rng, scale=0.05)), 12, 512)
+    q4.pack_for_q8()
+    assert q4.packed_type == gguf_kernels.Q4_K_X8

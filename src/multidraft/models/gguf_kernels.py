@@ -44,6 +44,10 @@ BLOCK_LAYOUTS = {2: (32, 18, (0,)), 3: (32, 20, (0, 2)), 6: (32, 22, (0,)), 7: (
 
 # Q4_K repacked in groups of 8 rows for the 8-bit kernels (kernels/q8_x8.inc): our own type number, not GGUF's.
 Q4_K_X8 = 112
+# Q6_K repacked in groups of 16 rows for the AMX tile kernel (kernels/q6_x16.inc): packed only where `isa()` is amx.
+Q6_K_X16 = 114
+# Each packed type's GGUF type, its repack function's name and the row multiple it needs.
+PACKED = {Q4_K_X8: (12, "repack_q4_k_x8", 8), Q6_K_X16: (14, "repack_q6_k_x16", 16)}
 
 _lock = threading.Lock()
 _loaded = False
@@ -280,18 +284,29 @@ def repack_q4_k_x8(blocks: torch.Tensor) -> torch.Tensor:
     return torch.ops.multidraft_gguf.repack_q4_k_x8(blocks)
 
 
+def repack_q6_k_x16(blocks: torch.Tensor) -> torch.Tensor:
+    """Q6_K blocks (rows a multiple of 16) in the Q6_K_X16 layout of the AMX tile kernel, with the same bits (on
+    other paths linear_q8 computes it exactly but slowly: pack it only where `isa()` is amx)."""
+    return torch.ops.multidraft_gguf.repack_q6_k_x16(blocks)
+
+
+def repack(blocks: torch.Tensor, packed_type: int) -> torch.Tensor:
+    """GGUF blocks of PACKED[packed_type][0] in the layout `packed_type`."""
+    return getattr(torch.ops.multidraft_gguf, PACKED[packed_type][1])(blocks)
+
+
 def self_check(path: str, max_rows: int = 40) -> bool:
-    """True when `path` gives the scalar reference's bits on random blocks of every Q8 type (and Q4_K repacked
-    as Q4_K_X8), 1..max_rows rows."""
+    """True when `path` gives the scalar reference's bits on random blocks of every Q8 type (and the packed
+    layouts), 1..max_rows rows."""
     generator = torch.Generator().manual_seed(1234)
     width = 512
-    for type_id in tuple(Q8_TYPES) + (Q4_K_X8,):
-        plain = 12 if type_id == Q4_K_X8 else type_id
-        blocks = random_blocks(plain, 40 if type_id == Q4_K_X8 else 37, width, generator)   # X8: rows in eights
+    for type_id in tuple(Q8_TYPES) + tuple(PACKED):
+        plain = PACKED[type_id][0] if type_id in PACKED else type_id
+        blocks = random_blocks(plain, 48 if type_id in PACKED else 37, width, generator)
         x = torch.randn(max_rows, width, generator=generator)
         expected = linear_q8_on(x, blocks, plain, width, "scalar").view(torch.int32)   # each row on its own
-        if type_id == Q4_K_X8:
-            blocks = repack_q4_k_x8(blocks)
+        if type_id in PACKED:
+            blocks = repack(blocks, type_id)
         for rows in range(1, max_rows + 1):
             got = linear_q8_on(x[max_rows - rows:], blocks, type_id, width, path)
             if not torch.equal(got.view(torch.int32), expected[max_rows - rows:]):

@@ -31,8 +31,9 @@ class BlockMatrix:
     type_id: int
     width: int
     name: str = ""
-    # Q4_K in the layout the 8-bit kernels read fastest (gguf_kernels.Q4_K_X8), made by pack_for_q8
+    # the layout the 8-bit kernels read fastest (gguf_kernels.PACKED: Q4_K_X8, Q6_K_X16), made by pack_for_q8
     packed: Optional[torch.Tensor] = field(default=None, repr=False)
+    packed_type: Optional[int] = None
 
     @property
     def rows(self) -> int:
@@ -55,7 +56,7 @@ class BlockMatrix:
     @property
     def q8_weights(self) -> tuple[torch.Tensor, int]:
         """(blocks, type) as the 8-bit kernels read them: the packed copy where there is one (the same bits)."""
-        return (self.packed, gguf_kernels.Q4_K_X8) if self.packed is not None else (self.blocks, self.type_id)
+        return (self.packed, self.packed_type) if self.packed is not None else (self.blocks, self.type_id)
 
     @property
     def streamed_bytes(self) -> int:
@@ -63,10 +64,18 @@ class BlockMatrix:
         return int(self.q8_weights[0].numel())
 
     def pack_for_q8(self) -> None:
-        """Repack a Q4_K matrix (rows in eights) for the 8-bit kernels, once: a second copy of its blocks (the
+        """Repack the matrix for the 8-bit kernels, once, where a packed layout is faster: Q4_K (rows in eights) on
+        every path, Q6_K (rows in sixteens) where the AMX tile kernel runs. A second copy of its blocks (the
         original stays mapped from the file for the fp32 path and row lookups; in q8 mode only the copy is read)."""
-        if self.packed is None and self.type_id == 12 and self.rows % 8 == 0 and self.width % 256 == 0:
-            self.packed = gguf_kernels.repack_q4_k_x8(self.blocks)
+        if self.packed is not None or self.width % 256:
+            return
+        if self.type_id == 12 and self.rows % 8 == 0:
+            self.packed_type = gguf_kernels.Q4_K_X8
+        elif self.type_id == 14 and self.rows % 16 == 0 and gguf_kernels.isa() == "amx":
+            self.packed_type = gguf_kernels.Q6_K_X16
+        else:
+            return
+        self.packed = gguf_kernels.repack(self.blocks, self.packed_type)
 
     def linear(self, x: torch.Tensor, q8: bool = False) -> torch.Tensor:
         if q8 and self.has_q8_kernel:
