@@ -426,8 +426,8 @@ def test_q4_k_packed_in_eights_gives_q4_ks_bits_on_every_path_row_and_thread_cou
 
 
 def test_the_packed_layout_is_read_as_laid_out_and_bad_packed_input_is_refused():
-    # 3 input rows and 6 (on an AMX CPU: the vector kernel, then the tile kernel)
-    for rows in (3, 6):
+    # 3 input rows and 12 (on an AVX512-VNNI CPU: its kernel, then on an AMX one the tile kernel)
+    for rows in (3, 12):
         blocks, packed, x = _x8_data(9, outputs=16, rows=rows)
         expected = _bits(gguf_kernels.linear_q8(x, blocks, 12, 768))
         assert torch.equal(_bits(gguf_kernels.linear_q8(x, packed, gguf_kernels.Q4_K_X8, 768)), expected)
@@ -458,8 +458,8 @@ def _x16_data(seed, outputs=48, rows=40):
 
 @pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
 def test_q6_k_packed_in_sixteens_gives_q6_ks_bits_on_every_path_row_and_thread_count(path):
-    # amx: the tile kernel (17-40 input rows in equal runs, the last one overlapping); amx-emulated: the same code
-    # with the tile ops in C++ and a scalar decoding; the vector paths: their AVX2 kernel
+    # amx: 1-8 input rows the VNNI kernel, then the tile kernel (17-40 in equal runs, the last one overlapping);
+    # amx-emulated: the tile kernel with the tile ops in C++ and a scalar decoding; the vector paths: AVX2's kernel
     if gguf_kernels.missing_flag(path):
         pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
     blocks, packed, x = _x16_data(11)
@@ -489,7 +489,7 @@ def _x16_value_bit(row, value, superblock):
 
 
 def test_the_q6_packed_layout_is_read_as_laid_out_and_bad_packed_input_is_refused():
-    for rows in (1, 6, 20):                   # one run of the tile kernel (on an AMX CPU), and two that overlap
+    for rows in (1, 6, 12, 20):               # on an AMX CPU: the VNNI kernel, one run of tiles, two that overlap
         blocks, packed, x = _x16_data(13, outputs=32, rows=rows)
         expected = _bits(gguf_kernels.linear_q8_on(x, blocks, 14, 768, "scalar"))
         for path in ("scalar", gguf_kernels.isa()):
