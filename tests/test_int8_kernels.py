@@ -400,23 +400,29 @@ def _x8_data(seed, outputs=56, rows=40):          # 7 groups: AMX's tile kernel 
     return blocks, gguf_kernels.repack_q4_k_x8(blocks), x
 
 
-@pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
-def test_q4_k_packed_in_eights_gives_q4_ks_bits_on_every_path_row_and_thread_count(path):
-    if gguf_kernels.missing_flag(path):
-        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
-    blocks, packed, x = _x8_data(7)
-    assert packed.shape == (56, 3 * 148)
+def _assert_packed_is_plain_at_every_row_and_thread_count(path, blocks, plain_type, packed, packed_type, x):
+    """The last 1..40 rows of x on `path` over the packed blocks == the scalar reference over the plain ones, on 1
+    and 2 threads."""
     threads = torch.get_num_threads()
     try:
         for count in (1, 2):
             torch.set_num_threads(count)
             for rows in range(1, 41):
                 part = x[40 - rows:]
-                expected = gguf_kernels.linear_q8_on(part, blocks, 12, 768, "scalar")
-                got = gguf_kernels.linear_q8_on(part, packed, gguf_kernels.Q4_K_X8, 768, path)
+                expected = gguf_kernels.linear_q8_on(part, blocks, plain_type, 768, "scalar")
+                got = gguf_kernels.linear_q8_on(part, packed, packed_type, 768, path)
                 assert torch.equal(_bits(got), _bits(expected)), (path, count, rows)
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
+def test_q4_k_packed_in_eights_gives_q4_ks_bits_on_every_path_row_and_thread_count(path):
+    if gguf_kernels.missing_flag(path):
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
+    blocks, packed, x = _x8_data(7)
+    assert packed.shape == (56, 3 * 148)
+    _assert_packed_is_plain_at_every_row_and_thread_count(path, blocks, 12, packed, gguf_kernels.Q4_K_X8, x)
     # the many-matrices op (q/k/v, gate/up) takes packed and plain matrices side by side
     plain_q6 = torch.from_numpy(random_blocks("Q6_K", 40, 768, np.random.default_rng(8), scale=0.05))
     both = gguf_kernels.linear_q8_many_on(x[:5], [packed, plain_q6], [gguf_kernels.Q4_K_X8, 14], 768,
@@ -464,17 +470,7 @@ def test_q6_k_packed_in_sixteens_gives_q6_ks_bits_on_every_path_row_and_thread_c
         pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
     blocks, packed, x = _x16_data(11)
     assert packed.shape == blocks.shape == (48, 3 * 210)
-    threads = torch.get_num_threads()
-    try:
-        for count in (1, 2):
-            torch.set_num_threads(count)
-            for rows in range(1, 41):
-                part = x[40 - rows:]
-                expected = gguf_kernels.linear_q8_on(part, blocks, 14, 768, "scalar")
-                got = gguf_kernels.linear_q8_on(part, packed, gguf_kernels.Q6_K_X16, 768, path)
-                assert torch.equal(_bits(got), _bits(expected)), (path, count, rows)
-    finally:
-        torch.set_num_threads(threads)
+    _assert_packed_is_plain_at_every_row_and_thread_count(path, blocks, 14, packed, gguf_kernels.Q6_K_X16, x)
     plain_q4 = torch.from_numpy(random_blocks("Q4_K", 40, 768, np.random.default_rng(12), scale=0.05))
     both = gguf_kernels.linear_q8_many_on(x[:6], [packed, plain_q4], [gguf_kernels.Q6_K_X16, 12], 768,
                                           [None, None], path)

@@ -69,13 +69,15 @@ class BlockMatrix:
         original stays mapped from the file for the fp32 path and row lookups; in q8 mode only the copy is read)."""
         if self.packed is not None or self.width % 256:
             return
-        if self.type_id == 12 and self.rows % 8 == 0:
-            self.packed_type = gguf_kernels.Q4_K_X8
-        elif self.type_id == 14 and self.rows % 16 == 0 and gguf_kernels.isa() == "amx":
-            self.packed_type = gguf_kernels.Q6_K_X16
+        if self.type_id == 12:
+            packed_type = gguf_kernels.Q4_K_X8
+        elif self.type_id == 14 and gguf_kernels.isa() == "amx":
+            packed_type = gguf_kernels.Q6_K_X16
         else:
             return
-        self.packed = gguf_kernels.repack(self.blocks, self.packed_type)
+        if self.rows % gguf_kernels.PACKED[packed_type][2] == 0:     # rows in the layout's groups
+            self.packed_type = packed_type
+            self.packed = gguf_kernels.repack(self.blocks, packed_type)
 
     def linear(self, x: torch.Tensor, q8: bool = False) -> torch.Tensor:
         if q8 and self.has_q8_kernel:
