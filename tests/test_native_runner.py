@@ -133,6 +133,43 @@ def test_packed_forward_on_native_is_the_single_request_bits(pair):
         assert torch.equal(hidden, ref_hidden) and torch.equal(others, ref_others)
 
 
+def _packed_forwards(lm):
+    """Logits and the arena's keys of a fixed sequence of packed forwards: two prompts read side by side, then
+    steps where one request decodes a row and the other verifies a tree (the engine's decode step)."""
+    arena = KVArena(1024)
+    mine, other = arena.allocate(300), arena.allocate(300)
+    logits = [out.logits for out in packed_forward(lm, arena, [Segment(other, [3, 4, 5, 6, 7], None, False),
+                                                                Segment(mine, PROMPT[:40], None, False)])]
+    for token in (4, 17, 30):
+        logits += [out.logits for out in packed_forward(lm, arena, [Segment(other, [9, 10, 11], [-1, 0, 0]),
+                                                                     Segment(mine, [token])])]
+    return logits, [keys.clone() for keys in arena.keys]
+
+
+def test_packed_forward_runs_the_fused_ops_with_the_step_by_step_bits(monkeypatch):
+    """The engine's packed forward on an arena runs every layer in one op (decoder_stack, the rows' keys and values
+    written at the arena's scattered slots) with the bits of the layer-by-layer op and of the step-by-step loop:
+    logits and the arena's keys."""
+    stacks = []
+    op = gguf_kernels.decoder_stack
+    monkeypatch.setattr(gguf_kernels, "decoder_stack", lambda *args: stacks.append(1) or op(*args))
+    ours, _ = _pair("qwen2", "Q4_K")
+    forward = ours.runner_object.native
+    try:
+        stacked = _packed_forwards(ours)
+        assert len(stacks) == 4
+        forward.fuse_stack = False
+        layered = _packed_forwards(ours)
+        forward.fuse = False
+        stepwise = _packed_forwards(ours)
+    finally:
+        forward.fuse = forward.fuse_stack = True
+    assert len(stacks) == 4
+    for run in (stacked, layered):
+        assert all(torch.equal(a, b) for a, b in zip(run[0], stepwise[0]))
+        assert all(torch.equal(a, b) for a, b in zip(run[1], stepwise[1]))
+
+
 @pytest.mark.parametrize("method", ["pld", "suffix", "pld_plus"])
 def test_lossless_methods_on_native_give_its_greedy_tokens(pair, method):
     ours, reference = pair

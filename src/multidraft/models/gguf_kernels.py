@@ -341,9 +341,11 @@ def rotary_heads(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
 
 
 def rotary_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor,
-                 keys: torch.Tensor, values: torch.Tensor, start: int) -> torch.Tensor:
-    """rotary_heads' q; its k and v written into the (1, KVH, slots, D) buffers keys and values at [start, start + T)."""
-    return torch.ops.multidraft_gguf.rotary_store(q, k, v, cos, signed_sin, keys, values, int(start))
+                 keys: torch.Tensor, values: torch.Tensor, start: int,
+                 row_slots: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """rotary_heads' q; its k and v written into the (1, KVH, slots, D) buffers keys and values at [start, start + T),
+    or row t at row_slots[t] when given (an arena's write_index)."""
+    return torch.ops.multidraft_gguf.rotary_store(q, k, v, cos, signed_sin, keys, values, int(start), row_slots)
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -352,19 +354,24 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 
 def decoder_layer(x: torch.Tensor, h: torch.Tensor, blocks: list, types: list, biases: list, norms: list, eps: list,
                   cos: torch.Tensor, signed_sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int,
-                  visible: torch.Tensor, scaling: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One native decoder layer in one op (native.py): (x, h for the next layer, the rotated queries (H, T, D))."""
+                  visible: torch.Tensor, scaling: float,
+                  row_slots: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One native decoder layer in one op (native.py): (x, h for the next layer, the rotated queries (H, T, D));
+    start / row_slots: where the rows' keys and values go (rotary_store)."""
     return torch.ops.multidraft_gguf.decoder_layer(x, h, blocks, types, biases, norms, [float(e) for e in eps], cos,
-                                                   signed_sin, keys, values, int(start), visible, float(scaling))
+                                                   signed_sin, keys, values, int(start), visible, float(scaling),
+                                                   row_slots)
 
 
 def decoder_stack(x: torch.Tensor, h: torch.Tensor, blocks: list, types: list, biases: list, norms: list, eps: list,
                   cos: torch.Tensor, signed_sin: torch.Tensor, keys: list, values: list, start: int,
-                  visible: torch.Tensor, scaling: float) -> tuple[torch.Tensor, torch.Tensor]:
+                  visible: torch.Tensor, scaling: float,
+                  row_slots: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Every native decoder layer in one op (decoder_layer's arguments per layer, concatenated; keys / values: one
     cache buffer per layer): (x, h after the last layer)."""
     return torch.ops.multidraft_gguf.decoder_stack(x, h, blocks, types, biases, norms, [float(e) for e in eps], cos,
-                                                   signed_sin, keys, values, int(start), visible, float(scaling))
+                                                   signed_sin, keys, values, int(start), visible, float(scaling),
+                                                   row_slots)
 
 
 def linear_time(on: bool) -> int:

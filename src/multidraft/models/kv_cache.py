@@ -188,6 +188,14 @@ class StaticArena:
         self.seen = 0
         self._owner = None                     # weakref to the StaticKVCache using the buffers now
 
+    def room(self, layer: int, count: int, kv_heads: int, head_dim: int, like: torch.Tensor):
+        """`layer`'s whole buffers (1, kv_heads, slots, head_dim) of like's dtype (GrowingKVCache.room's protocol:
+        the native forward writes the rows at write_index itself); `count` is unused: the slots are fixed."""
+        if layer == len(self.keys):
+            self.keys.append(like.new_zeros((1, kv_heads, self.slots, head_dim)))
+            self.values.append(like.new_zeros((1, kv_heads, self.slots, head_dim)))
+        return self.keys[layer], self.values[layer]
+
     # ----- HF Cache protocol -----
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         if layer_idx == len(self.keys):        # lazy: shapes and dtype come from the model's own projections

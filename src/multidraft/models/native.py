@@ -186,15 +186,19 @@ class NativeForward:
         if 0 in hidden_layers:
             out.hidden[0] = x[0]
         x, h = _add_rms_norm(x, None, *self.layers[0].attn_norm)
-        fused = self.fuse and self.mode.activations == "q8" and isinstance(cache, GrowingKVCache)
+        # A GrowingKVCache takes the rows at [length, length + rows), an arena (the engine's packed forward) at its
+        # write_index: either way the kernel ops write the keys and values themselves.
+        growing = isinstance(cache, GrowingKVCache)
+        fused = self.fuse and self.mode.activations == "q8" and (growing or isinstance(cache, StaticArena))
+        start, row_slots = (cache.length, None) if growing else (0, getattr(cache, "write_index", None))
         if fused and self.fuse_stack and not heads_by_layer and all(layer == 0 for layer in hidden_layers) \
                 and (watch is None or not watch.checks_layers):
             buffers = [cache.room(index, rows, self.kv_heads, self.head_dim, x) for index in range(len(self.layers))]
             slots = buffers[0][0].shape[2]              # the layers grow together: one mask width for all
             if all(keys.shape[2] == slots for keys, _ in buffers):
                 x, h = gguf_kernels.decoder_stack(x, h, *self._stack, cos, signed_sin, [k for k, _ in buffers],
-                                                  [v for _, v in buffers], cache.length, _widened(visible, slots),
-                                                  self.scaling)
+                                                  [v for _, v in buffers], start, _widened(visible, slots),
+                                                  self.scaling, row_slots)
                 return self._head(out, h, keep_rows, prefill)
         for index, layer in enumerate(self.layers):
             if watch is not None:
@@ -203,7 +207,7 @@ class NativeForward:
                 keys, values = cache.room(index, rows, self.kv_heads, self.head_dim, x)
                 visible = _widened(visible, keys.shape[2])
                 x, h, q = gguf_kernels.decoder_layer(x, h, *self._fused[index], cos, signed_sin, keys, values,
-                                                     cache.length, visible, self.scaling)
+                                                     start, visible, self.scaling, row_slots)
                 self._captures(out, index, q, keys[0], width, hidden_layers, heads_by_layer, x, copy=True)
                 continue
             q, k, v = self._linears((layer.q, layer.k, layer.v), h, prefill)

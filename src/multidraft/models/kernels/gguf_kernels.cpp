@@ -841,14 +841,14 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("add_rms_norm(Tensor x, Tensor? branch, Tensor weight, float eps) -> (Tensor, Tensor)");
   m.def("rotary_heads(Tensor q, Tensor k, Tensor cos, Tensor signed_sin) -> (Tensor, Tensor)");
   m.def("rotary_store(Tensor q, Tensor k, Tensor v, Tensor cos, Tensor signed_sin, Tensor(a!) keys, Tensor(b!) values, "
-        "int start) -> Tensor");
+        "int start, Tensor? row_slots=None) -> Tensor");
   m.def("silu_mul(Tensor gate, Tensor up) -> Tensor");
   m.def("decoder_layer(Tensor x, Tensor h, Tensor[] blocks, int[] types, Tensor?[] biases, Tensor[] norms, "
         "float[] eps, Tensor cos, Tensor signed_sin, Tensor(a!) keys, Tensor(b!) values, int start, Tensor visible, "
-        "float scaling) -> (Tensor, Tensor, Tensor)");
+        "float scaling, Tensor? row_slots=None) -> (Tensor, Tensor, Tensor)");
   m.def("decoder_stack(Tensor x, Tensor h, Tensor[] blocks, int[] types, Tensor?[] biases, Tensor[] norms, "
         "float[] eps, Tensor cos, Tensor signed_sin, Tensor(a!)[] keys, Tensor(b!)[] values, int start, Tensor visible, "
-        "float scaling) -> (Tensor, Tensor)");
+        "float scaling, Tensor? row_slots=None) -> (Tensor, Tensor)");
   m.def("all_finite(Tensor x) -> bool");
   m.def("linear_time(bool on) -> int", &linear_time);
 }
