@@ -28,3 +28,32 @@ def peer_environment(environment: dict[str, str]) -> dict[str, str]:
     if environment.pop(OURS, None) is not None:
         environment.pop("GOMP_SPINCOUNT", None)
     return environment
+
+
+def release_thread_pool() -> bool:
+    """Let the calling thread's OpenMP worker threads go (OpenMP 5.0's omp_pause_resource_all, hard pause); a later
+    parallel region of this thread starts a new pool. Call it in a thread that has run forwards (loaded a model)
+    and hands the forwards to another thread from now on (the server's model worker).
+
+    Why: libgomp spins its idle workers for GOMP_SPINCOUNT only while the process has no more OpenMP threads than
+    CPUs; past that (the loading thread's pool plus the worker thread's) they spin ~100 times and sleep, so every
+    parallel region waits for a wake-up. Measured on a 2-core Xeon VM: a small linear (256 x 1536) 12 us from the
+    thread that ran the first regions, 70-85 us from a second thread, 12 us after this call; `serve` on the 1.5B,
+    one request of 64 tokens, 5.1 s against 3.3 s for `generate` in one thread. The arithmetic is unchanged.
+    Returns False where the runtime has no such call (or none is found)."""
+    import ctypes
+
+    try:                                          # every OpenMP runtime loaded (Linux): torch's, and others'
+        with open("/proc/self/maps") as handle:    # (sentencepiece bundles its own libgomp)
+            paths = {line.split()[-1] for line in handle if "/" in line}
+    except OSError:
+        return False
+    released = False
+    for path in sorted(p for p in paths if os.path.basename(p).startswith(("libgomp", "libiomp", "libomp"))):
+        try:
+            pause = ctypes.CDLL(path).omp_pause_resource_all
+        except (OSError, AttributeError):
+            continue
+        pause.argtypes, pause.restype = [ctypes.c_int], ctypes.c_int
+        released = pause(2) == 0 or released      # 2: omp_pause_hard
+    return released

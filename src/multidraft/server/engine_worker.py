@@ -16,6 +16,7 @@ import threading
 import time
 
 from multidraft.engine import Engine
+from multidraft.openmp_wait import release_thread_pool
 from multidraft.server.plan import Call, PlanRun
 from multidraft.server.worker import Job, JobCancelled, JobQueue, JobTimedOut
 
@@ -40,6 +41,7 @@ class EngineWorker(JobQueue):
         self._active: dict[Job, _Active] = {}
         self._owner: dict[int, Job] = {}            # engine request id -> its job (aborted jobs' ids too)
         self._thread = threading.Thread(target=self._loop, name="multidraft-engine-worker", daemon=True)
+        release_thread_pool()                       # the forwards run on the worker from now on (openmp_wait.py)
         self._thread.start()
 
     # ----- what the service reads

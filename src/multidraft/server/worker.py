@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable, Optional
 
 from multidraft.forward_watch import watch_layers
+from multidraft.openmp_wait import release_thread_pool
 
 
 class JobCancelled(BaseException):
@@ -132,6 +133,7 @@ class ModelWorker(JobQueue):
         self.running = 0
         self.current: Optional[Job] = None      # the job on the model now (read by the forward hooks)
         self._thread = threading.Thread(target=self._loop, name="multidraft-model-worker", daemon=True)
+        release_thread_pool()                   # the forwards run on the worker from now on (openmp_wait.py)
         self._thread.start()
 
     def _loop(self) -> None:
