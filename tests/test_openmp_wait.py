@@ -61,3 +61,17 @@ def test_release_thread_pool_lets_the_workers_go():
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, check=True)
     before, with_pool, released, after = json.loads(out.stdout.strip().splitlines()[-1])
     assert with_pool > before and released and after == before
+
+
+def test_load_model_lets_the_loading_threads_workers_go(monkeypatch):
+    """multidraft.load_model releases the loading thread's pool once the model is loaded (a web framework then runs
+    the forwards from its own threads with spinning workers)."""
+    import multidraft
+    from multidraft import openmp_wait
+    from multidraft.models import loader
+
+    events = []
+    monkeypatch.setattr(loader, "load_model", lambda *args, **kwargs: events.append("loaded") or "the model")
+    monkeypatch.setattr(openmp_wait, "release_thread_pool", lambda: events.append("released") or True)
+    assert multidraft.load_model("anything") == "the model"
+    assert events == ["loaded", "released"]

@@ -32,7 +32,12 @@ from multidraft.types import DecodeStats, Draft, Generation
 def load_model(name_or_path, dtype=None, device=None, **kwargs) -> LM:
     """Load a registry alias, a local HF folder, a GGUF file or a cached HF id as an `LM` (offline)."""
     from multidraft.models.loader import load_model as _load
-    return _load(name_or_path, dtype=dtype, device=device, **kwargs)
+    lm = _load(name_or_path, dtype=dtype, device=device, **kwargs)
+    # Loading ran parallel regions (repacking, the kernels' self-check) in this thread: let its OpenMP workers go,
+    # so forwards run from another thread (a web framework's worker) keep libgomp's spinning (openmp_wait.py); a
+    # later forward in this thread starts a new pool.
+    openmp_wait.release_thread_pool()
+    return lm
 
 
 __version__ = "0.1.0"

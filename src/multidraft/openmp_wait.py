@@ -33,7 +33,8 @@ def peer_environment(environment: dict[str, str]) -> dict[str, str]:
 def release_thread_pool() -> bool:
     """Let the calling thread's OpenMP worker threads go (OpenMP 5.0's omp_pause_resource_all, hard pause); a later
     parallel region of this thread starts a new pool. Call it in a thread that has run forwards (loaded a model)
-    and hands the forwards to another thread from now on (the server's model worker).
+    and hands the forwards to another thread from now on (the server's model worker; `multidraft.load_model` calls
+    it once the model is loaded).
 
     Why: libgomp spins its idle workers for GOMP_SPINCOUNT only while the process has no more OpenMP threads than
     CPUs; past that (the loading thread's pool plus the worker thread's) they spin ~100 times and sleep, so every
