@@ -40,7 +40,8 @@ def release_thread_pool() -> bool:
     CPUs; past that (the loading thread's pool plus the worker thread's) they spin ~100 times and sleep, so every
     parallel region waits for a wake-up. Measured on a 2-core Xeon VM: a small linear (256 x 1536) 12 us from the
     thread that ran the first regions, 70-85 us from a second thread, 12 us after this call; `serve` on the 1.5B,
-    one request of 64 tokens, 5.1 s against 3.3 s for `generate` in one thread. The arithmetic is unchanged.
+    one request of 64 tokens, 4.6-5.2 s without this call and 4.0-4.4 s with it (`generate` in the loading thread:
+    3.1-3.9 s); benchmarks/results/2026-11-29-amx-engine. The arithmetic is unchanged.
     Returns False where the runtime has no such call (or none is found)."""
     import ctypes
 
