@@ -191,17 +191,18 @@ class StaticArena:
     def room(self, layer: int, count: int, kv_heads: int, head_dim: int, like: torch.Tensor):
         """`layer`'s whole buffers (1, kv_heads, slots, head_dim) of like's dtype (GrowingKVCache.room's protocol:
         the native forward writes the rows at write_index itself); `count` is unused: the slots are fixed."""
-        if layer == len(self.keys):
-            self.keys.append(like.new_zeros((1, kv_heads, self.slots, head_dim)))
-            self.values.append(like.new_zeros((1, kv_heads, self.slots, head_dim)))
+        self._allocate(layer, like, kv_heads, head_dim, head_dim)
         return self.keys[layer], self.values[layer]
+
+    def _allocate(self, layer: int, like: torch.Tensor, kv_heads: int, key_dim: int, value_dim: int) -> None:
+        """Lazy: a layer's buffers at its first forward, shapes and dtype from the model's own projections."""
+        if layer == len(self.keys):
+            self.keys.append(like.new_zeros((1, kv_heads, self.slots, key_dim)))
+            self.values.append(like.new_zeros((1, kv_heads, self.slots, value_dim)))
 
     # ----- HF Cache protocol -----
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        if layer_idx == len(self.keys):        # lazy: shapes and dtype come from the model's own projections
-            shape = (1, key_states.shape[1], self.slots, key_states.shape[-1])
-            self.keys.append(key_states.new_zeros(shape))
-            self.values.append(value_states.new_zeros((*shape[:3], value_states.shape[-1])))
+        self._allocate(layer_idx, key_states, key_states.shape[1], key_states.shape[-1], value_states.shape[-1])
         keys, values = self.keys[layer_idx], self.values[layer_idx]
         keys.index_copy_(2, self.write_index, key_states)
         values.index_copy_(2, self.write_index, value_states)

@@ -12,11 +12,9 @@ forwards (`Engine.submit(check=job.check)`), so its timeout or hang-up frees the
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 from multidraft.engine import Engine
-from multidraft.openmp_wait import release_thread_pool
 from multidraft.server.plan import Call, PlanRun
 from multidraft.server.worker import Job, JobCancelled, JobQueue, JobTimedOut
 
@@ -40,9 +38,7 @@ class EngineWorker(JobQueue):
                              prefill_chunk=config.prefill_chunk, artifacts=artifacts, prefix_cache=prefix_cache)
         self._active: dict[Job, _Active] = {}
         self._owner: dict[int, Job] = {}            # engine request id -> its job (aborted jobs' ids too)
-        self._thread = threading.Thread(target=self._loop, name="multidraft-engine-worker", daemon=True)
-        release_thread_pool()                       # the forwards run on the worker from now on (openmp_wait.py)
-        self._thread.start()
+        self._start_thread("multidraft-engine-worker")
 
     # ----- what the service reads
     @property

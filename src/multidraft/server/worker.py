@@ -66,7 +66,7 @@ class JobQueue:
     """The bounded queue of waiting jobs a model thread takes its work from (ModelWorker here, EngineWorker in
     engine_worker.py). A waiting job whose client hung up (`withdraw`) or whose deadline passed leaves the queue at
     once, so its slot is free for the next request instead of being held until the model reaches it. Subclasses
-    start `self._thread`."""
+    start their `_loop` with `_start_thread`."""
 
     def __init__(self, max_queue: int):
         if max_queue < 1:
@@ -116,6 +116,13 @@ class JobQueue:
             self._waiting.remove(job)
             job.emit("error", JobCancelled() if job.cancelled.is_set() else JobTimedOut())
 
+    def _start_thread(self, name: str) -> None:
+        """The model thread, running `self._loop`. The forwards run on it from now on: the thread that built the
+        worker (it loaded the model) lets its OpenMP workers go first (openmp_wait.py)."""
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        release_thread_pool()
+        self._thread.start()
+
     def stop(self, timeout: float = 5.0) -> None:
         with self._cond:
             self._stopping = True
@@ -132,9 +139,7 @@ class ModelWorker(JobQueue):
         super().__init__(max_queue)
         self.running = 0
         self.current: Optional[Job] = None      # the job on the model now (read by the forward hooks)
-        self._thread = threading.Thread(target=self._loop, name="multidraft-model-worker", daemon=True)
-        release_thread_pool()                   # the forwards run on the worker from now on (openmp_wait.py)
-        self._thread.start()
+        self._start_thread("multidraft-model-worker")
 
     def _loop(self) -> None:
         while True:
