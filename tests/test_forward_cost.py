@@ -51,3 +51,22 @@ def test_forward_cost_refuses_an_unknown_path():
     with pytest.raises(InvalidOptionError, match="not a path"):
         with forward_cost.isa_of("quantized-q8@sse9"):
             pass
+
+
+@pytest.mark.parametrize("chains, trees, message", [("1,0", "", "--chains"), ("1,x", "", "--chains"),
+                                                     ("1", "0", "--trees"), ("1", "2x", "--trees"),
+                                                     ("1", "2x0", "--trees")])
+def test_forward_cost_refuses_bad_shapes_before_loading_a_model(monkeypatch, capsys, chains, trees, message):
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model was loaded for a command that was going to fail")
+
+    monkeypatch.setattr(forward_cost.multidraft, "load_model", no_load)
+    monkeypatch.setattr(forward_cost, "runner_views", no_load)
+    assert main(["bench", "forward-cost", "--model", "tiny", "--chains", chains, "--trees", trees]) != 0
+    assert message in capsys.readouterr().err
+
+
+def test_forward_cost_shapes_add_the_one_token_chain_and_read_trees():
+    shapes = forward_cost.forward_shapes("4", "2x3, 1X1")
+    assert [label for label, _ in shapes] == ["chain 1", "chain 4", "tree 2x3 (7 nodes)", "tree 1x1 (2 nodes)"]
+    assert shapes[1][1] == [-1, 0, 1, 2]

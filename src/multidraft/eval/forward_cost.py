@@ -26,6 +26,7 @@ import torch
 
 import multidraft
 from multidraft.errors import InvalidOptionError
+from multidraft.fsutil import atomic_path
 from multidraft.models.runner import LM
 from multidraft.models.runner_choice import QUANTIZED_RUNNERS
 
@@ -246,6 +247,7 @@ def run(args) -> int:
     if not args.model and not args.random:
         raise InvalidOptionError("bench forward-cost needs --model NAME or --random SHAPE (or --linear)")
     runners = runner_labels([r.strip() for r in args.runners.split(",") if r.strip()], args.isa)
+    shapes = forward_shapes(args.chains, args.trees)          # checked before a model loads
     if args.random:
         lm = random_model(args.random, args.layers, args.dtype, args.device or "cpu")
     else:
@@ -255,21 +257,35 @@ def run(args) -> int:
     bandwidth = None if args.no_bandwidth else read_bandwidth(args.threads)
     if bandwidth:
         print(f"read bandwidth ({args.threads} threads, 1 GiB sum): {bandwidth:.1f} GB/s", flush=True)
-    shapes = [(f"chain {n}", list(range(-1, int(n) - 1))) for n in args.chains.split(",") if n]
-    for tree in filter(None, args.trees.split(",")):
-        k, d = (int(v) for v in tree.split("x"))
-        shapes.append((f"tree {k}x{d} ({len(tree_parents(k, d))} nodes)", tree_parents(k, d)))
-    if "chain 1" not in [label for label, _ in shapes]:
-        shapes.insert(0, ("chain 1", [-1]))
     best = time_shapes(views, runners, shapes, args.reps, args.cpu_time, args.prefix)
     figures = summarize(views, runners, shapes, best, bandwidth, args)
     print_table(views, runners, shapes, best, figures, args)
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(figures, handle, indent=1)
+        with atomic_path(args.json) as target:                # never a half-written file
+            target.write_text(json.dumps(figures, indent=1))
         print(f"figures: {args.json}")
     print("load:", os.popen("uptime").read().strip(), flush=True)
     return 0
+
+
+def forward_shapes(chains: str, trees: str) -> list:
+    """(label, parents) per shape: a chain of n new tokens per --chains value, a k x d tree per --trees value, and
+    the 1-token chain every ratio is taken against; InvalidOptionError naming the bad value otherwise."""
+    shapes = []
+    for value in filter(None, (v.strip() for v in chains.split(","))):
+        if not value.isdigit() or int(value) < 1:
+            raise InvalidOptionError(f"--chains takes positive token counts like 1,2,4,8 (got {value!r})")
+        shapes.append((f"chain {int(value)}", list(range(-1, int(value) - 1))))
+    for value in filter(None, (v.strip() for v in trees.split(","))):
+        parts = value.lower().split("x")
+        if len(parts) != 2 or not all(p.isdigit() and int(p) >= 1 for p in parts):
+            raise InvalidOptionError(f"--trees takes k x d shapes like 2x4,4x4 (k branches of depth d; got {value!r}); "
+                                     "pass --trees '' for none")
+        k, d = int(parts[0]), int(parts[1])
+        shapes.append((f"tree {k}x{d} ({len(tree_parents(k, d))} nodes)", tree_parents(k, d)))
+    if "chain 1" not in [label for label, _ in shapes]:
+        shapes.insert(0, ("chain 1", [-1]))
+    return shapes
 
 
 def summarize(views: dict, runners: list[str], shapes, best: dict, bandwidth: Optional[float], args) -> dict:
