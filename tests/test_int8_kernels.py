@@ -9,6 +9,8 @@ bit, at every row count and thread count.
 - The real VNNI paths run where the CPU has them (skipped elsewhere, the reason naming the flag).
 """
 
+from pathlib import Path
+
 import gguf
 import numpy as np
 import pytest
@@ -507,10 +509,14 @@ def test_the_q6_packed_layout_is_read_as_laid_out_and_bad_packed_input_is_refuse
         gguf_kernels.linear(x, packed, gguf_kernels.Q6_K_X16, 768)     # fp32 activations read GGUF blocks only
 
 
-def test_q6_k_is_packed_only_where_the_amx_path_runs(monkeypatch):
+def test_q6_k_is_packed_only_where_the_amx_or_a_vbmi_avx512_vnni_path_runs(monkeypatch):
     rng = np.random.default_rng(14)
     q6 = torch.from_numpy(random_blocks("Q6_K", 32, 512, rng, scale=0.05))
-    for isa, packed_type in (("amx", gguf_kernels.Q6_K_X16), ("avx2", None), ("avx512-vnni", None)):
+    flags = set(next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("flags")), []))
+    vbmi_vnni = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512vbmi"} <= flags
+    for isa, packed_type in (("amx", gguf_kernels.Q6_K_X16), ("avx2", None),
+                             ("avx512-vnni", gguf_kernels.Q6_K_X16 if vbmi_vnni else None)):
         monkeypatch.setattr(gguf_kernels, "_isa", isa)
         matrix = BlockMatrix(q6, 14, 512)
         matrix.pack_for_q8()

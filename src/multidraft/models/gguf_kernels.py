@@ -44,7 +44,8 @@ BLOCK_LAYOUTS = {2: (32, 18, (0,)), 3: (32, 20, (0, 2)), 6: (32, 22, (0,)), 7: (
 
 # Q4_K repacked in groups of 8 rows for the 8-bit kernels (kernels/q8_x8.inc): our own type number, not GGUF's.
 Q4_K_X8 = 112
-# Q6_K repacked in groups of 16 rows for the AMX tile kernel (kernels/q6_x16.inc): packed only where `isa()` is amx.
+# Q6_K repacked in groups of 16 rows for the AMX tile and AVX512-VNNI kernels (kernels/q6_x16.inc): packed only where
+# `packs_q6_k()`.
 Q6_K_X16 = 114
 # Each packed type's GGUF type, its repack function's name and the row multiple it needs.
 PACKED = {Q4_K_X8: (12, "repack_q4_k_x8", 8), Q6_K_X16: (14, "repack_q6_k_x16", 16)}
@@ -148,6 +149,12 @@ def missing_flag(path: str) -> str:
 def isa() -> str:
     """The path linear_q8 runs on in this process (after `load()`)."""
     return _isa
+
+
+def packs_q6_k() -> bool:
+    """Whether this process's path runs Q6_K faster packed in sixteens (Q6_K_X16): amx, and avx512-vnni on a CPU
+    with AVX512-VBMI (the layout's decoding); elsewhere Q6_K stays in GGUF's layout."""
+    return bool(torch.ops.multidraft_gguf.q8_packs_q6_k(_PATH_NUMBERS[_isa]))
 
 
 def _choose_isa() -> None:
@@ -285,8 +292,8 @@ def repack_q4_k_x8(blocks: torch.Tensor) -> torch.Tensor:
 
 
 def repack_q6_k_x16(blocks: torch.Tensor) -> torch.Tensor:
-    """Q6_K blocks (rows a multiple of 16) in the Q6_K_X16 layout of the AMX tile kernel, with the same bits (on
-    other paths linear_q8 computes it exactly but slowly: pack it only where `isa()` is amx)."""
+    """Q6_K blocks (rows a multiple of 16) in the Q6_K_X16 layout of the AMX tile and AVX512-VNNI kernels, with the
+    same bits (on other paths linear_q8 computes it exactly but slowly: pack it only where `packs_q6_k()`)."""
     return torch.ops.multidraft_gguf.repack_q6_k_x16(blocks)
 
 

@@ -831,6 +831,7 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("linear_q8_many(Tensor x, Tensor[] blocks, int[] types, int K, Tensor?[] biases) -> Tensor[]");
   m.def("linear_q8_many_on(Tensor x, Tensor[] blocks, int[] types, int K, Tensor?[] biases, int path) -> Tensor[]");
   m.def("q8_missing(int path) -> str", &q8_missing_op);
+  m.def("q8_packs_q6_k(int path) -> bool", &q8_packs_q6_k);
   m.def("set_q8_path(int path) -> int", &set_q8_path);
   m.def("q8_quantize(Tensor x, int block, bool scalar) -> (Tensor, Tensor, Tensor, Tensor)", &q8_quantize);
   m.def("dequantize(Tensor blocks, int type, int K, Tensor ids) -> Tensor");
