@@ -65,8 +65,8 @@ class BlockMatrix:
 
     def pack_for_q8(self) -> None:
         """Repack the matrix for the 8-bit kernels, once, where a packed layout is faster: Q4_K (rows in eights) on
-        every path, Q6_K (rows in sixteens) on the amx path and on avx512-vnni with VBMI. A second copy of its blocks (the
-        original stays mapped from the file for the fp32 path and row lookups; in q8 mode only the copy is read)."""
+        every path, Q6_K (rows in sixteens) on the amx path and on avx512-vnni with VBMI. A second copy of its blocks
+        (the original stays mapped from the file for the fp32 path and row lookups; in q8 mode only the copy is read)."""
         if self.packed is not None or self.width % 256:
             return
         if self.type_id == 12:
