@@ -21,8 +21,9 @@ pytestmark = pytest.mark.skipif(not gguf_kernels.load(progress=False),
 
 # (arch, block format): Qwen2 with its q/k/v biases on 8-bit activations, Llama on Q6_K (8-bit) and on Q5_K
 # (no 8-bit kernel, so fp32 activations: its prefills of more than 64 rows take the dense GEMM, the native forward
-# must too).
-CASES = [("qwen2", "Q4_K"), ("llama", "Q6_K"), ("llama", "Q5_K")]
+# must too), Gemma3 (tied head, per-head norms, a sliding window of 8 keys that every prompt here outgrows).
+LLAMA_FAMILY = [("qwen2", "Q4_K"), ("llama", "Q6_K"), ("llama", "Q5_K")]
+CASES = LLAMA_FAMILY + [("gemma3", "Q4_K")]
 PROMPT = [(7 * i + 3) % 60 + 1 for i in range(70)]          # longer than PREFILL_GEMM_ROWS
 
 
@@ -45,6 +46,12 @@ class _nothing:
 
 @pytest.fixture(scope="module", params=CASES, ids=["-".join(c) for c in CASES])
 def pair(request):
+    return _pair(*request.param)
+
+
+@pytest.fixture(scope="module", params=LLAMA_FAMILY, ids=["-".join(c) for c in LLAMA_FAMILY])
+def packable_pair(request):
+    """The models the engine's arena serves (not Gemma3: its sliding window needs positions, the arena has slots)."""
     return _pair(*request.param)
 
 
@@ -109,10 +116,10 @@ def test_native_is_batch_invariant_alone_in_verifies_and_trees_at_1_and_2_thread
         torch.set_num_threads(previous)
 
 
-def test_packed_forward_on_native_is_the_single_request_bits(pair):
+def test_packed_forward_on_native_is_the_single_request_bits(packable_pair):
     """The engine's packed forward runs the same native forward: a request's logits are the bits it gets alone
     (and the quantized runner's in the same packing)."""
-    ours, reference = pair
+    ours, reference = packable_pair
     prompt = PROMPT[:40]
     alone = KVCache()
     ours.forward(alone, prompt)
@@ -280,17 +287,16 @@ def test_rotary_tables_are_the_bits_of_each_forward(pair):
     """cos / signed sin read from the tables grown by blocks equal the ones computed for the forward's own rows (1,
     several, unordered, past a block), head dims 64 (the tiny models) and 128; the control (the angles computed in
     float64, then rounded) differs, so the check sees one rounding."""
+    assert native.NativeForward(pair[0].model).rotaries[native.FULL].head_dim == 64
     for head_dim in (64, 128):
-        forward = native.NativeForward(pair[0].model)
-        forward.head_dim, forward.inv_freq = head_dim, 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2) / head_dim))
-        forward._tables = (torch.empty(0, head_dim),) * 2
+        rotary = native.RotaryTable(1.0 / (10000.0 ** (torch.arange(0, head_dim, 2) / head_dim)), 1.0)
         for positions in ([0], [255], [256], [700], list(range(300, 340)), [9, 3, 600, 4]):
             positions = torch.tensor(positions)
-            got, expected = forward._rotary(positions), forward._rotary_rows(positions)
+            got, expected = rotary(positions), rotary.rows(positions)
             assert all(torch.equal(g, e) for g, e in zip(got, expected))
-        table = forward._tables[0]
+        table = rotary._tables[0]
         assert table.shape[0] % native.ROTARY_BLOCK == 0
-        angles = torch.arange(700).double()[:, None] * forward.inv_freq.double()
+        angles = torch.arange(700).double()[:, None] * rotary.inv_freq.double()
         assert not torch.equal(torch.cat((angles, angles), -1).cos().float(), table[:700])
 
 
@@ -553,3 +559,88 @@ def test_a_packed_matrix_gives_back_its_file_pages_and_reads_the_same_bytes_afte
     assert torch.equal(matrix.blocks, copy)
     assert not weights.release(copy)                 # not the mapping: left alone (dropping heap pages zeroes them)
     assert torch.equal(copy, matrix.blocks) and bool(copy.any())
+
+
+# ---------------------------------------------------------------- sliding windows (Gemma3)
+
+
+def _chain_and_tree(lm, prompt):
+    """(chain rows, the same rows inside a branching tree) past a sliding window: [5, 6] as a chain, then
+    [5, 8, 6, 9] with parents [-1, -1, 0, 0] (rows 0 and 2 are the chain's)."""
+    rows = []
+    for tokens, parents in (([5, 6], None), ([5, 8, 6, 9], [-1, -1, 0, 0])):
+        cache = lm.new_cache()
+        lm.forward(cache, prompt)
+        rows.append(lm.forward(cache, tokens, parents=parents).logits)
+    return rows[0], rows[1][[0, 2]]
+
+
+@pytest.mark.parametrize("runner", ["quantized-q8", "native"])
+def test_a_tree_past_the_sliding_window_sees_what_greedy_sees(monkeypatch, runner):
+    """A branching tree's node at position p sees the keys greedy sees at p (HF's window by position), on HF's
+    modules (which take a custom mask as it is, so the base runner windows it) and on the native forward. Negative
+    controls: without the base runner's window the tree rows change; without the native forward's, every row."""
+    lm = tiny_gguf_lm("gemma3", "Q4_K", seed=5, runner=runner)
+    assert lm.runner == runner and lm.model.config.sliding_window == 8
+    prompt = PROMPT[:30]
+    chain, tree = _chain_and_tree(lm, prompt)
+    assert torch.equal(chain, tree)
+    from multidraft.models import kv_cache
+    from multidraft.models.runners import base
+    if runner == "native":
+        monkeypatch.setattr(native, "windowed", lambda allowed, positions, window: allowed)
+    else:
+        monkeypatch.setattr(base, "sliding_window", lambda model: None)
+    causal = torch.ones(2, 32, dtype=torch.bool).tril(30)
+    assert kv_cache.windowed(causal, torch.tensor([30, 31]), 8).sum(1).tolist() == [8, 8]    # 23..30 and 24..31
+    unwindowed_chain, unwindowed_tree = _chain_and_tree(lm, prompt)
+    if runner == "native":                  # both rows lose the window: they change
+        assert not torch.equal(unwindowed_chain, chain) and not torch.equal(unwindowed_tree, tree)
+    else:                                   # HF windows the chain itself, the tree's custom mask no longer
+        assert torch.equal(unwindowed_chain, chain) and not torch.equal(unwindowed_tree, tree)
+
+
+def test_gemma3_runs_native_with_its_own_cache_and_the_engine_declines_it():
+    from multidraft.models.packed import unsupported_reason as engine_reason
+
+    ours = tiny_gguf_lm("gemma3", "Q4_K", seed=3, runner="native")
+    assert ours.runner == "native" and native.unsupported_reason(ours.model) is None
+    assert "sliding" in engine_reason(ours)
+    with pytest.raises(ValueError, match="own cache"):
+        ours.runner_object.native.run(KVArena(64), torch.tensor([3]), None, torch.tensor([0]),
+                                      torch.ones(1, 64, dtype=torch.bool))
+    config = ours.model.config
+    for field, value, why in (("final_logit_softcapping", 30.0, "soft-caps"), ("hidden_activation", "silu", "silu")):
+        previous = getattr(config, field)
+        setattr(config, field, value)
+        try:
+            assert why in native.unsupported_reason(ours.model)
+        finally:
+            setattr(config, field, previous)
+
+
+@pytest.fixture(scope="module")
+def gemma_pair():
+    from multidraft.errors import ModelNotFoundError
+    from multidraft.models.loader import load_model
+    try:
+        return load_model("gemma3-270m", runner="native"), load_model("gemma3-270m", runner="quantized-q8")
+    except ModelNotFoundError as exc:
+        pytest.skip(f"Gemma-3-270M not pulled (`multidraft models pull gemma3-270m`): {exc}")
+
+
+@pytest.mark.heavy
+def test_gemma3_270m_native_is_quantized_q8_bits_past_its_window(gemma_pair):
+    """The real Gemma3 (window 512): a 600-token prompt, a step, a verify and a branching tree, native == HF's
+    modules bit for bit, and its tree rows == its chain rows."""
+    ours, reference = gemma_pair
+    assert ours.runner == "native"
+    prompt = ours.tokenizer("The history of the Roman Empire " * 120)["input_ids"][:600]
+    got = []
+    for lm in (ours, reference):
+        cache = lm.new_cache()
+        got.append([lm.forward(cache, prompt, logits_rows=slice(-1, None)).logits, lm.forward(cache, [5]).logits,
+                    lm.forward(cache, [5, 6, 7]).logits,
+                    lm.forward(cache, [4, 50, 17, 51], parents=[-1, -1, 0, 0]).logits])
+    assert all(torch.equal(a, b) for a, b in zip(*got))
+    assert torch.equal(torch.stack(_chain_and_tree(ours, prompt)[0:1]), torch.stack(_chain_and_tree(ours, prompt)[1:]))

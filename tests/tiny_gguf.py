@@ -59,7 +59,7 @@ def write_tiny_gguf(folder: Path, arch: str = "qwen2", type_name: str = "Q4_K", 
     """Save an HF folder (fp32) and `model.gguf` of one tiny random model in `folder`; returns the GGUF path.
 
     Sizes are multiples of 256 so the K formats fit. Llama's q/k rows are stored in llama.cpp's rotary order, as
-    its converter does."""
+    its converter does; Gemma3 (three layers, a sliding window of 8) keeps HF's order and stores 1 + norm weight."""
     folder = Path(folder)
     rng = np.random.default_rng(seed)
     model = make_tiny_hf_model(arch, seed, hidden_size=256, intermediate_size=512, num_attention_heads=4,
@@ -84,8 +84,10 @@ def write_tiny_gguf(folder: Path, arch: str = "qwen2", type_name: str = "Q4_K", 
                     data = stored
                 writer.add_tensor(gguf_name, data, raw_dtype=raw_dtype)
             else:
-                param.copy_(1.0 + 0.1 * torch.randn(param.shape))
-                writer.add_tensor(gguf_name, param.numpy().astype(np.float32))
+                value = 1.0 + 0.1 * torch.randn(param.shape)
+                # Gemma's norms multiply by 1 + weight and its GGUF holds 1 + weight (exact: value in [0.5, 2])
+                param.copy_(value - 1.0 if arch == "gemma3" else value)
+                writer.add_tensor(gguf_name, value.numpy().astype(np.float32))
     del state
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -97,12 +99,13 @@ def write_tiny_gguf(folder: Path, arch: str = "qwen2", type_name: str = "Q4_K", 
 
 
 def tiny_gguf_lm(arch: str = "qwen2", type_name: str = "Q4_K", seed: int = 0, runner: str = "native"):
-    """An LM on a fresh tiny GGUF model (a temporary folder), run by `runner` (the native forward by default)."""
+    """An LM on a fresh tiny GGUF model (a temporary folder), run by `runner` (the native forward by default);
+    Gemma3's head is tied to its embeddings, as in the real model."""
     import tempfile
 
     from multidraft.models.quantized import load_quantized_model
     from multidraft.models.runner import LM
 
     folder = Path(tempfile.mkdtemp(prefix=f"tiny-gguf-{arch}-{type_name}-"))
-    path = write_tiny_gguf(folder, arch, type_name, seed=seed)
+    path = write_tiny_gguf(folder, arch, type_name, seed=seed, tie=arch == "gemma3")
     return LM(load_quantized_model(folder, path), make_tokenizer(), name="tiny", runner=runner)

@@ -6,7 +6,8 @@ import functools
 import numpy as np
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast,
+                          Qwen2Config, Qwen2ForCausalLM)
 
 from multidraft.models.runner import LM
 
@@ -37,8 +38,16 @@ def make_tiny_hf_model(arch: str = "llama", seed: int = 0, vocab_size: int = 64,
     common = dict(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                   eos_token_id=2, bos_token_id=1, pad_token_id=0, tie_word_embeddings=False)
+    if arch == "gemma3":            # Gemma3's text model: sliding-window layers around a full one, per-head norms
+        common.update(num_hidden_layers=3, sliding_window=8, query_pre_attn_scalar=48,
+                      layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                      rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                       "full_attention": {"rope_type": "default", "rope_theta": 1e6}})
     common.update(overrides)
-    config_cls, model_cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[arch]
+    if arch == "gemma3":
+        common.setdefault("head_dim", common["hidden_size"] // common["num_attention_heads"])
+    config_cls, model_cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+                             "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM)}[arch]
     config = config_cls(**common)
     model = model_cls(config).float().eval()
     # Sharper logits than the default init so greedy and sampling tests see varied, non-uniform text.

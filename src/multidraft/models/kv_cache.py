@@ -301,6 +301,23 @@ def tree_ancestors(parents: Sequence[int]) -> torch.Tensor:
     return allowed
 
 
+def sliding_window(model) -> Optional[int]:
+    """The window of a model whose config mixes sliding-window and full attention layers (Gemma3), else None."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if "sliding_attention" in (getattr(config, "layer_types", None) or ()):
+        return int(config.sliding_window)
+    return None
+
+
+def windowed(allowed: torch.Tensor, positions: torch.Tensor, window: int) -> torch.Tensor:
+    """A sliding-window layer's (T, S) view of `allowed`: row t also stops seeing the keys in slots at or before
+    positions[t] - window, HF's rule (kv_idx > q_idx - window) with the query at its position. The keys a cut can
+    reach are committed ones, whose slot is their position (a draft spans far less than a window), so a tree node
+    sees exactly the keys greedy sees at its position; HF itself would cut by the row's slot."""
+    slots = torch.arange(allowed.shape[1], device=allowed.device)
+    return allowed & (slots[None, :] > positions.to(allowed.device)[:, None] - window)
+
+
 def additive_mask(allowed: torch.Tensor, dtype: torch.dtype, device) -> torch.Tensor:
     """(1, 1, T, K) additive attention mask on `device` from a (T, K) bool matrix of what each row may see."""
     mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)

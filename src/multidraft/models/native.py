@@ -22,8 +22,13 @@ captures and checks nothing runs all its layers in one (decoder_stack), which sa
 the steps (~15% of a small model's forward; the 1.5B's decode step of 8 requests in the engine 105 -> 75 ms).
 
 Supported: Qwen2 and Llama configs (SmolLM2 is one) with SiLU MLPs, full causal attention and a rotary whose
-frequencies do not depend on the sequence (default, linear, llama3, yarn). Anything else (Gemma3, sliding windows,
-dynamic rotary) gets `unsupported_reason` and stays on HF's modules.
+frequencies do not depend on the sequence (default, linear, llama3, yarn); and Gemma3's text model, step by step (no
+fused layer op): its embeddings scaled by sqrt(d), norms that multiply by 1 + weight (computed once at load, as HF
+computes it per call), per-head RMSNorms of q and k, two rotary tables (sliding and full layers), sliding-window
+layers (kv_cache.windowed: the window by the row's position, as HF's base runners now apply it too), norms after
+the attention and after the MLP, and a tanh-GELU MLP. Gemma3 runs on the runner's own cache, not on the engine's
+arena (whose slots are not positions). Anything else (dynamic rotary, logit soft-capping) gets
+`unsupported_reason` and stays on HF's modules.
 """
 
 from __future__ import annotations
@@ -34,10 +39,12 @@ from typing import Optional, Sequence
 import torch
 
 from multidraft.models import gguf_kernels
-from multidraft.models.kv_cache import GrowingKVCache, StaticArena
+from multidraft.models.kv_cache import GrowingKVCache, StaticArena, sliding_window, windowed
 from multidraft.models.quantized import block_linear, block_linears
 
-ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
+ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Gemma3ForCausalLM")
+GEMMA = "Gemma3ForCausalLM"
+FULL, SLIDING = "full_attention", "sliding_attention"
 STATIC_ROTARY = ("default", "linear", "llama3", "yarn")      # inv_freq fixed at load
 ROTARY_BLOCK = 256        # positions per rotary table block: 256 x D values, one torch call (under its 32768 grain)
 
@@ -52,6 +59,29 @@ def unsupported_reason(model) -> Optional[str]:
     if name not in ARCHITECTURES:
         return f"{name} is not one of the native architectures ({', '.join(ARCHITECTURES)})"
     config = model.config
+    why = _gemma_reason(config) if name == GEMMA else _llama_reason(model)
+    if why is not None:
+        return why
+    base = model.model
+    for kind in _layer_kinds(model):
+        if getattr(base.rotary_emb, _inv_freq_name(model, kind), None) is None:
+            return "its rotary has no fixed frequencies"
+    for layer in base.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        for linear in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj):
+            if getattr(linear, "gguf_matrix", None) is None:
+                return "a linear is not on GGUF blocks"
+        if name != GEMMA and (getattr(attn, "q_norm", None) is not None or getattr(attn, "sliding_window", None)):
+            return "its attention has per-head norms or a sliding window"
+    if getattr(model.lm_head, "gguf_matrix", None) is None:
+        return "its LM head is not on GGUF blocks"
+    return None
+
+
+def _llama_reason(model) -> Optional[str]:
+    from multidraft.models.static_runner import unsupported_reason as attention_reason
+
+    config = model.config
     why = attention_reason(model)
     if why is not None:
         return why
@@ -60,24 +90,48 @@ def unsupported_reason(model) -> Optional[str]:
     rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
     if rope not in STATIC_ROTARY:
         return f"its rotary ({rope}) changes with the sequence"
-    base = model.model
-    if getattr(base.rotary_emb, "inv_freq", None) is None:
-        return "its rotary has no fixed frequencies"
-    for layer in base.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        for linear in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj):
-            if getattr(linear, "gguf_matrix", None) is None:
-                return "a linear is not on GGUF blocks"
-        if getattr(attn, "q_norm", None) is not None or getattr(attn, "sliding_window", None):
-            return "its attention has per-head norms or a sliding window"
-    if getattr(model.lm_head, "gguf_matrix", None) is None:
-        return "its LM head is not on GGUF blocks"
     return None
+
+
+def _gemma_reason(config) -> Optional[str]:
+    if getattr(config, "hidden_activation", None) != "gelu_pytorch_tanh":
+        return f"its MLP uses {getattr(config, 'hidden_activation', None)}, not gelu_pytorch_tanh"
+    if config.attn_logit_softcapping is not None or config.final_logit_softcapping is not None:
+        return "it soft-caps its logits"
+    if getattr(config, "use_bidirectional_attention", False):
+        return "its attention is bidirectional"
+    if set(config.layer_types) - {FULL, SLIDING}:
+        return f"its layers use {', '.join(sorted(set(config.layer_types) - {FULL, SLIDING}))}"
+    for kind in set(config.layer_types):
+        rope = (config.rope_parameters.get(kind) or {}).get("rope_type")
+        if rope not in STATIC_ROTARY:
+            return f"its {kind} rotary ({rope}) changes with the sequence"
+    return None
+
+
+def _layer_kinds(model) -> list[str]:
+    """Each layer's attention kind: Gemma3's config names it, every other native model is full attention."""
+    return list(model.config.layer_types) if type(model).__name__ == GEMMA else [FULL] * len(model.model.layers)
+
+
+def _inv_freq_name(model, kind: str) -> str:
+    return f"{kind}_inv_freq" if type(model).__name__ == GEMMA else "inv_freq"
+
+
+@dataclass
+class _GemmaNorms:
+    """Gemma3's extra norms: per-head q and k, and the ones after the attention and after the MLP."""
+
+    q: tuple
+    k: tuple
+    attn_out: tuple
+    mlp_out: tuple
 
 
 @dataclass
 class _Layer:
-    """One decoder layer's weights: (matrix, bias) per linear, (weight, eps) per norm."""
+    """One decoder layer's weights: (matrix, bias) per linear, (weight, eps) per norm. mlp_norm: the norm before
+    the MLP (Llama's post_attention_layernorm, Gemma3's pre_feedforward_layernorm)."""
 
     attn_norm: tuple
     q: tuple
@@ -88,6 +142,8 @@ class _Layer:
     gate: tuple
     up: tuple
     down: tuple
+    kind: str = FULL
+    gemma: Optional[_GemmaNorms] = None
 
 
 def _linear(module) -> tuple:
@@ -95,7 +151,55 @@ def _linear(module) -> tuple:
 
 
 def _norm(module) -> tuple:
-    return module.weight, float(module.variance_epsilon)
+    """(weight, eps): the weight the norm multiplies by; Gemma's 1 + weight, computed once as HF computes it."""
+    if hasattr(module, "variance_epsilon"):
+        return module.weight, float(module.variance_epsilon)
+    return (1.0 + module.weight.float()).contiguous(), float(module.eps)
+
+
+def _layer(layer, kind: str, gemma: bool) -> _Layer:
+    attn, mlp = layer.self_attn, layer.mlp
+    extra = _GemmaNorms(_norm(attn.q_norm), _norm(attn.k_norm), _norm(layer.post_attention_layernorm),
+                        _norm(layer.post_feedforward_layernorm)) if gemma else None
+    return _Layer(_norm(layer.input_layernorm), _linear(attn.q_proj), _linear(attn.k_proj), _linear(attn.v_proj),
+                  _linear(attn.o_proj),
+                  _norm(layer.pre_feedforward_layernorm if gemma else layer.post_attention_layernorm),
+                  _linear(mlp.gate_proj), _linear(mlp.up_proj), _linear(mlp.down_proj), kind, extra)
+
+
+class RotaryTable:
+    """cos and signed sin by position for one set of rotary frequencies."""
+
+    def __init__(self, inv_freq: torch.Tensor, scaling: float):
+        self.inv_freq, self.scaling = inv_freq.float(), scaling
+        self.head_dim = 2 * self.inv_freq.shape[0]
+        self._tables = (torch.empty(0, self.head_dim),) * 2
+
+    def __call__(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """rows(positions), read from tables grown on demand in blocks of ROTARY_BLOCK positions (two lookups per
+        forward instead of ten small ops). Each table row has the bits of the same position computed in a forward
+        of any number of rows: torch's cos/sin/products are elementwise and run all-vector when a call's values
+        fill whole vectors (T * D a multiple of 32, the widest vector pair: AVX-512's), which a head dimension
+        that is a multiple of 32 guarantees; other head dimensions compute per forward."""
+        if self.head_dim % 32:
+            return self.rows(positions)
+        needed, (cos, sin) = int(positions.max()) + 1, self._tables     # one read: a pair grown together
+        if needed > cos.shape[0]:
+            blocks = [self.rows(torch.arange(start, start + ROTARY_BLOCK))
+                      for start in range(cos.shape[0], max(needed, 2 * cos.shape[0]), ROTARY_BLOCK)]
+            cos, sin = torch.cat([cos] + [c for c, _ in blocks]), torch.cat([sin] + [s for _, s in blocks])
+            self._tables = cos, sin
+        return cos[positions], sin[positions]
+
+    def rows(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and signed sin (T, D) of positions (T,): the HF rotary embedding's cos and sin (Qwen2, Llama,
+        Gemma3: positions x inv_freq, cat, cos/sin x attention_scaling), with the sin's first half negated (see
+        _rotary_heads)."""
+        freqs = positions[:, None].float() * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos() * self.scaling, emb.sin() * self.scaling
+        half = sin.shape[-1] // 2
+        return cos, torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
 
 
 @dataclass
@@ -110,56 +214,35 @@ class NativeForward:
 
     def __init__(self, model):
         base = model.model
+        gemma = type(model).__name__ == GEMMA
         self.mode = model.gguf_mode                         # shared with the HF modules: "fp32" or "q8" activations
         self.embedding = base.embed_tokens.gguf_matrix
-        self.layers = [_Layer(_norm(layer.input_layernorm), _linear(layer.self_attn.q_proj),
-                              _linear(layer.self_attn.k_proj), _linear(layer.self_attn.v_proj),
-                              _linear(layer.self_attn.o_proj), _norm(layer.post_attention_layernorm),
-                              _linear(layer.mlp.gate_proj), _linear(layer.mlp.up_proj), _linear(layer.mlp.down_proj))
-                       for layer in base.layers]
+        self.embed_scale = getattr(base.embed_tokens, "embed_scale", None)     # Gemma's sqrt(d), as HF multiplies
+        kinds = _layer_kinds(model)
+        self.layers = [_layer(layer, kind, gemma) for layer, kind in zip(base.layers, kinds)]
         self.final_norm = _norm(base.norm)
         self.head = _linear(model.lm_head)
-        self.inv_freq = base.rotary_emb.inv_freq.float()
-        self.rotary_scaling = base.rotary_emb.attention_scaling
+        rotary = base.rotary_emb
+        self.rotaries = {kind: RotaryTable(getattr(rotary, _inv_freq_name(model, kind)),
+                                           getattr(rotary, f"{kind}_attention_scaling" if gemma else
+                                                   "attention_scaling"))
+                         for kind in dict.fromkeys(kinds)}
+        self.window = sliding_window(model) if SLIDING in kinds else None
         attn = base.layers[0].self_attn
         self.head_dim, self.scaling = int(attn.head_dim), float(attn.scaling)
         self.num_heads = int(model.config.num_attention_heads)
-        self._tables = (torch.empty(0, self.head_dim),) * 2               # rotary cos, signed sin by position
         self.kv_heads = self.layers[0].k[0].rows // self.head_dim
         # each residual add runs with the norm after it: the next layer's (or the final) norm ends a layer
         self._norms_after = [layer.attn_norm for layer in self.layers[1:]] + [self.final_norm]
         self._fused = [_fused_layer(layer, after) for layer, after in zip(self.layers, self._norms_after)]
+        if gemma:                               # the fused layer op is Llama's layer: Gemma3 runs step by step
+            self._fused = [None] * len(self.layers)
         self.fuse = all(pack is not None for pack in self._fused)     # tests turn it off to compare
         self.fuse_stack = self.fuse             # all layers in one op when a forward captures and checks nothing
         self._stack = tuple([item for pack in self._fused for item in pack[part]] for part in range(5)) \
             if self.fuse else None
 
     # ----- the pieces, as HF computes them -----
-    def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """_rotary_rows(positions), read from tables grown on demand in blocks of ROTARY_BLOCK positions (two
-        lookups per forward instead of ten small ops). Each table row has the bits of the same position computed
-        in a forward of any number of rows: torch's cos/sin/products are elementwise and run all-vector when a
-        call's values fill whole vectors (T * D a multiple of 32, the widest vector pair: AVX-512's), which a head
-        dimension that is a multiple of 32 guarantees; other head dimensions compute per forward."""
-        if self.head_dim % 32:
-            return self._rotary_rows(positions)
-        needed, (cos, sin) = int(positions.max()) + 1, self._tables     # one read: a pair grown together
-        if needed > cos.shape[0]:
-            blocks = [self._rotary_rows(torch.arange(start, start + ROTARY_BLOCK))
-                      for start in range(cos.shape[0], max(needed, 2 * cos.shape[0]), ROTARY_BLOCK)]
-            cos, sin = torch.cat([cos] + [c for c, _ in blocks]), torch.cat([sin] + [s for _, s in blocks])
-            self._tables = cos, sin
-        return cos[positions], sin[positions]
-
-    def _rotary_rows(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and signed sin (T, D) of positions (T,): Qwen2/LlamaRotaryEmbedding.forward's cos and sin,
-        with the sin's first half negated (see _rotary_heads)."""
-        freqs = positions[:, None].float() * self.inv_freq
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos() * self.rotary_scaling, emb.sin() * self.rotary_scaling
-        half = sin.shape[-1] // 2
-        return cos, torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
-
     def _linear(self, weights: tuple, x: torch.Tensor, prefill: bool) -> torch.Tensor:
         return block_linear(weights[0], x, self.mode.activations, weights[1], prefill)
 
@@ -182,9 +265,22 @@ class NativeForward:
         if watch is not None:
             watch.before_forward()
         out = NativeOutput(logits=torch.empty(0))
-        x = (self.embedding.dequantize(input_ids.reshape(-1).cpu()) if embeds is None else embeds.float())[None]
+        if embeds is None:
+            x = self.embedding.dequantize(input_ids.reshape(-1).cpu())[None]
+            if self.embed_scale is not None:
+                x = x * self.embed_scale.to(x.dtype)
+        else:
+            x = embeds.float()[None]
         rows, width = x.shape[1], visible.shape[1]
-        cos, signed_sin = self._rotary(positions)
+        tables = {kind: rotary(positions) for kind, rotary in self.rotaries.items()}
+        cos, signed_sin = tables.get(FULL, (None, None))          # the fused ops' (every layer a full one)
+        if self.window is not None:
+            if isinstance(cache, StaticArena):
+                raise ValueError("a sliding-window model's native forward needs its own cache (an arena's slots "
+                                 "are not positions)")
+            visible_by_kind = {FULL: visible, SLIDING: windowed(visible, positions, self.window)}
+        else:
+            visible_by_kind = {FULL: visible}
         if 0 in hidden_layers:
             out.hidden[0] = x[0]
         x, h = _add_rms_norm(x, None, *self.layers[0].attn_norm)
@@ -213,18 +309,28 @@ class NativeForward:
                 self._captures(out, index, q, keys[0], width, hidden_layers, heads_by_layer, x, copy=True)
                 continue
             q, k, v = self._linears((layer.q, layer.k, layer.v), h, prefill)
+            if layer.gemma is not None:
+                q, k = _head_norm(q, *layer.gemma.q, self.head_dim), _head_norm(k, *layer.gemma.k, self.head_dim)
+            layer_cos, layer_sin = tables[layer.kind]
             if isinstance(cache, GrowingKVCache):       # k and v written into the cache by the rotary op
                 keys, values = cache.room(index, rows, k.shape[-1] // self.head_dim, self.head_dim, k)
-                q = _rotary_store(q, k, v, cos, signed_sin, keys, values, cache.length)
+                q = _rotary_store(q, k, v, layer_cos, layer_sin, keys, values, cache.length)
                 keys, values = keys[0], values[0]
             else:
-                q, k = _rotary_heads(q, k, cos, signed_sin)                 # (H, T, D), (1, KVH, T, D)
+                q, k = _rotary_heads(q, k, layer_cos, layer_sin)                 # (H, T, D), (1, KVH, T, D)
                 keys, values = _store(cache, index, k, v.view(1, rows, -1, self.head_dim).transpose(1, 2))
-            visible = _widened(visible, keys.shape[1])
-            attn = gguf_kernels.attention(q, keys, values, visible, self.scaling)
-            x, h = _add_rms_norm(x, self._linear(layer.o, attn.reshape(1, rows, -1), prefill), *layer.mlp_norm)
+            seen = visible_by_kind[layer.kind] = _widened(visible_by_kind[layer.kind], keys.shape[1])
+            attn = gguf_kernels.attention(q, keys, values, seen, self.scaling)
+            attn = self._linear(layer.o, attn.reshape(1, rows, -1), prefill)
+            if layer.gemma is not None:                 # Gemma normalizes the branch before the residual add
+                attn = _add_rms_norm(attn, None, *layer.gemma.attn_out)[1]
+            x, h = _add_rms_norm(x, attn, *layer.mlp_norm)
             gate, up = self._linears((layer.gate, layer.up), h, prefill)
-            x, h = _add_rms_norm(x, self._linear(layer.down, _silu_mul(gate, up), prefill), *self._norms_after[index])
+            product = (_gelu_tanh_mul if layer.gemma is not None else _silu_mul)(gate, up)
+            mlp = self._linear(layer.down, product, prefill)
+            if layer.gemma is not None:
+                mlp = _add_rms_norm(mlp, None, *layer.gemma.mlp_out)[1]
+            x, h = _add_rms_norm(x, mlp, *self._norms_after[index])
             self._captures(out, index, q, keys, width, hidden_layers, heads_by_layer, x,
                            copy=isinstance(cache, GrowingKVCache))
         return self._head(out, h, keep_rows, prefill)
@@ -294,6 +400,17 @@ def _rotary_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.
     """_rotary_heads' q (H, T, D), with its k and the v (1, T, KVH * D) written into a GrowingKVCache layer's
     buffers (1, KVH, slots, D) at [start, start + T): the values _store would write, without its copies."""
     return gguf_kernels.rotary_store(q, k, v, cos, signed_sin, keys, values, start)
+
+
+def _head_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, head_dim: int) -> torch.Tensor:
+    """Gemma3's q_norm / k_norm on a linear's output (1, T, heads * D): RMSNorm of each head's D values (rows are
+    independent: the bits of HF's norm on its (1, heads, T, D) view)."""
+    return _add_rms_norm(x.reshape(-1, head_dim), None, weight, eps)[1].view(x.shape)
+
+
+def _gelu_tanh_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """Gemma3's MLP product: HF's gelu_pytorch_tanh (torch's gelu, approximate="tanh"), then the product."""
+    return torch.nn.functional.gelu(gate, approximate="tanh") * up
 
 
 def _silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,8 @@ import torch
 
 from multidraft.errors import InvalidOptionError
 from multidraft.models.attention_rows import AttentionQueries
-from multidraft.models.kv_cache import KVCache, StaticKVCache, additive_mask, tree_attention_mask
+from multidraft.models.kv_cache import (KVCache, StaticKVCache, additive_mask, sliding_window, tree_ancestors,
+                                        windowed)
 from multidraft.sampling import check_finite
 
 
@@ -87,9 +88,7 @@ class Runner:
                                              whole=bool(hooks))
                 else:
                     kwargs = {} if logits_rows is None else {"logits_to_keep": _logits_to_keep(logits_rows, num_new)}
-                    attention_mask = (additive_mask(visible[0], lm.dtype, lm.device) if visible is not None
-                                      else tree_attention_mask(parents, past, lm.dtype, lm.device)
-                                      if parents is not None else None)
+                    attention_mask = _attention_mask(lm, visible, parents, past, position_ids[0])
                     output = lm.model(**model_inputs, past_key_values=cache.hf_cache, use_cache=True,
                                       position_ids=position_ids, attention_mask=attention_mask, **kwargs)
                     logits = output.logits[0].float()
@@ -129,6 +128,24 @@ class Runner:
             for hook in hooks:
                 hook.remove()
         return output.logits[0].float(), {layer: captured[layer]["hidden"][0] for layer in layers}
+
+
+def _attention_mask(lm, visible, parents, past: int, positions: torch.Tensor):
+    """HF's attention_mask for a forward with `visible` (1, T, S) or a tree's `parents` (None: HF's causal masks).
+    A model with sliding-window layers gets one mask per layer type: HF takes a custom mask as it is, so its
+    window is applied here (kv_cache.windowed), or a tree node past the window would see keys greedy does not."""
+    if visible is None and parents is None:
+        return None
+    if visible is not None:
+        allowed = visible[0].to(torch.bool)
+    else:
+        allowed = torch.ones(len(parents), past + len(parents), dtype=torch.bool)
+        allowed[:, past:] = tree_ancestors(parents)
+    window = sliding_window(lm.model)
+    if window is None:
+        return additive_mask(allowed, lm.dtype, lm.device)
+    return {"full_attention": additive_mask(allowed, lm.dtype, lm.device),
+            "sliding_attention": additive_mask(windowed(allowed, positions.cpu(), window), lm.dtype, lm.device)}
 
 
 def _logits_to_keep(rows: slice, num_new: int):
