@@ -364,21 +364,21 @@ def decoder_layer(x: torch.Tensor, h: torch.Tensor, blocks: list, types: list, b
                   visible: torch.Tensor, scaling: float,
                   row_slots: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One native decoder layer in one op (native.py): (x, h for the next layer, the rotated queries (H, T, D));
-    start / row_slots: where the rows' keys and values go (rotary_store)."""
+    start / row_slots: where the rows' keys and values go (rotary_store); six norms: Gemma3's layer."""
     return torch.ops.multidraft_gguf.decoder_layer(x, h, blocks, types, biases, norms, [float(e) for e in eps], cos,
                                                    signed_sin, keys, values, int(start), visible, float(scaling),
                                                    row_slots)
 
 
 def decoder_stack(x: torch.Tensor, h: torch.Tensor, blocks: list, types: list, biases: list, norms: list, eps: list,
-                  cos: torch.Tensor, signed_sin: torch.Tensor, keys: list, values: list, start: int,
-                  visible: torch.Tensor, scaling: float,
-                  row_slots: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  cos: list, signed_sin: list, keys: list, values: list, start: int, visible: list, kinds: list,
+                  scaling: float, row_slots: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Every native decoder layer in one op (decoder_layer's arguments per layer, concatenated; keys / values: one
-    cache buffer per layer): (x, h after the last layer)."""
+    cache buffer per layer; cos / signed_sin / visible: one per kind of layer, kinds: each layer's): (x, h after the
+    last layer)."""
     return torch.ops.multidraft_gguf.decoder_stack(x, h, blocks, types, biases, norms, [float(e) for e in eps], cos,
-                                                   signed_sin, keys, values, int(start), visible, float(scaling),
-                                                   row_slots)
+                                                   signed_sin, keys, values, int(start), visible, kinds,
+                                                   float(scaling), row_slots)
 
 
 def linear_time(on: bool) -> int:

@@ -22,8 +22,8 @@ captures and checks nothing runs all its layers in one (decoder_stack), which sa
 the steps (~15% of a small model's forward; the 1.5B's decode step of 8 requests in the engine 105 -> 75 ms).
 
 Supported: Qwen2 and Llama configs (SmolLM2 is one) with SiLU MLPs, full causal attention and a rotary whose
-frequencies do not depend on the sequence (default, linear, llama3, yarn); and Gemma3's text model, step by step (no
-fused layer op): its embeddings scaled by sqrt(d), norms that multiply by 1 + weight (computed once at load, as HF
+frequencies do not depend on the sequence (default, linear, llama3, yarn); and Gemma3's text model (the same layer
+ops, with six norms): its embeddings scaled by sqrt(d), norms that multiply by 1 + weight (computed once at load, as HF
 computes it per call), per-head RMSNorms of q and k, two rotary tables (sliding and full layers), sliding-window
 layers (kv_cache.windowed: the window by the row's position, as HF's base runners now apply it too), norms after
 the attention and after the MLP, and a tanh-GELU MLP. Gemma3 runs on the runner's own cache, not on the engine's
@@ -235,10 +235,9 @@ class NativeForward:
         # each residual add runs with the norm after it: the next layer's (or the final) norm ends a layer
         self._norms_after = [layer.attn_norm for layer in self.layers[1:]] + [self.final_norm]
         self._fused = [_fused_layer(layer, after) for layer, after in zip(self.layers, self._norms_after)]
-        if gemma:                               # the fused layer op is Llama's layer: Gemma3 runs step by step
-            self._fused = [None] * len(self.layers)
         self.fuse = all(pack is not None for pack in self._fused)     # tests turn it off to compare
         self.fuse_stack = self.fuse             # all layers in one op when a forward captures and checks nothing
+        self._kind_index = [list(self.rotaries).index(layer.kind) for layer in self.layers]     # decoder_stack's
         self._stack = tuple([item for pack in self._fused for item in pack[part]] for part in range(5)) \
             if self.fuse else None
 
@@ -273,7 +272,6 @@ class NativeForward:
             x = embeds.float()[None]
         rows, width = x.shape[1], visible.shape[1]
         tables = {kind: rotary(positions) for kind, rotary in self.rotaries.items()}
-        cos, signed_sin = tables.get(FULL, (None, None))          # the fused ops' (every layer a full one)
         if self.window is not None:
             if isinstance(cache, StaticArena):
                 raise ValueError("a sliding-window model's native forward needs its own cache (an arena's slots "
@@ -294,18 +292,21 @@ class NativeForward:
             buffers = [cache.room(index, rows, self.kv_heads, self.head_dim, x) for index in range(len(self.layers))]
             slots = buffers[0][0].shape[2]              # the layers grow together: one mask width for all
             if all(keys.shape[2] == slots for keys, _ in buffers):
-                x, h = gguf_kernels.decoder_stack(x, h, *self._stack, cos, signed_sin, [k for k, _ in buffers],
-                                                  [v for _, v in buffers], start, _widened(visible, slots),
-                                                  self.scaling, row_slots)
+                kinds = list(self.rotaries)
+                x, h = gguf_kernels.decoder_stack(x, h, *self._stack, [tables[kind][0] for kind in kinds],
+                                                  [tables[kind][1] for kind in kinds], [k for k, _ in buffers],
+                                                  [v for _, v in buffers], start,
+                                                  [_widened(visible_by_kind[kind], slots) for kind in kinds],
+                                                  self._kind_index, self.scaling, row_slots)
                 return self._head(out, h, keep_rows, prefill)
         for index, layer in enumerate(self.layers):
             if watch is not None:
                 watch.before_layer()
             if fused:                                   # the steps below in one kernel op, the same bits
                 keys, values = cache.room(index, rows, self.kv_heads, self.head_dim, x)
-                visible = _widened(visible, keys.shape[2])
-                x, h, q = gguf_kernels.decoder_layer(x, h, *self._fused[index], cos, signed_sin, keys, values,
-                                                     start, visible, self.scaling, row_slots)
+                seen = visible_by_kind[layer.kind] = _widened(visible_by_kind[layer.kind], keys.shape[2])
+                x, h, q = gguf_kernels.decoder_layer(x, h, *self._fused[index], *tables[layer.kind], keys, values,
+                                                     start, seen, self.scaling, row_slots)
                 self._captures(out, index, q, keys[0], width, hidden_layers, heads_by_layer, x, copy=True)
                 continue
             q, k, v = self._linears((layer.q, layer.k, layer.v), h, prefill)
@@ -368,16 +369,19 @@ def _widened(visible: torch.Tensor, slots: int) -> torch.Tensor:
 def _fused_layer(layer: _Layer, norm_after: tuple) -> Optional[tuple]:
     """decoder_layer's weight arguments (blocks, types, q/k/v biases, norms, eps) for a layer whose linears all take
     8-bit activations (q, k, v and gate, up sharing an activation block) and whose o and down have no bias; None
-    for another layer (it runs step by step)."""
+    for another layer (it runs step by step). Norms: the pre-MLP norm and the norm after the layer; Gemma3's six
+    (q, k, the attention's output, pre-MLP, the MLP's output, after)."""
     linears = (layer.q, layer.k, layer.v, layer.o, layer.gate, layer.up, layer.down)
     if not all(matrix.has_q8_kernel for matrix, _ in linears) or layer.o[1] is not None or layer.down[1] is not None:
         return None
     block = [gguf_kernels.q8_block(matrix.type_id) for matrix, _ in linears]
     if len(set(block[:3])) != 1 or block[4] != block[5]:
         return None
+    g = layer.gemma
+    norms = [layer.mlp_norm, norm_after] if g is None else [g.q, g.k, g.attn_out, layer.mlp_norm, g.mlp_out,
+                                                             norm_after]
     return ([matrix.q8_weights[0] for matrix, _ in linears], [matrix.q8_weights[1] for matrix, _ in linears],
-            [layer.q[1], layer.k[1], layer.v[1]], [layer.mlp_norm[0], norm_after[0]],
-            [layer.mlp_norm[1], norm_after[1]])
+            [layer.q[1], layer.k[1], layer.v[1]], [weight for weight, _ in norms], [eps for _, eps in norms])
 
 
 def _add_rms_norm(x: torch.Tensor, branch: Optional[torch.Tensor], weight: torch.Tensor,

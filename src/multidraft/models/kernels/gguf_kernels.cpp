@@ -848,8 +848,8 @@ TORCH_LIBRARY(multidraft_gguf, m) {
         "float[] eps, Tensor cos, Tensor signed_sin, Tensor(a!) keys, Tensor(b!) values, int start, Tensor visible, "
         "float scaling, Tensor? row_slots=None) -> (Tensor, Tensor, Tensor)");
   m.def("decoder_stack(Tensor x, Tensor h, Tensor[] blocks, int[] types, Tensor?[] biases, Tensor[] norms, "
-        "float[] eps, Tensor cos, Tensor signed_sin, Tensor(a!)[] keys, Tensor(b!)[] values, int start, Tensor visible, "
-        "float scaling, Tensor? row_slots=None) -> (Tensor, Tensor)");
+        "float[] eps, Tensor[] cos, Tensor[] signed_sin, Tensor(a!)[] keys, Tensor(b!)[] values, int start, "
+        "Tensor[] visible, int[] kinds, float scaling, Tensor? row_slots=None) -> (Tensor, Tensor)");
   m.def("all_finite(Tensor x) -> bool");
   m.def("linear_time(bool on) -> int", &linear_time);
 }
