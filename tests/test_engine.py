@@ -158,9 +158,19 @@ def test_engine_refuses_bad_settings(lm):
         Engine(lm, max_num_seqs=0)
     with pytest.raises(InvalidOptionError, match="Request"):
         Engine(lm).submit("the cat")
+    chunked = make_tiny_lm("qwen2", seed=1, layer_types=["full_attention", "chunked_attention"])
+    with pytest.raises(InvalidOptionError, match="chunked_attention.*multidraft.generate"):
+        Engine(chunked)
+
+
+def test_sliding_window_requests_batch_with_their_own_window():
+    """Sliding-window layers (Qwen2's here, on HF's eager modules): each request's rows are windowed by position in
+    its region, so past the 8-key window a request's greedy tokens are the ones it gets alone."""
     windowed = make_tiny_lm("qwen2", seed=1, use_sliding_window=True, sliding_window=8, max_window_layers=0)
-    with pytest.raises(InvalidOptionError, match="sliding_attention.*multidraft.generate"):
-        Engine(windowed)
+    requests = [Request.build(p, m, max_new_tokens=16) for p in PROMPTS[:3] for m in ("greedy", "pld")]
+    alone = [multidraft.generate_request(windowed, r).token_ids for r in requests]
+    batch = generate_batch(windowed, requests, max_num_seqs=4, prefill_chunk=5)
+    assert [g.token_ids for g in batch] == alone
 
 
 def test_metrics_count_drafts_and_batches(lm):
@@ -362,3 +372,18 @@ def test_q8_runner_tokens_alone_equal_tokens_in_batches(quantized_lm):
     for prefill_alone in (True, False):
         batch = generate_batch(lm, requests, max_num_seqs=6, prefill_chunk=16, prefill_alone=prefill_alone)
         assert [g.token_ids for g in batch] == alone
+
+
+def test_gemma3_tokens_alone_equal_tokens_in_batches():
+    """Gemma3's sliding-window layers in the engine's arena (packed.py windows each request's rows in its region):
+    every request, past its 8-key window, gets the tokens it gets alone, on the native forward."""
+    require_quantized_kernels()
+    from tests.tiny_gguf import tiny_gguf_lm
+
+    lm = tiny_gguf_lm("gemma3", "Q4_K", seed=2, runner="native")
+    assert lm.runner == "native" and lm.model.config.sliding_window == 8
+    requests = [Request.build(p, m, max_new_tokens=20, **kw) for p in PROMPTS[:3]
+                for m, kw in (("greedy", {}), ("pld", {}), ("suffix", {}), ("sample", dict(temperature=0.9, seed=3)))]
+    alone = [multidraft.generate_request(lm, r).token_ids for r in requests]
+    batch = generate_batch(lm, requests, max_num_seqs=6, prefill_chunk=5)
+    assert [g.token_ids for g in batch] == alone

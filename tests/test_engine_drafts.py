@@ -107,9 +107,14 @@ def test_draft_forwards_are_one_per_depth_level_not_per_request(target):
     assert sum(g.stats.draft_calls for g in alone) == per_request_total
 
 
-def test_a_draft_model_the_packed_forward_cannot_serve_drafts_per_request(target):
-    """A sliding-window draft model: its sessions keep their own caches, one forward per request and level."""
+def test_a_draft_model_the_packed_forward_cannot_serve_drafts_per_request(target, monkeypatch):
+    """A draft model the packed forward cannot serve (said so here, for a sliding-window one): its sessions keep
+    their own caches, one forward per request and level."""
+    import multidraft.batched_drafts as batched_drafts
+
     windowed = make_tiny_lm("qwen2", seed=6, use_sliding_window=True, sliding_window=8, max_window_layers=0)
+    assert DraftBatch(64, True).wants_region(_drafter(target, windowed)) is True      # it can, in fact
+    monkeypatch.setattr(batched_drafts, "unsupported_reason", lambda lm: "not in the arena" if lm is windowed else None)
     assert DraftBatch(64, True).wants_region(_drafter(target, windowed)) is False
     requests = [Request.build(p, "speculative", max_new_tokens=10, options=dict(draft_model=windowed))
                 for p in PROMPTS[:3]]

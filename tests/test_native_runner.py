@@ -22,8 +22,7 @@ pytestmark = pytest.mark.skipif(not gguf_kernels.load(progress=False),
 # (arch, block format): Qwen2 with its q/k/v biases on 8-bit activations, Llama on Q6_K (8-bit) and on Q5_K
 # (no 8-bit kernel, so fp32 activations: its prefills of more than 64 rows take the dense GEMM, the native forward
 # must too), Gemma3 (tied head, per-head norms, a sliding window of 8 keys that every prompt here outgrows).
-LLAMA_FAMILY = [("qwen2", "Q4_K"), ("llama", "Q6_K"), ("llama", "Q5_K")]
-CASES = LLAMA_FAMILY + [("gemma3", "Q4_K")]
+CASES = [("qwen2", "Q4_K"), ("llama", "Q6_K"), ("llama", "Q5_K"), ("gemma3", "Q4_K")]
 PROMPT = [(7 * i + 3) % 60 + 1 for i in range(70)]          # longer than PREFILL_GEMM_ROWS
 
 
@@ -46,12 +45,6 @@ class _nothing:
 
 @pytest.fixture(scope="module", params=CASES, ids=["-".join(c) for c in CASES])
 def pair(request):
-    return _pair(*request.param)
-
-
-@pytest.fixture(scope="module", params=LLAMA_FAMILY, ids=["-".join(c) for c in LLAMA_FAMILY])
-def packable_pair(request):
-    """The models the engine's arena serves (not Gemma3: its sliding window needs positions, the arena has slots)."""
     return _pair(*request.param)
 
 
@@ -116,10 +109,10 @@ def test_native_is_batch_invariant_alone_in_verifies_and_trees_at_1_and_2_thread
         torch.set_num_threads(previous)
 
 
-def test_packed_forward_on_native_is_the_single_request_bits(packable_pair):
+def test_packed_forward_on_native_is_the_single_request_bits(pair):
     """The engine's packed forward runs the same native forward: a request's logits are the bits it gets alone
-    (and the quantized runner's in the same packing)."""
-    ours, reference = packable_pair
+    (and the quantized runner's in the same packing); Gemma3's sliding window by position inside each region."""
+    ours, reference = pair
     prompt = PROMPT[:40]
     alone = KVCache()
     ours.forward(alone, prompt)
@@ -601,13 +594,13 @@ def test_a_tree_past_the_sliding_window_sees_what_greedy_sees(monkeypatch, runne
         assert torch.equal(unwindowed_chain, chain) and not torch.equal(unwindowed_tree, tree)
 
 
-def test_gemma3_runs_native_with_its_own_cache_and_the_engine_declines_it():
+def test_gemma3_runs_native_and_on_the_engine_with_masks_by_kind_of_layer():
     from multidraft.models.packed import unsupported_reason as engine_reason
 
     ours = tiny_gguf_lm("gemma3", "Q4_K", seed=3, runner="native")
     assert ours.runner == "native" and native.unsupported_reason(ours.model) is None
-    assert "sliding" in engine_reason(ours)
-    with pytest.raises(ValueError, match="own cache"):
+    assert engine_reason(ours) is None
+    with pytest.raises(ValueError, match="masks by kind of layer"):
         ours.runner_object.native.run(KVArena(64), torch.tensor([3]), None, torch.tensor([0]),
                                       torch.ones(1, 64, dtype=torch.bool))
     config = ours.model.config

@@ -25,9 +25,9 @@ Supported: Qwen2 and Llama configs (SmolLM2 is one) with SiLU MLPs, full causal 
 frequencies do not depend on the sequence (default, linear, llama3, yarn); and Gemma3's text model (the same layer
 ops, with six norms): its embeddings scaled by sqrt(d), norms that multiply by 1 + weight (computed once at load, as HF
 computes it per call), per-head RMSNorms of q and k, two rotary tables (sliding and full layers), sliding-window
-layers (kv_cache.windowed: the window by the row's position, as HF's base runners now apply it too), norms after
-the attention and after the MLP, and a tanh-GELU MLP. Gemma3 runs on the runner's own cache, not on the engine's
-arena (whose slots are not positions). Anything else (dynamic rotary, logit soft-capping) gets
+layers (kv_cache.windowed: the window by the row's position, as HF's base runners now apply it too; on the engine's
+arena packed.py windows each request's rows in its region), norms after the attention and after the MLP, and a
+tanh-GELU MLP. Anything else (dynamic rotary, logit soft-capping) gets
 `unsupported_reason` and stays on HF's modules.
 """
 
@@ -255,8 +255,9 @@ class NativeForward:
             visible: torch.Tensor, keep_rows=None, hidden_layers: Sequence[int] = (),
             heads_by_layer: Optional[dict] = None, prefill: bool = False, watch=None) -> NativeOutput:
         """New rows (input_ids (T,) or embeds (T, d)) at `positions` (T,), appended to `cache` (HF's DynamicCache,
-        a GrowingKVCache (the caller advances it after) or a StaticArena with its write_index set); visible (T, S) bool: which cached/new keys each row sees, S the
-        keys the cache holds after this forward (an arena: at least its kv_limit). keep_rows: rows that get logits
+        a GrowingKVCache (the caller advances it after) or a StaticArena with its write_index set); visible (T, S)
+        bool: which cached/new keys each row sees, S the keys the cache holds after this forward (an arena: at least
+        its kv_limit); for a sliding-window model on an arena, {"full_attention": ..., "sliding_attention": ...}. keep_rows: rows that get logits
         (a slice or index tensor; None: all). Captures: hidden states after the given layers (0 = embeddings) and,
         per layer, the post-rotary queries of the chosen heads with the layer's keys. watch: the LM's WatchPoints
         (forward_watch.py), called where HF's modules would fire their pre-hooks: a deadline or a cancel it raises
@@ -270,15 +271,17 @@ class NativeForward:
                 x = x * self.embed_scale.to(x.dtype)
         else:
             x = embeds.float()[None]
-        rows, width = x.shape[1], visible.shape[1]
         tables = {kind: rotary(positions) for kind, rotary in self.rotaries.items()}
-        if self.window is not None:
+        if isinstance(visible, dict):               # the engine's arena: packed.py windowed each request's rows
+            visible_by_kind, visible = dict(visible), visible[FULL]
+        elif self.window is not None:
             if isinstance(cache, StaticArena):
-                raise ValueError("a sliding-window model's native forward needs its own cache (an arena's slots "
-                                 "are not positions)")
+                raise ValueError("a sliding-window model's forward on an arena needs its masks by kind of layer "
+                                 "(packed.py builds them: the arena's slots are not positions)")
             visible_by_kind = {FULL: visible, SLIDING: windowed(visible, positions, self.window)}
         else:
             visible_by_kind = {FULL: visible}
+        rows, width = x.shape[1], visible.shape[1]
         if 0 in hidden_layers:
             out.hidden[0] = x[0]
         x, h = _add_rms_norm(x, None, *self.layers[0].attn_norm)

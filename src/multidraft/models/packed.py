@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 import torch
 
 from multidraft.errors import InvalidOptionError
-from multidraft.models.kv_cache import StaticArena, tree_ancestors, tree_depths
+from multidraft.models.kv_cache import StaticArena, sliding_window, tree_ancestors, tree_depths, windowed
 
 KV_ALIGN = 64          # the key range a forward reads is rounded up to this many slots (fewer distinct shapes)
 
@@ -140,9 +140,13 @@ class SegmentOutput:
 
 
 def unsupported_reason(lm) -> Optional[str]:
-    """Why the packed forward cannot serve `lm` (None if it can): full causal attention only, like the static
-    runner, since a region's slots are addressed by one mask over the arena."""
+    """Why the packed forward cannot serve `lm` (None if it can): full causal attention, like the static runner,
+    or Gemma3-style layers of full and sliding-window attention (each kind gets its own mask over the arena)."""
     from multidraft.models.static_runner import unsupported_reason as static_reason
+    if sliding_window(lm.model) is not None:
+        config = lm.model.config.get_text_config() if hasattr(lm.model.config, "get_text_config") else lm.model.config
+        kinds = set(config.layer_types) - {"full_attention", "sliding_attention"}
+        return f"its layers use {', '.join(sorted(kinds))}" if kinds else None
     return static_reason(lm.model)
 
 
@@ -194,15 +198,24 @@ def packed_forward(lm, arena: KVArena, segments: Sequence[Segment], dense: bool 
     total = len(ids)
     kv_limit = min(arena.slots, -(-(max(slots) + 1) // KV_ALIGN) * KV_ALIGN)
     visible = torch.zeros(total, kv_limit, dtype=torch.bool)
+    window = sliding_window(lm.model)
+    in_window = torch.zeros_like(visible) if window is not None else None
     wanted: list[int] = []
     for segment, (first, last) in zip(segments, row_ranges):
         base, past, n = segment.cache.base, segment.cache.length, last - first
         if segment.visible is not None:
-            visible[first:last, base: base + past + n] = segment.visible[0]
+            allowed = segment.visible[0].to(torch.bool)
         else:
-            visible[first:last, base: base + past] = True
-            visible[first:last, base + past: base + past + n] = _ancestors(segment.parents, n)
+            allowed = torch.zeros(n, past + n, dtype=torch.bool)
+            allowed[:, :past] = True
+            allowed[:, past:] = _ancestors(segment.parents, n)
+        visible[first:last, base: base + past + n] = allowed
+        if in_window is not None:          # region slot i holds position i: the window as the request alone has it
+            in_window[first:last, base: base + past + n] = windowed(allowed, torch.tensor(positions[first:last]),
+                                                                   window)
         wanted += list(range(first, last)) if segment.all_logits else [last - 1]
+    if in_window is not None:
+        visible = {"full_attention": visible, "sliding_attention": in_window}
     layers = sorted({s.hidden_layer for s in segments if s.hidden_layer is not None})
     arena.write_index = torch.tensor(slots, device=lm.device)
     arena.kv_limit = kv_limit

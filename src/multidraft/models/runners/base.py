@@ -112,8 +112,9 @@ class Runner:
 
     def packed(self, arena, ids: list, positions: list, visible: torch.Tensor, wanted: list, layers: list,
                dense: bool) -> tuple[torch.Tensor, dict]:
-        """The engine's packed forward (packed.py has set the arena's write slots): (logits of the wanted rows,
-        {layer: hidden states of every row})."""
+        """The engine's packed forward (packed.py has set the arena's write slots; visible: (T, S) bool, or one per
+        kind of layer for a sliding-window model): (logits of the wanted rows, {layer: hidden states of every
+        row})."""
         lm = self.lm
         device = lm.device
         captured = {layer: {"hidden": [], "attn": []} for layer in layers}
@@ -122,12 +123,19 @@ class Runner:
             with self.kernels(prefill=dense):
                 output = lm.model(input_ids=torch.tensor([ids], device=device),
                                   position_ids=torch.tensor([positions], device=device),
-                                  attention_mask=additive_mask(visible, lm.dtype, device), past_key_values=arena,
+                                  attention_mask=_additive_masks(visible, lm.dtype, device), past_key_values=arena,
                                   use_cache=True, logits_to_keep=torch.tensor(wanted))
         finally:
             for hook in hooks:
                 hook.remove()
         return output.logits[0].float(), {layer: captured[layer]["hidden"][0] for layer in layers}
+
+
+def _additive_masks(visible, dtype: torch.dtype, device):
+    """additive_mask of a (T, S) bool matrix, or of each in a {layer kind: matrix} dict (HF takes either)."""
+    if isinstance(visible, dict):
+        return {kind: additive_mask(allowed, dtype, device) for kind, allowed in visible.items()}
+    return additive_mask(visible, dtype, device)
 
 
 def _attention_mask(lm, visible, parents, past: int, positions: torch.Tensor):
