@@ -39,3 +39,22 @@ def test_200_requests_from_8_clients(capsys):
         assert counter(metrics, "vllm:e2e_request_latency_seconds_count") == statuses["200"]
         assert counter(metrics, "vllm:num_requests_waiting") == 0
         assert httpx.post(server.url + "/v1/completions", json={"prompt": "the cat", "max_tokens": 2}).status_code == 200
+
+
+def test_the_load_curve_streams_plain_text_to_a_model_without_a_chat_template(capsys):
+    """A base model (no chat template) answers chat requests with a 400: the curve's clients then stream the same
+    conversations as plain-text completions, and a model with a template keeps its chat requests."""
+    bench = load_benchmark_module()
+    conversations = [[{"role": "user", "content": "the cat sat"}, {"role": "user", "content": "on the mat"}]]
+    lm = make_tiny_lm("qwen2", seed=4)
+    assert not getattr(lm.tokenizer, "chat_template", None)
+    with ServerThread(create_app(lm, ServerConfig(max_queue=4))) as server:
+        prompts = bench._as_plain_text_without_chat_template(server.url, conversations)
+        assert prompts == ["the cat sat\n\non the mat"]
+        row = bench.run_stream_load(server.url, prompts, clients=2, per_client=1, max_tokens=4, method="greedy")
+        assert row["errors"] == [] and row["tokens"] == 8
+        assert bench.run_stream_load(server.url, conversations, 1, 1, 4, "greedy")["errors"] == ["400"]
+    lm.tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    with ServerThread(create_app(lm, ServerConfig(max_queue=4))) as server:
+        assert bench._as_plain_text_without_chat_template(server.url, conversations) == conversations
+        assert bench.run_stream_load(server.url, conversations, 1, 1, 4, "greedy")["errors"] == []

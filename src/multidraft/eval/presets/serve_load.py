@@ -130,8 +130,9 @@ def format_report(result: dict) -> str:
 
 def run_stream_load(base_url: str, prompts: list, clients: int, per_client: int, max_tokens: int, method: str,
                     timeout: float = 600.0, sessions: bool = False) -> dict:
-    """`clients` threads each stream `per_client` chat completions (prompts taken in turn); tokens from usage.
-    `sessions`: each client sends its own `user`, which keeps it on one replica of `serve --ray`."""
+    """`clients` threads each stream `per_client` chat completions (prompts taken in turn: message lists; plain
+    strings stream /v1/completions instead); tokens from usage. `sessions`: each client sends its own `user`, which
+    keeps it on one replica of `serve --ray`."""
     import httpx
 
     lock = threading.Lock()
@@ -140,13 +141,16 @@ def run_stream_load(base_url: str, prompts: list, clients: int, per_client: int,
     def client_loop(client_index):
         with httpx.Client(base_url=base_url, timeout=timeout) as client:
             for k in range(per_client):
-                messages = prompts[(client_index * per_client + k) % len(prompts)]
-                body = {"messages": messages, "max_tokens": max_tokens, "method": method, "stream": True}
+                prompt = prompts[(client_index * per_client + k) % len(prompts)]
+                chat = not isinstance(prompt, str)
+                body = {"messages" if chat else "prompt": prompt, "max_tokens": max_tokens, "method": method,
+                        "stream": True}
                 if sessions:
                     body["user"] = f"client-{client_index}"
                 sent, first = read_clock(), None
                 try:
-                    with client.stream("POST", "/v1/chat/completions", json=body) as response:
+                    with client.stream("POST", "/v1/chat/completions" if chat else "/v1/completions",
+                                       json=body) as response:
                         if response.status_code != 200:
                             errors.append(f"{response.status_code}")
                             continue
@@ -194,6 +198,7 @@ def run_curve(model: str, levels: list[int], methods: list[str], max_tokens: int
         server, url = start_server(model, max_queue=2 * max(levels),
                                    extra=["--max-num-seqs", str(seqs), "--timeout", str(timeout), *extra])
         try:
+            prompts = _as_plain_text_without_chat_template(url, prompts)
             for method in methods:
                 run_stream_load(url, prompts, 1, 1, 8, method)         # warm-up: kernels, caches, forward costs
                 for clients in levels:
@@ -210,6 +215,20 @@ def run_curve(model: str, levels: list[int], methods: list[str], max_tokens: int
         row["throughput_vs_one_at_a_time"] = (row["tokens_per_second"] / base["tokens_per_second"]
                                               if base and base["tokens_per_second"] else float("nan"))
     return {"model": model, "levels": levels, "methods": methods, "max_tokens": max_tokens, "rows": rows}
+
+
+def _as_plain_text_without_chat_template(url: str, prompts: list) -> list:
+    """The prompts as they are, or, when the served model has no chat template (a base model: the server answers
+    chat requests with a 400 that says so), each conversation's messages as plain text for /v1/completions."""
+    import httpx
+
+    if all(isinstance(prompt, str) for prompt in prompts):
+        return prompts
+    probe = httpx.post(url + "/v1/chat/completions", json={"messages": prompts[0], "max_tokens": 1}, timeout=600)
+    if probe.status_code != 400 or "chat template" not in probe.text:
+        return prompts
+    print("the model has no chat template: plain-text completions of the same prompts", flush=True)
+    return ["\n\n".join(message["content"] for message in messages) for messages in prompts]
 
 
 def format_curve_row(row: dict) -> str:
