@@ -265,23 +265,10 @@ class NativeForward:
         if watch is not None:
             watch.before_forward()
         out = NativeOutput(logits=torch.empty(0))
-        if embeds is None:
-            x = self.embedding.dequantize(input_ids.reshape(-1).cpu())[None]
-            if self.embed_scale is not None:
-                x = x * self.embed_scale.to(x.dtype)
-        else:
-            x = embeds.float()[None]
+        x = self._embed(input_ids, embeds)
         tables = {kind: rotary(positions) for kind, rotary in self.rotaries.items()}
-        if isinstance(visible, dict):               # the engine's arena: packed.py windowed each request's rows
-            visible_by_kind, visible = dict(visible), visible[FULL]
-        elif self.window is not None:
-            if isinstance(cache, StaticArena):
-                raise ValueError("a sliding-window model's forward on an arena needs its masks by kind of layer "
-                                 "(packed.py builds them: the arena's slots are not positions)")
-            visible_by_kind = {FULL: visible, SLIDING: windowed(visible, positions, self.window)}
-        else:
-            visible_by_kind = {FULL: visible}
-        rows, width = x.shape[1], visible.shape[1]
+        visible_by_kind = self._visible_by_kind(cache, visible, positions)
+        rows, width = x.shape[1], visible_by_kind[FULL].shape[1]
         if 0 in hidden_layers:
             out.hidden[0] = x[0]
         x, h = _add_rms_norm(x, None, *self.layers[0].attn_norm)
@@ -338,6 +325,26 @@ class NativeForward:
             self._captures(out, index, q, keys, width, hidden_layers, heads_by_layer, x,
                            copy=isinstance(cache, GrowingKVCache))
         return self._head(out, h, keep_rows, prefill)
+
+    def _embed(self, input_ids: Optional[torch.Tensor], embeds: Optional[torch.Tensor]) -> torch.Tensor:
+        """(1, T, d): the tokens' embeddings (Gemma's scaled as HF scales them), or the embeddings given (as HF
+        takes inputs_embeds: unscaled)."""
+        if embeds is not None:
+            return embeds.float()[None]
+        x = self.embedding.dequantize(input_ids.reshape(-1).cpu())[None]
+        return x if self.embed_scale is None else x * self.embed_scale.to(x.dtype)
+
+    def _visible_by_kind(self, cache, visible, positions: torch.Tensor) -> dict:
+        """Each kind of layer's (T, S) visibility: the forward's, and for sliding-window layers the same windowed by
+        position (given by packed.py on the engine's arena, whose slots are not positions)."""
+        if isinstance(visible, dict):
+            return dict(visible)
+        if self.window is None:
+            return {FULL: visible}
+        if isinstance(cache, StaticArena):
+            raise ValueError("a sliding-window model's forward on an arena needs its masks by kind of layer "
+                             "(packed.py builds them: the arena's slots are not positions)")
+        return {FULL: visible, SLIDING: windowed(visible, positions, self.window)}
 
     def _head(self, out: NativeOutput, h: torch.Tensor, keep_rows, prefill: bool) -> NativeOutput:
         """The LM head on the final norm `h` of the rows kept (row-wise: the same bits)."""
