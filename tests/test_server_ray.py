@@ -383,9 +383,11 @@ def test_a_replica_killed_under_load_loses_no_request(deployment):
     answers, errors = [], []
 
     def one(i):
+        # the first request is short and the others long: when it answers, they are still running (the replica
+        # batches them all; with equal lengths they could all finish before the kill)
         try:
-            raw = client.completions.with_raw_response.create(model=MODEL, prompt=PROMPT, max_tokens=12,
-                                                              temperature=0, extra_headers=session)
+            raw = client.completions.with_raw_response.create(model=MODEL, prompt=PROMPT, temperature=0,
+                                                              max_tokens=2 if i == 0 else 32, extra_headers=session)
             answers.append(raw.headers[REPLICA_HEADER])
         except Exception as exc:              # noqa: BLE001  (counted, then asserted empty)
             errors.append(exc)
