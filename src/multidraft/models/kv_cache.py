@@ -301,9 +301,14 @@ def tree_ancestors(parents: Sequence[int]) -> torch.Tensor:
     return allowed
 
 
+def text_config(model):
+    """The config of a model's text decoder (a multimodal config's text part)."""
+    return model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+
+
 def sliding_window(model) -> Optional[int]:
-    """The window of a model whose config mixes sliding-window and full attention layers (Gemma3), else None."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    """The window of a model whose layers include sliding-window attention ones (Gemma3), else None."""
+    config = text_config(model)
     if "sliding_attention" in (getattr(config, "layer_types", None) or ()):
         return int(config.sliding_window)
     return None

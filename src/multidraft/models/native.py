@@ -257,9 +257,10 @@ class NativeForward:
         """New rows (input_ids (T,) or embeds (T, d)) at `positions` (T,), appended to `cache` (HF's DynamicCache,
         a GrowingKVCache (the caller advances it after) or a StaticArena with its write_index set); visible (T, S)
         bool: which cached/new keys each row sees, S the keys the cache holds after this forward (an arena: at least
-        its kv_limit); for a sliding-window model on an arena, {"full_attention": ..., "sliding_attention": ...}. keep_rows: rows that get logits
-        (a slice or index tensor; None: all). Captures: hidden states after the given layers (0 = embeddings) and,
-        per layer, the post-rotary queries of the chosen heads with the layer's keys. watch: the LM's WatchPoints
+        its kv_limit); for a sliding-window model on an arena, {"full_attention": ..., "sliding_attention": ...}.
+        keep_rows: rows that get logits (a slice or index tensor; None: all). Captures: hidden states after the
+        given layers (0 = embeddings) and, per layer, the post-rotary queries of the chosen heads with the layer's
+        keys. watch: the LM's WatchPoints
         (forward_watch.py), called where HF's modules would fire their pre-hooks: a deadline or a cancel it raises
         stops the forward within one layer, and a request running in turns waits before its forward."""
         if watch is not None:

@@ -24,7 +24,8 @@ from typing import Optional, Sequence
 import torch
 
 from multidraft.errors import InvalidOptionError
-from multidraft.models.kv_cache import StaticArena, sliding_window, tree_ancestors, tree_depths, windowed
+from multidraft.models.kv_cache import (StaticArena, sliding_window, text_config, tree_ancestors, tree_depths,
+                                        windowed)
 
 KV_ALIGN = 64          # the key range a forward reads is rounded up to this many slots (fewer distinct shapes)
 
@@ -144,8 +145,7 @@ def unsupported_reason(lm) -> Optional[str]:
     or Gemma3-style layers of full and sliding-window attention (each kind gets its own mask over the arena)."""
     from multidraft.models.static_runner import unsupported_reason as static_reason
     if sliding_window(lm.model) is not None:
-        config = lm.model.config.get_text_config() if hasattr(lm.model.config, "get_text_config") else lm.model.config
-        kinds = set(config.layer_types) - {"full_attention", "sliding_attention"}
+        kinds = set(text_config(lm.model).layer_types) - {"full_attention", "sliding_attention"}
         return f"its layers use {', '.join(sorted(kinds))}" if kinds else None
     return static_reason(lm.model)
 

@@ -139,7 +139,8 @@ def _additive_masks(visible, dtype: torch.dtype, device):
 
 
 def _attention_mask(lm, visible, parents, past: int, positions: torch.Tensor):
-    """HF's attention_mask for a forward with `visible` (1, T, S) or a tree's `parents` (None: HF's causal masks).
+    """HF's attention_mask for a forward with `visible` (LM.forward's (allowed (T, S), positions)) or a tree's
+    `parents` (neither: None, HF's own causal masks).
     A model with sliding-window layers gets one mask per layer type: HF takes a custom mask as it is, so its
     window is applied here (kv_cache.windowed), or a tree node past the window would see keys greedy does not."""
     if visible is None and parents is None:
