@@ -282,12 +282,17 @@ class StaticKVCache:
 # Masks
 # ----------------------------------------------------------------------------------------------------------------
 
+def visible_keys(parents: Optional[Sequence[int]], past_length: int, num_new: int) -> torch.Tensor:
+    """(T, past_length + T) bool on the host: each new row sees the cache, its ancestors (parents None: a chain,
+    every row before it) and itself."""
+    allowed = torch.ones(num_new, past_length + num_new, dtype=torch.bool)
+    allowed[:, past_length:] = allowed[:, past_length:].tril() if parents is None else tree_ancestors(parents)
+    return allowed
+
+
 def tree_attention_mask(parents: Sequence[int], past_length: int, dtype: torch.dtype, device) -> torch.Tensor:
     """(1, 1, T, past_length + T) additive mask: each node sees the cache, its ancestors and itself."""
-    num_nodes = len(parents)
-    full = torch.ones(num_nodes, past_length + num_nodes, dtype=torch.bool)
-    full[:, past_length:] = tree_ancestors(parents)
-    return additive_mask(full, dtype, device)
+    return additive_mask(visible_keys(parents, past_length, len(parents)), dtype, device)
 
 
 def tree_ancestors(parents: Sequence[int]) -> torch.Tensor:
@@ -304,6 +309,13 @@ def tree_ancestors(parents: Sequence[int]) -> torch.Tensor:
 def text_config(model):
     """The config of a model's text decoder (a multimodal config's text part)."""
     return model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+
+
+def unserved_layer_kinds(model) -> list[str]:
+    """The kinds of attention layer in a model's config other than full and sliding-window ones (the two kinds our
+    masks serve), sorted."""
+    return sorted(set(getattr(text_config(model), "layer_types", None) or ()) -
+                  {"full_attention", "sliding_attention"})
 
 
 def sliding_window(model) -> Optional[int]:

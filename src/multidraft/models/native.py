@@ -39,7 +39,7 @@ from typing import Optional, Sequence
 import torch
 
 from multidraft.models import gguf_kernels
-from multidraft.models.kv_cache import GrowingKVCache, StaticArena, sliding_window, windowed
+from multidraft.models.kv_cache import GrowingKVCache, StaticArena, sliding_window, unserved_layer_kinds, windowed
 from multidraft.models.quantized import block_linear, block_linears
 
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Gemma3ForCausalLM")
@@ -51,19 +51,16 @@ ROTARY_BLOCK = 256        # positions per rotary table block: 256 x D values, on
 
 def unsupported_reason(model) -> Optional[str]:
     """Why the native forward cannot run `model` (a quantized model), or None when it can."""
-    from multidraft.models.static_runner import unsupported_reason as attention_reason
-
     if not hasattr(model, "gguf_weights"):
         return "it runs on GGUF blocks only (load the model with a quantized runner)"
     name = type(model).__name__
     if name not in ARCHITECTURES:
         return f"{name} is not one of the native architectures ({', '.join(ARCHITECTURES)})"
-    config = model.config
-    why = _gemma_reason(config) if name == GEMMA else _llama_reason(model)
+    why = _gemma_reason(model) if name == GEMMA else _llama_reason(model)
     if why is not None:
         return why
     base = model.model
-    for kind in _layer_kinds(model):
+    for kind in dict.fromkeys(_layer_kinds(model)):
         if getattr(base.rotary_emb, _inv_freq_name(model, kind), None) is None:
             return "its rotary has no fixed frequencies"
     for layer in base.layers:
@@ -93,15 +90,16 @@ def _llama_reason(model) -> Optional[str]:
     return None
 
 
-def _gemma_reason(config) -> Optional[str]:
+def _gemma_reason(model) -> Optional[str]:
+    config = model.config
     if getattr(config, "hidden_activation", None) != "gelu_pytorch_tanh":
         return f"its MLP uses {getattr(config, 'hidden_activation', None)}, not gelu_pytorch_tanh"
     if config.attn_logit_softcapping is not None or config.final_logit_softcapping is not None:
         return "it soft-caps its logits"
     if getattr(config, "use_bidirectional_attention", False):
         return "its attention is bidirectional"
-    if set(config.layer_types) - {FULL, SLIDING}:
-        return f"its layers use {', '.join(sorted(set(config.layer_types) - {FULL, SLIDING}))}"
+    if unserved_layer_kinds(model):
+        return f"its layers use {', '.join(unserved_layer_kinds(model))}"
     for kind in set(config.layer_types):
         rope = (config.rope_parameters.get(kind) or {}).get("rope_type")
         if rope not in STATIC_ROTARY:
@@ -227,7 +225,7 @@ class NativeForward:
                                            getattr(rotary, f"{kind}_attention_scaling" if gemma else
                                                    "attention_scaling"))
                          for kind in dict.fromkeys(kinds)}
-        self.window = sliding_window(model) if SLIDING in kinds else None
+        self.window = sliding_window(model)
         attn = base.layers[0].self_attn
         self.head_dim, self.scaling = int(attn.head_dim), float(attn.scaling)
         self.num_heads = int(model.config.num_attention_heads)

@@ -24,8 +24,8 @@ from typing import Optional, Sequence
 import torch
 
 from multidraft.errors import InvalidOptionError
-from multidraft.models.kv_cache import (StaticArena, sliding_window, text_config, tree_ancestors, tree_depths,
-                                        windowed)
+from multidraft.models.kv_cache import (StaticArena, sliding_window, tree_depths, unserved_layer_kinds,
+                                        visible_keys, windowed)
 
 KV_ALIGN = 64          # the key range a forward reads is rounded up to this many slots (fewer distinct shapes)
 
@@ -145,16 +145,9 @@ def unsupported_reason(lm) -> Optional[str]:
     or Gemma3-style layers of full and sliding-window attention (each kind gets its own mask over the arena)."""
     from multidraft.models.static_runner import unsupported_reason as static_reason
     if sliding_window(lm.model) is not None:
-        kinds = set(text_config(lm.model).layer_types) - {"full_attention", "sliding_attention"}
-        return f"its layers use {', '.join(sorted(kinds))}" if kinds else None
+        kinds = unserved_layer_kinds(lm.model)
+        return f"its layers use {', '.join(kinds)}" if kinds else None
     return static_reason(lm.model)
-
-
-def _ancestors(parents: Optional[Sequence[int]], num_rows: int) -> torch.Tensor:
-    """(n, n) bool: [i, j] = row j is row i or one of its ancestors (a chain: j <= i)."""
-    if parents is None:
-        return torch.ones(num_rows, num_rows, dtype=torch.bool).tril()
-    return tree_ancestors(parents)
 
 
 def segment_positions(lm, segment: Segment) -> list[int]:
@@ -203,12 +196,8 @@ def packed_forward(lm, arena: KVArena, segments: Sequence[Segment], dense: bool 
     wanted: list[int] = []
     for segment, (first, last) in zip(segments, row_ranges):
         base, past, n = segment.cache.base, segment.cache.length, last - first
-        if segment.visible is not None:
-            allowed = segment.visible[0].to(torch.bool)
-        else:
-            allowed = torch.zeros(n, past + n, dtype=torch.bool)
-            allowed[:, :past] = True
-            allowed[:, past:] = _ancestors(segment.parents, n)
+        allowed = (segment.visible[0].to(torch.bool) if segment.visible is not None
+                   else visible_keys(segment.parents, past, n))
         visible[first:last, base: base + past + n] = allowed
         if in_window is not None:          # region slot i holds position i: the window as the request alone has it
             in_window[first:last, base: base + past + n] = windowed(allowed, torch.tensor(positions[first:last]),

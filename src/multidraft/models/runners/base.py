@@ -16,7 +16,7 @@ import torch
 
 from multidraft.errors import InvalidOptionError
 from multidraft.models.attention_rows import AttentionQueries
-from multidraft.models.kv_cache import (KVCache, StaticKVCache, additive_mask, sliding_window, tree_ancestors,
+from multidraft.models.kv_cache import (KVCache, StaticKVCache, additive_mask, sliding_window, visible_keys,
                                         windowed)
 from multidraft.sampling import check_finite
 
@@ -145,11 +145,7 @@ def _attention_mask(lm, visible, parents, past: int, positions: torch.Tensor):
     window is applied here (kv_cache.windowed), or a tree node past the window would see keys greedy does not."""
     if visible is None and parents is None:
         return None
-    if visible is not None:
-        allowed = visible[0].to(torch.bool)
-    else:
-        allowed = torch.ones(len(parents), past + len(parents), dtype=torch.bool)
-        allowed[:, past:] = tree_ancestors(parents)
+    allowed = visible[0].to(torch.bool) if visible is not None else visible_keys(parents, past, len(parents))
     window = sliding_window(lm.model)
     if window is None:
         return additive_mask(allowed, lm.dtype, lm.device)

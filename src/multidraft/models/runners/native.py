@@ -9,7 +9,7 @@ import torch
 
 from multidraft.models import gguf_kernels, native
 from multidraft.models.attention_rows import AttentionQueries
-from multidraft.models.kv_cache import GrowingKVCache, tree_ancestors
+from multidraft.models.kv_cache import GrowingKVCache, visible_keys
 from multidraft.models.runners.base import ForwardOutput, Runner
 from multidraft.models.runners.quantized_q8 import QuantizedQ8Runner
 from multidraft.sampling import check_finite
@@ -44,11 +44,7 @@ class NativeRunner(QuantizedQ8Runner):
         lm = self.lm
         positions = position_ids[0]
         past, num_new = cache.length, positions.shape[0]
-        if visible is not None:
-            allowed = visible[0].to(torch.bool)
-        else:
-            allowed = torch.ones(num_new, past + num_new, dtype=torch.bool)
-            allowed[:, past:] = tree_ancestors(parents) if parents is not None else allowed[:, past:].tril()
+        allowed = visible[0].to(torch.bool) if visible is not None else visible_keys(parents, past, num_new)
         lm._check_hidden_layer(hidden_layer)
         by_layer, order = lm._heads_by_layer(attention_heads)
         ids, embeds = model_inputs.get("input_ids"), model_inputs.get("inputs_embeds")
