@@ -529,3 +529,96 @@ def test_q6_k_is_packed_only_where_the_amx_or_a_vbmi_avx512_vnni_path_runs(monke
     q4 = BlockMatrix(torch.from_numpy(random_blocks("Q4_K", 16, 512, rng, scale=0.05)), 12, 512)
     q4.pack_for_q8()
     assert q4.packed_type == gguf_kernels.Q4_K_X8
+
+
+# ---------------------------------------------------------------- the 32-value formats packed in sixteens (X16_32)
+
+THIRTY_TWO = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
+
+
+def _x16_32_data(type_name, seed, outputs=48, rows=40):
+    rng = np.random.default_rng(seed)
+    blocks = torch.from_numpy(random_blocks(type_name, outputs, 768, rng, scale=0.05))
+    x = torch.randn(rows, 768, generator=torch.Generator().manual_seed(seed)) * torch.logspace(-2, 1, rows)[:, None]
+    return blocks, gguf_kernels.repack_x16_32(blocks, TYPES[type_name]), x
+
+
+@pytest.mark.parametrize("type_name", THIRTY_TWO)
+@pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
+def test_32_value_formats_packed_in_sixteens_give_their_bits_on_every_path_row_and_thread_count(path, type_name):
+    # avx512-vnni and amx: the packed kernel (vpdpbusd into 16 output lanes); the others read it unpacked per group
+    if gguf_kernels.missing_flag(path):
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
+    plain = TYPES[type_name]
+    blocks, packed, x = _x16_32_data(type_name, 21 + plain)
+    assert packed.shape == blocks.shape and packed.dtype == torch.uint8
+    _assert_packed_is_plain_at_every_row_and_thread_count(path, blocks, plain, packed, gguf_kernels.X16_32[plain], x)
+    # beside a plain matrix of another 32-value format in the many-matrices op (gate and up, q k v)
+    other = 8 if plain != 8 else 2
+    plain_other = torch.from_numpy(random_blocks("Q8_0" if other == 8 else "Q4_0", 40, 768,
+                                                 np.random.default_rng(5), scale=0.05))
+    both = gguf_kernels.linear_q8_many_on(x[:9], [packed, plain_other], [gguf_kernels.X16_32[plain], other], 768,
+                                          [None, torch.ones(40)], path)
+    assert torch.equal(_bits(both[0]), _bits(gguf_kernels.linear_q8_on(x[:9], blocks, plain, 768, "scalar")))
+    assert torch.equal(_bits(both[1]), _bits(gguf_kernels.linear_q8_on(x[:9], plain_other, other, 768, "scalar") + 1))
+
+
+def _x16_32_value_byte(type_name, row, value, block):
+    """(byte, bit) of the lowest bit of a row's value in group 0 of the X16_32 bytes (q32_x16.inc's layout)."""
+    plain = TYPES[type_name]
+    group_block = 16 * {2: 18, 3: 20, 6: 22, 7: 24, 8: 34}[plain]
+    start = 64 if plain in (3, 7) else 32
+    step, lane = divmod(value, 4)
+    if plain == 8:
+        return group_block * block + start + 64 * step + 4 * row + lane, 0
+    return group_block * block + start + 64 * (step % 4) + 4 * row + lane, 4 if step >= 4 else 0
+
+
+@pytest.mark.parametrize("type_name", THIRTY_TWO)
+def test_the_32_value_packed_layout_is_read_as_laid_out_and_bad_packed_input_is_refused(type_name):
+    plain = TYPES[type_name]
+    packed_type = gguf_kernels.X16_32[plain]
+    for rows in (1, 5, 12):
+        blocks, packed, x = _x16_32_data(type_name, 31 + plain, outputs=32, rows=rows)
+        expected = _bits(gguf_kernels.linear_q8_on(x, blocks, plain, 768, "scalar"))
+        for path in ("scalar", gguf_kernels.isa()):
+            assert torch.equal(_bits(gguf_kernels.linear_q8_on(x, packed, packed_type, 768, path)), expected)
+        # Negative controls: the scale of row 2 in block 1, the low bit of row 5's value 21 in block 3 (a high nibble
+        # for the 4-bit formats), and for Q5 the fifth bit of row 9's value 6 in block 0: each changes its row only.
+        group_block = 16 * {2: 18, 3: 20, 6: 22, 7: 24, 8: 34}[plain]
+        changes = [(2, group_block + 2 * 2 + 1, 0), (5, *_x16_32_value_byte(type_name, 5, 21, 3))]
+        if plain in (6, 7):
+            at = 4 * 9 + 6 % 4
+            changes.append((9, (64 if plain == 7 else 32) + 256 + 8 * (6 // 4) + at // 8, at % 8))
+        for row, byte, bit in changes:
+            changed = packed.clone()
+            changed.view(-1)[byte] ^= 1 << bit
+            got = _bits(gguf_kernels.linear_q8_on(x, changed, packed_type, 768, gguf_kernels.isa()))
+            assert not torch.equal(got[:, row], expected[:, row]), (rows, row)
+            others = [n for n in range(32) if n != row]
+            assert torch.equal(got[:, others], expected[:, others]), (rows, row)
+    with pytest.raises(RuntimeError, match="repack_x16_32's output"):
+        gguf_kernels.linear_q8(x, packed[:, :-4].contiguous(), packed_type, 768)
+    with pytest.raises(RuntimeError, match="multiple of 16"):
+        gguf_kernels.repack_x16_32(blocks[:24], plain)
+    with pytest.raises(RuntimeError, match="a 32-value format"):
+        gguf_kernels.repack_x16_32(blocks, 12)
+    with pytest.raises(RuntimeError, match=f"unsupported block type {packed_type}"):
+        gguf_kernels.linear(x, packed, packed_type, 768)     # fp32 activations read GGUF blocks only
+
+
+def test_the_32_value_formats_are_packed_only_where_the_avx512_vnni_or_amx_path_runs(monkeypatch):
+    rng = np.random.default_rng(15)
+    avx512_vnni = not gguf_kernels.missing_flag("avx512-vnni")
+    for type_name in THIRTY_TWO:
+        blocks = torch.from_numpy(random_blocks(type_name, 32, 576, rng, scale=0.05))
+        for isa, packs in (("amx", avx512_vnni), ("avx512-vnni", avx512_vnni), ("avx-vnni", False), ("avx2", False)):
+            monkeypatch.setattr(gguf_kernels, "_isa", isa)
+            matrix = BlockMatrix(blocks, TYPES[type_name], 576)
+            matrix.pack_for_q8()
+            expected = gguf_kernels.X16_32[TYPES[type_name]] if packs else TYPES[type_name]
+            assert matrix.q8_weights[1] == expected, (type_name, isa)
+        monkeypatch.setattr(gguf_kernels, "_isa", "avx512-vnni")
+        odd = BlockMatrix(blocks[:24], TYPES[type_name], 576)     # rows not in sixteens: left as they are
+        odd.pack_for_q8()
+        assert odd.packed is None and odd.q8_weights[1] == TYPES[type_name]

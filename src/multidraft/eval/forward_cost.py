@@ -68,13 +68,13 @@ def clock(cpu_time: bool):
 def runner_views(lm: Optional[LM], runners: list[str], model: Optional[str], dtype: str) -> dict:
     """One LM per runner, each with its own cache: the HF runners share one HF model (eager first: setting a
     runner up (un)installs the CPU kernel on the shared modules, used only inside each LM's own `kernels()`
-    context); the quantized runner is its own model (the GGUF's blocks)."""
+    context); each quantized runner is its own model (the GGUF's blocks), loaded on its --isa path: the matrices
+    are packed at load for the path that will run them (a layout packed for one path is read slowly on another)."""
     views = {}
     for runner in sorted(runners, key=lambda r: r != "eager"):
         if is_gguf_runner(runner):              # quantized, quantized-q8, native: each its own model (mapped blocks)
-            base = runner.split("@")[0]
-            same = next((v for r, v in views.items() if r.split("@")[0] == base), None)
-            views[runner] = same if same is not None else multidraft.load_model(model, runner=base)
+            with isa_of(runner):
+                views[runner] = multidraft.load_model(model, runner=runner.split("@")[0])
         else:
             if lm is None:
                 lm = multidraft.load_model(model, dtype=dtype, runner="eager")

@@ -47,8 +47,12 @@ Q4_K_X8 = 112
 # Q6_K repacked in groups of 16 rows for the AMX tile and AVX512-VNNI kernels (kernels/q6_x16.inc): packed only where
 # `packs_q6_k()`.
 Q6_K_X16 = 114
+# The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) repacked in groups of 16 rows for the AVX512-VNNI kernel
+# (kernels/q32_x16.inc): type 100 + GGUF's, packed only where `packs_32()`.
+X16_32 = {plain: 100 + plain for plain in (2, 3, 6, 7, 8)}
 # Each packed type's GGUF type, its repack function's name and the row multiple it needs.
-PACKED = {Q4_K_X8: (12, "repack_q4_k_x8", 8), Q6_K_X16: (14, "repack_q6_k_x16", 16)}
+PACKED = {Q4_K_X8: (12, "repack_q4_k_x8", 8), Q6_K_X16: (14, "repack_q6_k_x16", 16),
+          **{packed: (plain, "repack_x16_32", 16) for plain, packed in X16_32.items()}}
 
 _lock = threading.Lock()
 _loaded = False
@@ -155,6 +159,12 @@ def packs_q6_k() -> bool:
     """Whether this process's path runs Q6_K faster packed in sixteens (Q6_K_X16): amx, and avx512-vnni on a CPU
     with AVX512-VBMI (the layout's decoding); elsewhere Q6_K stays in GGUF's layout."""
     return bool(torch.ops.multidraft_gguf.q8_packs_q6_k(_PATH_NUMBERS[_isa]))
+
+
+def packs_32() -> bool:
+    """Whether this process's path runs the 32-value formats faster packed in sixteens (X16_32): amx and
+    avx512-vnni; elsewhere they stay in GGUF's layout."""
+    return bool(torch.ops.multidraft_gguf.q8_packs_32(_PATH_NUMBERS[_isa]))
 
 
 def _choose_isa() -> None:
@@ -297,9 +307,18 @@ def repack_q6_k_x16(blocks: torch.Tensor) -> torch.Tensor:
     return torch.ops.multidraft_gguf.repack_q6_k_x16(blocks)
 
 
+def repack_x16_32(blocks: torch.Tensor, type_id: int) -> torch.Tensor:
+    """Blocks of a 32-value format (rows a multiple of 16) in its X16_32 layout (type X16_32[type_id]), with the same
+    bits (other paths than avx512-vnni and amx read it exactly but slowly: pack it only where `packs_32()`)."""
+    return torch.ops.multidraft_gguf.repack_x16_32(blocks, type_id)
+
+
 def repack(blocks: torch.Tensor, packed_type: int) -> torch.Tensor:
     """GGUF blocks of PACKED[packed_type][0] in the layout `packed_type`."""
-    return getattr(torch.ops.multidraft_gguf, PACKED[packed_type][1])(blocks)
+    plain, function, _ = PACKED[packed_type]
+    if function == "repack_x16_32":
+        return repack_x16_32(blocks, plain)
+    return getattr(torch.ops.multidraft_gguf, function)(blocks)
 
 
 def self_check(path: str, max_rows: int = 40) -> bool:

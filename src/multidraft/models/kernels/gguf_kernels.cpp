@@ -832,11 +832,13 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("linear_q8_many_on(Tensor x, Tensor[] blocks, int[] types, int K, Tensor?[] biases, int path) -> Tensor[]");
   m.def("q8_missing(int path) -> str", &q8_missing_op);
   m.def("q8_packs_q6_k(int path) -> bool", &q8_packs_q6_k);
+  m.def("q8_packs_32(int path) -> bool", &q8_packs_32);
   m.def("set_q8_path(int path) -> int", &set_q8_path);
   m.def("q8_quantize(Tensor x, int block, bool scalar) -> (Tensor, Tensor, Tensor, Tensor)", &q8_quantize);
   m.def("dequantize(Tensor blocks, int type, int K, Tensor ids) -> Tensor");
   m.def("repack_q4_k_x8(Tensor blocks) -> Tensor");
   m.def("repack_q6_k_x16(Tensor blocks) -> Tensor");
+  m.def("repack_x16_32(Tensor blocks, int type) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor visible, float scaling) -> Tensor");
   m.def("attention_with(Tensor q, Tensor k, Tensor v, Tensor visible, float scaling, int chunk, int parts) -> Tensor");
   m.def("add_rms_norm(Tensor x, Tensor? branch, Tensor weight, float eps) -> (Tensor, Tensor)");
@@ -862,6 +864,7 @@ TORCH_LIBRARY_IMPL(multidraft_gguf, CPU, m) {
   m.impl("dequantize", &gguf_dequantize);
   m.impl("repack_q4_k_x8", &repack_q4_k_x8);
   m.impl("repack_q6_k_x16", &repack_q6_k_x16);
+  m.impl("repack_x16_32", &repack_x16_32);
   m.impl("attention", &invariant_attention);
   m.impl("attention_with", &attention_with);
   m.impl("add_rms_norm", &add_rms_norm);
