@@ -45,6 +45,22 @@ def test_forward_cost_writes_rows_trees_and_shares_per_runner_and_path(monkeypat
     assert gguf_kernels.isa() != "scalar"                  # the path is put back after its rows
 
 
+def test_each_path_gets_its_own_model_loaded_on_that_path(monkeypatch):
+    # a matrix is packed at load for the path that will run it (X16_32 on avx512-vnni, GGUF's layout on avx2)
+    loads = []
+
+    def load_model(model, runner):
+        loads.append((runner, gguf_kernels.isa()))
+        return object()
+
+    monkeypatch.setattr(forward_cost.multidraft, "load_model", load_model)
+    before = gguf_kernels.isa()
+    views = forward_cost.runner_views(None, ["native@avx2", "native@scalar", "quantized"], "tiny", "float32")
+    assert loads == [("native", "avx2"), ("native", "scalar"), ("quantized", before)]
+    assert len({id(view) for view in views.values()}) == 3
+    assert gguf_kernels.isa() == before
+
+
 def test_forward_cost_refuses_an_unknown_path():
     from multidraft.errors import InvalidOptionError
 

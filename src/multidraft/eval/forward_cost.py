@@ -159,6 +159,8 @@ def isa_of(runner: str):
     if "@" not in runner:
         yield
         return
+    if not gguf_kernels.load(progress=False):
+        raise InvalidOptionError(f"--isa needs the quantized CPU kernels: {gguf_kernels.unavailable_reason()}")
     before = gguf_kernels.isa()
     gguf_kernels.use_isa(runner.split("@")[1], "--isa ")
     try:
