@@ -116,6 +116,34 @@ def test_attention_bits_do_not_depend_on_its_schedule():
             assert torch.equal(gguf_kernels.attention_with(q, k, v, visible, 0.09, chunk, parts), one_pass)
 
 
+def test_attention_two_heads_at_once_gives_one_head_at_a_times_bits():
+    """Where AVX-512 is there the attention scores and weighs two query heads of a KV head at once (each key loaded
+    once for both): the same bits as one head at a time, at head sizes with and without 64-lane blocks and tails of
+    8, odd head groups (a pair and a single), every chunking and split, masked keys and a row that sees nothing."""
+    if gguf_kernels.missing_flag("avx512-vnni"):
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag('avx512-vnni')} (the two-heads loops run where "
+                    "it has AVX-512)")
+    generator = torch.Generator().manual_seed(8)
+    before = gguf_kernels.set_attention_wide(True)
+    try:
+        for heads, kv_heads, rows, keys, dim in ((12, 2, 3, 150, 128), (9, 3, 2, 301, 64), (4, 1, 2, 77, 256),
+                                                 (6, 3, 3, 70, 36), (8, 2, 1, 9, 80), (14, 2, 5, 33, 72)):
+            q = torch.randn(heads, rows, dim, generator=generator)
+            k, v = (torch.randn(kv_heads, keys, dim, generator=generator) for _ in range(2))
+            visible = torch.rand(rows, keys, generator=generator) < 0.8
+            visible[-1] = rows == 1
+            outputs = []
+            for wide in (False, True):
+                gguf_kernels.set_attention_wide(wide)
+                outputs.append([gguf_kernels.attention(q, k, v, visible, 0.09)] + [
+                    gguf_kernels.attention_with(q, k, v, visible, 0.09, chunk, parts)
+                    for chunk, parts in ((4, 1), (8, 2), (32, 1), (12, 3))])
+            for one_head, two_heads in zip(*outputs):
+                assert torch.equal(one_head.view(torch.int32), two_heads.view(torch.int32)), (heads, kv_heads, dim)
+    finally:
+        gguf_kernels.set_attention_wide(before)
+
+
 def _tiny(arch, type_name, tie=False):
     from multidraft.models.quantized import load_quantized_model
     from multidraft.models.runner import LM

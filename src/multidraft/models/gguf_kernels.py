@@ -350,6 +350,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.
     return torch.ops.multidraft_gguf.attention(q, k, v, visible, float(scaling))
 
 
+def set_attention_wide(on: bool) -> bool:
+    """Put the attention on its AVX-512 two-heads-at-once loops (on) or one head at a time (the same bits either way;
+    use_isa turns it on with the avx512-vnni and amx paths); returns the previous setting. For tests."""
+    return bool(torch.ops.multidraft_gguf.set_attention_wide(on))
+
+
 def attention_with(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scaling: float,
                    chunk: int, parts: int) -> torch.Tensor:
     """attention with its schedule named (tests): keys per L1 chunk and jobs per KV head (0: the defaults)."""

@@ -633,6 +633,21 @@ inline __m256 hsum8(const __m256 v[8]) {
   return _mm256_permutevar8x32_ps(sums, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+// Eight keys' scores from their accumulators a (8 fp32 lanes each, d < D8 summed): hsum8's tree, the tail d >= D8
+// after it (as hsum's callers do), then the scale.
+inline void finish_eight_scores(const __m256 a[8], const float* qr, const float* const kr[8], int64_t D, int64_t D8,
+                                float scale, float* scores) {
+  __m256 dots = hsum8(a);
+  if (D8 != D) {
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, dots);
+    for (int j = 0; j < 8; ++j)
+      for (int64_t d = D8; d < D; ++d) lanes[j] = std::fma(qr[d], kr[j][d], lanes[j]);
+    dots = _mm256_load_ps(lanes);
+  }
+  _mm256_storeu_ps(scores, _mm256_mul_ps(dots, _mm256_set1_ps(scale)));
+}
+
 // One (head, row)'s dot products with its visible keys, eight keys at a time (independent accumulators in
 // registers; the eight horizontal sums reduced together); each key's own arithmetic is the same: 8 fp32 lanes of
 // fused multiply-adds over d, hsum's tree, then the tail, then the scale.
@@ -650,15 +665,7 @@ inline void key_scores(const float* qr, const float* kbase, int64_t D, const int
 #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr[j] + d), a[j]);
     }
-    __m256 dots = hsum8(a);
-    if (D8 != D) {                                    // the tail after the horizontal sum, as hsum's callers do
-      alignas(32) float lanes[8];
-      _mm256_store_ps(lanes, dots);
-      for (int j = 0; j < 8; ++j)
-        for (int64_t d = D8; d < D; ++d) lanes[j] = std::fma(qr[d], kr[j][d], lanes[j]);
-      dots = _mm256_load_ps(lanes);
-    }
-    _mm256_storeu_ps(scores + i, _mm256_mul_ps(dots, _mm256_set1_ps(scale)));
+    finish_eight_scores(a, qr, kr, D, D8, scale, scores + i);
   }
   for (; i < n; ++i) {
     const float* kr = kbase + keys[i] * D;
@@ -728,6 +735,61 @@ inline void weighted_values(const float* vbase, int64_t D, const int64_t* keys, 
   for (int j = 0; j < W; ++j) _mm256_storeu_ps(out + 8 * j, a[j]);
 }
 
+// Two query heads of one KV head at once where AVX-512 is there (attention_wide): each key's row loaded once for
+// both heads (scores: 16 accumulators of 8 lanes, which AVX-512's 32 registers hold; values: 64 dimensions per 4
+// zmm, lanes independent), and every score and value lane the very operations of key_scores / weighted_values, in
+// the same order: the same bits as one head at a time. An attention over 1000 keys is bound by its loads there.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl")
+inline void key_scores_pair(const float* q0, const float* q1, const float* kbase, int64_t D, const int64_t* keys,
+                            int64_t n, float scale, float* s0, float* s1) {
+  const int64_t D8 = D & ~int64_t(7);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const float* kr[8];
+    __m256 a[8], b[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) kr[j] = kbase + keys[i + j] * D, a[j] = b[j] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D8; d += 8) {
+      const __m256 qa = _mm256_loadu_ps(q0 + d), qb = _mm256_loadu_ps(q1 + d);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        const __m256 kv = _mm256_loadu_ps(kr[j] + d);
+        a[j] = _mm256_fmadd_ps(qa, kv, a[j]);
+        b[j] = _mm256_fmadd_ps(qb, kv, b[j]);
+      }
+    }
+    finish_eight_scores(a, q0, kr, D, D8, scale, s0 + i);
+    finish_eight_scores(b, q1, kr, D, D8, scale, s1 + i);
+  }
+  if (i < n) {                                        // the last keys one at a time, as key_scores takes them
+    key_scores(q0, kbase, D, keys + i, n - i, scale, s0 + i);
+    key_scores(q1, kbase, D, keys + i, n - i, scale, s1 + i);
+  }
+}
+
+// weighted_values for two heads (p0, p1 -> out0, out1) over 64 dimensions: 4 zmm per head.
+inline void weighted_values_pair64(const float* vbase, int64_t D, const int64_t* keys, const float* p0,
+                                   const float* p1, int64_t n, float* out0, float* out1, bool fresh) {
+  __m512 a[4], b[4];
+  for (int j = 0; j < 4; ++j) {
+    a[j] = fresh ? _mm512_setzero_ps() : _mm512_loadu_ps(out0 + 16 * j);
+    b[j] = fresh ? _mm512_setzero_ps() : _mm512_loadu_ps(out1 + 16 * j);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const __m512 pa = _mm512_set1_ps(p0[i]), pb = _mm512_set1_ps(p1[i]);
+    const float* vr = vbase + keys[i] * D;
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m512 vv = _mm512_loadu_ps(vr + 16 * j);
+      a[j] = _mm512_fmadd_ps(pa, vv, a[j]);
+      b[j] = _mm512_fmadd_ps(pb, vv, b[j]);
+    }
+  }
+  for (int j = 0; j < 4; ++j) _mm512_storeu_ps(out0 + 16 * j, a[j]), _mm512_storeu_ps(out1 + 16 * j, b[j]);
+}
+#pragma GCC pop_options
+
 // One query row of the heads [h0, h1) of one KV head, over its n visible keys: the per-head arithmetic of
 // invariant_attention's comment. The keys (then the values) are read in chunks of `chunk` that stay in L1 while
 // every head of the group uses them, so a grouped-query model reads its cache once per KV head, not per query
@@ -736,9 +798,15 @@ void attention_row_group(const float* qp, const float* kbase, const float* vbase
                          int64_t S, int64_t h0, int64_t h1, const int64_t* keys, int64_t n, int64_t chunk,
                          float scale, float* scores, float* acc, float* out, int64_t H) {
   const int64_t D8 = D & ~int64_t(7);
-  for (int64_t c = 0; c < n; c += chunk)
-    for (int64_t h = h0; h < h1; ++h)
-      key_scores(qp + (h * T + t) * D, kbase, D, keys + c, std::min(chunk, n - c), scale, scores + (h - h0) * S + c);
+  const bool wide = attention_wide.load(std::memory_order_relaxed);
+  for (int64_t c = 0; c < n; c += chunk) {
+    const int64_t m = std::min(chunk, n - c);
+    int64_t h = h0;
+    for (; wide && h + 2 <= h1; h += 2)
+      key_scores_pair(qp + (h * T + t) * D, qp + ((h + 1) * T + t) * D, kbase, D, keys + c, m, scale,
+                      scores + (h - h0) * S + c, scores + (h + 1 - h0) * S + c);
+    for (; h < h1; ++h) key_scores(qp + (h * T + t) * D, kbase, D, keys + c, m, scale, scores + (h - h0) * S + c);
+  }
   for (int64_t h = h0; h < h1; ++h) {
     float* sc = scores + (h - h0) * S;
     const float best = *std::max_element(sc, sc + n);
@@ -746,7 +814,18 @@ void attention_row_group(const float* qp, const float* kbase, const float* vbase
   }
   for (int64_t c = 0; c < n; c += chunk) {
     const int64_t m = std::min(chunk, n - c);
-    for (int64_t h = h0; h < h1; ++h) {
+    int64_t h = h0, d_pairs = 0;                      // dimensions below d_pairs done two heads at a time
+    if (wide && h + 2 <= h1) d_pairs = D8 & ~int64_t(63);
+    for (; d_pairs && h + 2 <= h1; h += 2) {
+      float* a0 = acc + (h - h0) * (D + 1);
+      float* a1 = a0 + (D + 1);
+      const float* p0 = scores + (h - h0) * S + c;
+      for (int64_t d0 = 0; d0 < d_pairs; d0 += 64)
+        weighted_values_pair64(vbase + d0, D, keys + c, p0, p0 + S, m, a0 + d0, a1 + d0, c == 0);
+      for (int64_t d0 = d_pairs; d0 < D8; d0 += 8)
+        for (int k = 0; k < 2; ++k) weighted_values<1>(vbase + d0, D, keys + c, p0 + k * S, m, a0 + k * (D + 1) + d0, c == 0);
+    }
+    for (; h < h1; ++h) {
       float* a = acc + (h - h0) * (D + 1);
       const float* p = scores + (h - h0) * S + c;
       int64_t d0 = 0;
@@ -834,6 +913,7 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("q8_packs_q6_k(int path) -> bool", &q8_packs_q6_k);
   m.def("q8_packs_32(int path) -> bool", &q8_packs_32);
   m.def("set_q8_path(int path) -> int", &set_q8_path);
+  m.def("set_attention_wide(bool on) -> bool", &set_attention_wide);
   m.def("q8_quantize(Tensor x, int block, bool scalar) -> (Tensor, Tensor, Tensor, Tensor)", &q8_quantize);
   m.def("dequantize(Tensor blocks, int type, int K, Tensor ids) -> Tensor");
   m.def("repack_q4_k_x8(Tensor blocks) -> Tensor");
