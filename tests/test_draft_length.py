@@ -58,11 +58,15 @@ def test_costs_are_optimistic_and_monotone():
     costs = ForwardCosts(smoothing=0.5)
     assert costs.relative(8) == 1.0                  # nothing known: every size looks free, so it gets tried
     costs.record(1, 1.0)
+    assert costs.relative(8) == 1.0                  # one size known: still free beyond it
     costs.record(4, 3.0)
-    assert costs.relative(2) == 1.0 and costs.relative(4) == 3.0
-    assert costs.relative(6) == 3.0                  # unseen: the nearest smaller size's cost
+    assert costs.relative(4) == 3.0
+    assert costs.relative(2) == pytest.approx(5 / 3)  # unseen, between two measured sizes: the line through them
+    assert costs.relative(6) == pytest.approx(13 / 3)  # past the largest: the last measured rows' cost each
     costs.record(8, 2.0)                             # noise: cheaper than 4 tokens
     assert costs.relative(8) == 3.0                  # never below a smaller size's cost
+    assert costs.relative(6) == 3.0
+    assert costs.relative(10) == 3.0                 # a falling line extrapolates flat, at the floor
     costs.record(4, 1.0)
     assert costs.relative(4) == pytest.approx(2.0)   # exponential average
     costs.record(3, float("nan"))

@@ -49,26 +49,38 @@ class ForwardCosts:
             self.seconds[num_new] = seconds if old is None else old + self.smoothing * (seconds - old)
 
     def relative(self, num_new: int) -> float:
-        """cost(num_new) / cost(1); 1.0 while nothing is known. Non-decreasing in num_new."""
+        """cost(num_new) / cost(1); 1.0 while a 1-token forward is not measured. Non-decreasing in num_new."""
         with self._lock:
             one = self.seconds.get(1)
-            if one is None:
-                return 1.0
-            worst = one
-            for n, seconds in self.seconds.items():
-                if n <= num_new:
-                    worst = max(worst, seconds)
-            return worst / one
-
+        return 1.0 if one is None else self.cost(num_new) / one
 
     def cost(self, num_new: int) -> float:
-        """Seconds of a forward of num_new tokens: the dearest measured size up to it (optimistic for unseen sizes:
-        explored once, then learnt); the cheapest measured one when none is that small; 1.0 while nothing is."""
+        """Seconds of a forward of num_new tokens. A measured size: the dearest measured size up to it (noise cannot
+        make more rows look cheaper). An unseen one: between two measured sizes, the line through them; past the
+        largest, the line through the two largest (a row costs at least what the last measured rows cost each);
+        never below the dearest smaller size. Still optimistic where the cost bends upward (a size is then tried
+        once and learnt), but an 8-request batch no longer takes 40 drafted rows for the price of 8: with the
+        dearest-smaller rule alone, every unseen size looked free, and the server at 8 clients spent its steps
+        exploring (`pld` batched 53.7 against 63.5 tok/s after, the 1.5B on a Zen 5). The cheapest measured size
+        when none is that small; 1.0 while nothing is measured."""
         with self._lock:
             if not self.seconds:
                 return 1.0
-            below = [seconds for n, seconds in self.seconds.items() if n <= num_new]
-            return max(below) if below else min(self.seconds.values())
+            below = sorted((n, s) for n, s in self.seconds.items() if n <= num_new)
+            if not below:
+                return min(self.seconds.values())
+            floor = max(s for _, s in below)
+            n0, s0 = below[-1]
+            if n0 == num_new:
+                return floor
+            above = min(((n, s) for n, s in self.seconds.items() if n > num_new), default=None)
+            if above is not None:
+                n1, s1 = above
+                return max(floor, s0 + (s1 - s0) * (num_new - n0) / (n1 - n0))
+            if len(below) < 2:
+                return floor
+            na, sa = below[-2]
+            return max(floor, s0 + max(0.0, (s0 - sa) / (n0 - na)) * (num_new - n0))
 
 
 _costs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
