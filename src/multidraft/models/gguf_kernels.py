@@ -50,9 +50,11 @@ Q6_K_X16 = 114
 # The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) repacked in groups of 16 rows for the AVX512-VNNI kernel
 # (kernels/q32_x16.inc): type 100 + GGUF's, packed only where `packs_32()`.
 X16_32 = {plain: 100 + plain for plain in (2, 3, 6, 7, 8)}
-# Each packed type's GGUF type, its repack function's name and the row multiple it needs.
-PACKED = {Q4_K_X8: (12, "repack_q4_k_x8", 8), Q6_K_X16: (14, "repack_q6_k_x16", 16),
-          **{packed: (plain, "repack_x16_32", 16) for plain, packed in X16_32.items()}}
+# Each packed type's GGUF type, its repack function (blocks -> packed blocks) and the row multiple it needs.
+PACKED = {Q4_K_X8: (12, lambda blocks: repack_q4_k_x8(blocks), 8),
+          Q6_K_X16: (14, lambda blocks: repack_q6_k_x16(blocks), 16),
+          **{packed: (plain, lambda blocks, plain=plain: repack_x16_32(blocks, plain), 16)
+             for plain, packed in X16_32.items()}}
 
 _lock = threading.Lock()
 _loaded = False
@@ -315,10 +317,7 @@ def repack_x16_32(blocks: torch.Tensor, type_id: int) -> torch.Tensor:
 
 def repack(blocks: torch.Tensor, packed_type: int) -> torch.Tensor:
     """GGUF blocks of PACKED[packed_type][0] in the layout `packed_type`."""
-    plain, function, _ = PACKED[packed_type]
-    if function == "repack_x16_32":
-        return repack_x16_32(blocks, plain)
-    return getattr(torch.ops.multidraft_gguf, function)(blocks)
+    return PACKED[packed_type][1](blocks)
 
 
 def self_check(path: str, max_rows: int = 40) -> bool:

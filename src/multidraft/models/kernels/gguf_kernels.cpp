@@ -814,8 +814,8 @@ void attention_row_group(const float* qp, const float* kbase, const float* vbase
   }
   for (int64_t c = 0; c < n; c += chunk) {
     const int64_t m = std::min(chunk, n - c);
-    int64_t h = h0, d_pairs = 0;                      // dimensions below d_pairs done two heads at a time
-    if (wide && h + 2 <= h1) d_pairs = D8 & ~int64_t(63);
+    const int64_t d_pairs = wide ? D8 & ~int64_t(63) : 0;   // dimensions below it done two heads at a time
+    int64_t h = h0;
     for (; d_pairs && h + 2 <= h1; h += 2) {
       float* a0 = acc + (h - h0) * (D + 1);
       float* a1 = a0 + (D + 1);
