@@ -5,6 +5,7 @@ bit for bit: a row's output is the same alone and among others, for the linears 
 attention, and for the whole model on chains and trees; then that the lossless methods give greedy's tokens.
 """
 
+import hashlib
 import tempfile
 import warnings
 from pathlib import Path
@@ -100,8 +101,9 @@ def test_attention_softmax_weights_match_softmax_at_every_key_count_and_nan_stay
 
 
 def test_attention_bits_do_not_depend_on_its_schedule():
-    """Each KV head's keys are read in L1 chunks shared by its query heads (a job = a row of a share of them):
-    every chunking and split gives the bits of one job per head over all keys at once, at head sizes with and
+    """Each KV head's keys are read in L1 chunks shared by its query heads (a job = consecutive (KV head, row, head)
+    units: by default one per thread, cut where the rows' visible keys balance them; or a row of a share of the
+    heads): every chunking and split gives the bits of one job per head over all keys at once, at head sizes with and
     without a tail of 8 lanes, with masked keys and a row that sees nothing. Chunks of 4 score each key alone,
     longer ones eight keys at a time (hsum8): the two reductions must give the same bits."""
     generator = torch.Generator().manual_seed(7)
@@ -111,7 +113,16 @@ def test_attention_bits_do_not_depend_on_its_schedule():
         visible = torch.rand(rows, keys, generator=generator) < 0.8
         visible[-1] = rows == 1                                 # a row that sees no key (when there are several)
         one_pass = gguf_kernels.attention_with(q, k, v, visible, 0.09, keys, heads // kv_heads)
-        assert torch.equal(gguf_kernels.attention(q, k, v, visible, 0.09), one_pass)
+        threads = torch.get_num_threads()
+        try:
+            for count in (1, 2, 3, 5):          # the default schedule: a job per thread, cut by the rows' keys
+                torch.set_num_threads(count)
+                assert torch.equal(gguf_kernels.attention(q, k, v, visible, 0.09), one_pass), count
+                causal = torch.ones(rows, keys, dtype=torch.bool).tril(keys - rows)
+                assert torch.equal(gguf_kernels.attention(q, k, v, causal, 0.09),
+                                   gguf_kernels.attention_with(q, k, v, causal, 0.09, keys, 1)), count
+        finally:
+            torch.set_num_threads(threads)
         for chunk, parts in ((4, 1), (8, 2), (32, 1), (12, 3)):
             assert torch.equal(gguf_kernels.attention_with(q, k, v, visible, 0.09, chunk, parts), one_pass)
 
@@ -140,6 +151,44 @@ def test_attention_two_heads_at_once_gives_one_head_at_a_times_bits():
                     for chunk, parts in ((4, 1), (8, 2), (32, 1), (12, 3))])
             for one_head, two_heads in zip(*outputs):
                 assert torch.equal(one_head.view(torch.int32), two_heads.view(torch.int32)), (heads, kv_heads, dim)
+    finally:
+        gguf_kernels.set_attention_wide(before)
+
+
+# The digest of the attention's outputs on pinned_attention_outputs' inputs: the bits of its stated arithmetic (scores
+# by 8 fp32 lanes and hsum's tree, the kernel's own exp, the softmax total added in key order, values in key order),
+# the same on every CPU and path. A change of that arithmetic (another summation order, another exp) changes it;
+# a faster schedule of the same arithmetic does not (the vectorized visible-key scan, maximum and interleaved totals
+# of 2026-12-02 kept it).
+ATTENTION_DIGEST = "f4fbfcfefc8a3acf984b10258aa311a0979bc5a0fc53eeb7323d60c1f03daca5"
+
+
+def _pinned_attention_digest() -> str:
+    generator = torch.Generator().manual_seed(5)
+
+    def values(*shape):            # exact in fp32 on every machine (torch's randn may differ between CPUs)
+        return torch.randint(-2048, 2048, shape, generator=generator).float() / 1024
+
+    outputs = []
+    for heads, kv_heads, rows, keys, dim in ((12, 2, 3, 150, 128), (9, 3, 2, 301, 64), (4, 1, 2, 77, 256),
+                                             (6, 3, 3, 70, 36)):
+        q, k, v = values(heads, rows, dim), values(kv_heads, keys, dim), values(kv_heads, keys, dim)
+        visible = torch.randint(0, 10, (rows, keys), generator=generator) < 7
+        visible[:, :40] = True                              # a run of visible keys, then a mixed mask
+        outputs.append(gguf_kernels.attention(q, k, v, visible, 0.09))
+    return hashlib.sha256(b"".join(out.numpy().tobytes() for out in outputs)).hexdigest()
+
+
+def test_attention_arithmetic_is_pinned_on_every_cpu_and_path():
+    """The attention's bits are part of every runner's logits (a lossless method is exact against them, a prefix
+    cache reuses them across machines): on fixed inputs they are one digest on every CPU, one head at a time and,
+    where AVX-512 is there, two heads at once."""
+    before = gguf_kernels.set_attention_wide(False)
+    try:
+        assert _pinned_attention_digest() == ATTENTION_DIGEST
+        if not gguf_kernels.missing_flag("avx512-vnni"):
+            gguf_kernels.set_attention_wide(True)
+            assert _pinned_attention_digest() == ATTENTION_DIGEST
     finally:
         gguf_kernels.set_attention_wide(before)
 

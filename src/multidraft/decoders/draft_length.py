@@ -50,37 +50,50 @@ class ForwardCosts:
 
     def relative(self, num_new: int) -> float:
         """cost(num_new) / cost(1); 1.0 while a 1-token forward is not measured. Non-decreasing in num_new."""
+        return self.relatives_up_to(num_new)[num_new]
+
+    def relatives_up_to(self, largest: int) -> list[float]:
+        """[n] = relative(n) for n = 0..largest, from one snapshot (a step's draft-length choice reads dozens)."""
         with self._lock:
-            one = self.seconds.get(1)
-        return 1.0 if one is None else self.cost(num_new) / one
+            measured, one = sorted(self.seconds.items()), self.seconds.get(1)
+        return [1.0 if one is None else _cost(measured, n) / one for n in range(largest + 1)]
 
     def cost(self, num_new: int) -> float:
-        """Seconds of a forward of num_new tokens. A measured size: the dearest measured size up to it (noise cannot
-        make more rows look cheaper). An unseen one: between two measured sizes, the line through them; past the
-        largest, the line through the two largest (a row costs at least what the last measured rows cost each);
-        never below the dearest smaller size. Still optimistic where the cost bends upward (a size is then tried
-        once and learnt), but an 8-request batch no longer takes 40 drafted rows for the price of 8: with the
-        dearest-smaller rule alone, every unseen size looked free, and the server at 8 clients spent its steps
-        exploring (`pld` batched 53.7 against 63.5 tok/s after, the 1.5B on a Zen 5). The cheapest measured size
-        when none is that small; 1.0 while nothing is measured."""
+        """Seconds of a forward of num_new tokens (see _cost); 1.0 while nothing is measured."""
+        return self.costs_up_to(num_new)[num_new]
+
+    def costs_up_to(self, largest: int) -> list[float]:
+        """[n] = cost(n) for n = 0..largest, from one snapshot."""
         with self._lock:
-            if not self.seconds:
-                return 1.0
-            below = sorted((n, s) for n, s in self.seconds.items() if n <= num_new)
-            if not below:
-                return min(self.seconds.values())
-            floor = max(s for _, s in below)
-            n0, s0 = below[-1]
-            if n0 == num_new:
-                return floor
-            above = min(((n, s) for n, s in self.seconds.items() if n > num_new), default=None)
-            if above is not None:
-                n1, s1 = above
-                return max(floor, s0 + (s1 - s0) * (num_new - n0) / (n1 - n0))
-            if len(below) < 2:
-                return floor
-            na, sa = below[-2]
-            return max(floor, s0 + max(0.0, (s0 - sa) / (n0 - na)) * (num_new - n0))
+            measured = sorted(self.seconds.items())
+        return [_cost(measured, n) for n in range(largest + 1)]
+
+
+def _cost(measured: list[tuple[int, float]], num_new: int) -> float:
+    """Seconds of a forward of num_new tokens, from the measured (size, seconds) sorted by size. A measured size: the
+    dearest measured size up to it (noise cannot make more rows look cheaper). An unseen one: between two measured
+    sizes, the line through them; past the largest, the line through the two largest (a row costs at least what the
+    last measured rows cost each); never below the dearest smaller size. Still optimistic where the cost bends
+    upward (a size is then tried once and learnt), but an 8-request batch no longer takes 40 drafted rows for the
+    price of 8: with the dearest-smaller rule alone, every unseen size looked free, and the server at 8 clients
+    spent its steps exploring (`pld` batched 53.7 against 63.5 tok/s after, the 1.5B on a Zen 5). The cheapest
+    measured size when none is that small; 1.0 while nothing is measured."""
+    if not measured:
+        return 1.0
+    below = [(n, s) for n, s in measured if n <= num_new]
+    if not below:
+        return min(s for _, s in measured)
+    floor = max(s for _, s in below)
+    n0, s0 = below[-1]
+    if n0 == num_new:
+        return floor
+    if len(below) < len(measured):
+        n1, s1 = measured[len(below)]
+        return max(floor, s0 + (s1 - s0) * (num_new - n0) / (n1 - n0))
+    if len(below) < 2:
+        return floor
+    na, sa = below[-2]
+    return max(floor, s0 + max(0.0, (s0 - sa) / (n0 - na)) * (num_new - n0))
 
 
 _costs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -120,10 +133,11 @@ class DraftLength:
         nodes_at_depth[k] = nodes of the draft at depth <= k (a tree has several per depth); a chain by default.
         """
         expected = self.expected_tokens(max_depth)
-        best, best_value = 0, 1.0 / self.costs.relative(1)
+        relative = self.costs.relatives_up_to((max_depth if nodes_at_depth is None else nodes_at_depth[max_depth]) + 1)
+        best, best_value = 0, 1.0 / relative[1]
         for depth in range(1, max_depth + 1):
             nodes = depth if nodes_at_depth is None else nodes_at_depth[depth]
-            value = expected[depth] / self.costs.relative(nodes + 1)
+            value = expected[depth] / relative[nodes + 1]
             if value > best_value * (1 + 1e-9):
                 best, best_value = depth, value
         return best
@@ -205,13 +219,14 @@ def batch_depths(costs: ForwardCosts, base_rows: int, base_tokens: float,
     depths = [0] * len(requests)
     expected = [policy.expected_tokens(len(nodes) - 1) for policy, nodes in requests]
     rows, tokens = base_rows, base_tokens
-    value = tokens / costs.cost(max(1, rows))
+    cost = costs.costs_up_to(max(1, rows + sum(nodes[-1] for _, nodes in requests)))     # every reachable size
+    value = tokens / cost[max(1, rows)]
     while True:
         best = None
         for i, (_, nodes) in enumerate(requests):
             for depth in range(depths[i] + 1, len(nodes)):
                 extra_rows = rows + nodes[depth] - nodes[depths[i]]
-                candidate = (tokens + expected[i][depth] - expected[i][depths[i]]) / costs.cost(max(1, extra_rows))
+                candidate = (tokens + expected[i][depth] - expected[i][depths[i]]) / cost[max(1, extra_rows)]
                 if candidate > value * (1 + 1e-9) and (best is None or candidate > best[0]):
                     best = (candidate, i, depth)
         if best is None:

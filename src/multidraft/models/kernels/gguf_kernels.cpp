@@ -701,9 +701,9 @@ inline __m256 exp_lanes(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
 }
 
-// sc[i] = exp(sc[i] - best) for i < n, and their sum added in index order (the softmax's numerators and total); the
-// last partial vector goes through the same lanes (padded), so a value's bits never depend on where it sits.
-inline float exp_shifted(float* sc, int64_t n, float best) {
+// sc[i] = exp(sc[i] - best) for i < n (the softmax's numerators); the last partial vector goes through the same
+// lanes (padded), so a value's bits never depend on where it sits.
+inline void exp_shifted(float* sc, int64_t n, float best) {
   const __m256 b = _mm256_set1_ps(best);
   const int64_t n8 = n & ~int64_t(7);
   for (int64_t i = 0; i < n8; i += 8) _mm256_storeu_ps(sc + i, exp_lanes(_mm256_sub_ps(_mm256_loadu_ps(sc + i), b)));
@@ -713,11 +713,64 @@ inline float exp_shifted(float* sc, int64_t n, float best) {
     _mm256_store_ps(lanes, exp_lanes(_mm256_sub_ps(_mm256_load_ps(lanes), b)));
     std::memcpy(sc + n8, lanes, (n - n8) * sizeof(float));
   }
-  float total = 0.f;
-  for (int64_t i = 0; i < n; ++i) total += sc[i];
-  return total;
+}
+
+// total[j] = sc[j * S + 0] + sc[j * S + 1] + ... + sc[j * S + n - 1], each added in index order (the softmax's total:
+// a sequential sum, whose order is part of the arithmetic), for `count` rows of scores at once: the rows' chains are
+// independent, so C of them interleaved cost about one's latency.
+template <int C>
+inline void sequential_sums(const float* sc, int64_t S, int64_t n, float* total) {
+  float t[C];
+  for (int j = 0; j < C; ++j) t[j] = 0.f;
+  for (int64_t i = 0; i < n; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < C; ++j) t[j] += sc[j * S + i];
+  for (int j = 0; j < C; ++j) total[j] = t[j];
+}
+inline void sequential_sums(const float* sc, int64_t S, int64_t count, int64_t n, float* total) {
+  int64_t j = 0;
+  for (; j + 4 <= count; j += 4) sequential_sums<4>(sc + j * S, S, n, total + j);
+  if (count - j == 3) sequential_sums<3>(sc + j * S, S, n, total + j);
+  else if (count - j == 2) sequential_sums<2>(sc + j * S, S, n, total + j);
+  else if (count - j == 1) sequential_sums<1>(sc + j * S, S, n, total + j);
 }
 #pragma GCC pop_options
+
+// The largest of sc[0..n) (n >= 1): the softmax's shift. Where no score is NaN it is the one maximum, found in any
+// order; a NaN score makes its head's every output NaN whichever shift it gets (its exp and the total are NaN).
+inline float largest(const float* sc, int64_t n) {
+  const int64_t n8 = n & ~int64_t(7);
+  float best = sc[0];
+  if (n8) {
+    __m256 m = _mm256_loadu_ps(sc);
+    for (int64_t i = 8; i < n8; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(sc + i));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, m);
+    for (int j = 0; j < 8; ++j) best = std::max(best, lanes[j]);
+  }
+  for (int64_t i = n8; i < n; ++i) best = std::max(best, sc[i]);
+  return best;
+}
+
+// The indices s < S of a row's visible keys (row[s] true), in order, into keys; -> their count. 32 flags per step:
+// a run of visible keys (a cache's prefix) is written as consecutive indices, a mixed step bit by bit.
+inline int64_t visible_keys(const bool* row, int64_t S, int64_t* keys) {
+  int64_t n = 0, s = 0;
+  const __m256i zero = _mm256_setzero_si256();
+  for (; s + 32 <= S; s += 32) {
+    const __m256i flags = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + s));
+    uint32_t seen = ~uint32_t(_mm256_movemask_epi8(_mm256_cmpeq_epi8(flags, zero)));
+    if (seen == 0xFFFFFFFFu) {
+      for (int j = 0; j < 32; ++j) keys[n + j] = s + j;
+      n += 32;
+      continue;
+    }
+    for (; seen; seen &= seen - 1) keys[n++] = s + __builtin_ctz(seen);
+  }
+  for (; s < S; ++s)
+    if (row[s]) keys[n++] = s;
+  return n;
+}
 
 // out[d] = sum over kept keys i, in order, of p[i] * v_i[d] (one fused multiply-add per key and lane), for W x 8
 // lanes held in registers across the n keys: from 0 when `fresh`, else continuing the sums already in `out` (a
@@ -807,11 +860,10 @@ void attention_row_group(const float* qp, const float* kbase, const float* vbase
                       scores + (h - h0) * S + c, scores + (h + 1 - h0) * S + c);
     for (; h < h1; ++h) key_scores(qp + (h * T + t) * D, kbase, D, keys + c, m, scale, scores + (h - h0) * S + c);
   }
-  for (int64_t h = h0; h < h1; ++h) {
-    float* sc = scores + (h - h0) * S;
-    const float best = *std::max_element(sc, sc + n);
-    acc[(h - h0) * (D + 1) + D] = 1.f / exp_shifted(sc, n, best);
-  }
+  float totals[64];                                   // a KV head's query heads (at most 64: checked by the caller)
+  for (int64_t h = h0; h < h1; ++h) exp_shifted(scores + (h - h0) * S, n, largest(scores + (h - h0) * S, n));
+  sequential_sums(scores, S, h1 - h0, n, totals);
+  for (int64_t h = h0; h < h1; ++h) acc[(h - h0) * (D + 1) + D] = 1.f / totals[h - h0];
   for (int64_t c = 0; c < n; c += chunk) {
     const int64_t m = std::min(chunk, n - c);
     const int64_t d_pairs = wide ? D8 & ~int64_t(63) : 0;   // dimensions below it done two heads at a time
@@ -846,12 +898,46 @@ void attention_row_group(const float* qp, const float* kbase, const float* vbase
   }
 }
 
+// The attention's work as units (KV head, query row, query head of its group), in that order, cut into jobs of
+// consecutive units. parts > 0: each (KV head, row)'s heads in `parts` jobs (tests vary it). 0: one job per thread
+// of about equal cost, a unit weighing its row's visible keys (+ 16 for its fixed steps): three KV heads on two
+// threads no longer leave one thread a third of the work, nor a causal prefill one thread its longest rows.
+std::vector<std::pair<int64_t, int64_t>> attention_jobs(const bool* visible, int64_t T, int64_t S, int64_t KVH,
+                                                        int64_t group, int64_t parts) {
+  std::vector<std::pair<int64_t, int64_t>> jobs;
+  if (parts > 0) {
+    parts = std::min(parts, group);
+    for (int64_t row = 0; row < KVH * T; ++row)
+      for (int64_t part = 0; part < parts; ++part)
+        jobs.emplace_back(row * group + part * group / parts, row * group + (part + 1) * group / parts);
+    return jobs;
+  }
+  std::vector<int64_t> weight(T);
+  int64_t total = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    weight[t] = 16 + std::count(visible + t * S, visible + (t + 1) * S, true);
+    total += KVH * group * weight[t];
+  }
+  const int64_t shares = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), KVH * T * group));
+  int64_t unit = 0, done = 0;                        // units before `unit` weigh `done`
+  for (int64_t j = 1; j <= shares; ++j) {
+    const int64_t target = total * j / shares, from = unit;
+    while (unit < KVH * T * group && done < target) {
+      const int64_t row = unit / group, w = weight[row % T];
+      const int64_t take = std::min((row + 1) * group - unit, (target - done + w - 1) / w);
+      unit += take, done += take * w;
+    }
+    if (unit > from) jobs.emplace_back(from, unit);
+  }
+  return jobs;
+}
+
 // q (H, T, D), k and v (KVH, S, D), visible (T, S) bool -> (T, H, D). Per (head, query row): scores over the
 // visible keys in key order, softmax with a sequential sum, values accumulated in key order. Nothing depends on
 // T or on the keys a row cannot see, so a row gets the same bits in any forward that gives it the same keys (and
-// a cache may hand over spare, masked slots past its length at no cost but the mask's scan). A job is one query
-// row of `parts`-th of a KV head's query heads; chunk: keys per L1 chunk (0: a default from D). The bits of a
-// head depend on neither (the attention_with op lets tests vary them).
+// a cache may hand over spare, masked slots past its length at no cost but the mask's scan). Jobs: attention_jobs
+// (parts); chunk: keys per L1 chunk (0: a default from D). The bits of a head depend on neither (the
+// attention_with op lets tests vary them).
 at::Tensor attention_with(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                           const at::Tensor& visible_in, double scaling, int64_t chunk, int64_t parts) {
   auto q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
@@ -861,35 +947,34 @@ at::Tensor attention_with(const at::Tensor& q_in, const at::Tensor& k_in, const 
   const int64_t H = q.size(0), T = q.size(1), D = q.size(2), KVH = k.size(0), S = k.size(1);
   TORCH_CHECK(H % KVH == 0 && v.size(1) == S && visible.size(0) == T && visible.size(1) == S,
               "invariant_attention: shape mismatch");
+  TORCH_CHECK(H / KVH <= 64, "invariant_attention: at most 64 query heads per KV head");
   auto out = at::empty({T, H, D}, q.options());
   const int64_t group = H / KVH;
   if (chunk <= 0) chunk = std::max<int64_t>(4, (int64_t(4096) / std::max<int64_t>(D, 1)) & ~int64_t(3));
-  if (parts <= 0) parts = (at::get_num_threads() + KVH * T - 1) / (KVH * T);
-  parts = std::max<int64_t>(1, std::min(parts, group));
   const float* qp = q.data_ptr<float>();
   const float* kp = k.data_ptr<float>();
   const float* vp = v.data_ptr<float>();
   const bool* mp = visible.data_ptr<bool>();
   float* op = out.data_ptr<float>();
   const float scale = float(scaling);
-  at::parallel_for(0, KVH * T * parts, 1, [&](int64_t b, int64_t e) {
-    const int64_t most = (group + parts - 1) / parts;
-    std::vector<float> scores(most * std::max<int64_t>(S, 1));
+  const auto jobs = attention_jobs(mp, T, S, KVH, group, parts);
+  at::parallel_for(0, int64_t(jobs.size()), 1, [&](int64_t b, int64_t e) {
+    std::vector<float> scores(group * std::max<int64_t>(S, 1));
     std::vector<int64_t> keys(S);
-    std::vector<float> acc(most * (D + 1));
-    for (int64_t job = b; job < e; ++job) {
-      const int64_t part = job % parts, t = (job / parts) % T, kv = job / (parts * T);
-      const int64_t h0 = kv * group + part * group / parts, h1 = kv * group + (part + 1) * group / parts;
-      int64_t n = 0;
-      for (int64_t s = 0; s < S; ++s)
-        if (mp[t * S + s]) keys[n++] = s;
-      if (n == 0) {
-        for (int64_t h = h0; h < h1; ++h) std::fill(op + (t * H + h) * D, op + (t * H + h + 1) * D, 0.f);
-        continue;
+    std::vector<float> acc(group * (D + 1));
+    for (int64_t job = b; job < e; ++job)
+      for (int64_t unit = jobs[job].first; unit < jobs[job].second;) {       // one (KV head, row) at a time
+        const int64_t row = unit / group, kv = row / T, t = row % T;
+        const int64_t h0 = kv * group + unit % group, h1 = h0 + std::min(jobs[job].second, (row + 1) * group) - unit;
+        unit += h1 - h0;
+        const int64_t n = visible_keys(mp + t * S, S, keys.data());
+        if (n == 0) {
+          for (int64_t h = h0; h < h1; ++h) std::fill(op + (t * H + h) * D, op + (t * H + h + 1) * D, 0.f);
+          continue;
+        }
+        attention_row_group(qp, kp + kv * S * D, vp + kv * S * D, T, t, D, S, h0, h1, keys.data(), n, chunk, scale,
+                            scores.data(), acc.data(), op, H);
       }
-      attention_row_group(qp, kp + kv * S * D, vp + kv * S * D, T, t, D, S, h0, h1, keys.data(), n, chunk, scale,
-                          scores.data(), acc.data(), op, H);
-    }
   });
   return out;
 }
