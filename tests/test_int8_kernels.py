@@ -563,6 +563,39 @@ def test_32_value_formats_packed_in_sixteens_give_their_bits_on_every_path_row_a
     assert torch.equal(_bits(both[1]), _bits(gguf_kernels.linear_q8_on(x[:9], plain_other, other, 768, "scalar") + 1))
 
 
+def _cpu_vendor() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("vendor_id"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def test_weights_stream_past_an_amd_l3_and_the_prefetch_changes_no_bit():
+    """On AMD CPUs (an L3 of L2's victims) the VNNI kernels prefetch the weights of a one-pass call non-temporally,
+    elsewhere into L2: chosen at load; either way every packed layout gives its bits at 1, 8 (one pass) and 9+ rows."""
+    if gguf_kernels.missing_flag("avx512-vnni"):
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag('avx512-vnni')} (the VNNI kernels run where it has it)")
+    gguf_kernels.load()
+    chosen = gguf_kernels.set_nontemporal_weights(False)
+    try:
+        assert chosen == (_cpu_vendor() in ("AuthenticAMD", "HygonGenuine"))
+        rng = np.random.default_rng(3)
+        cases = [(gguf_kernels.repack_x16_32(torch.from_numpy(random_blocks("Q4_1", 48, 768, rng, 0.05)), 3),
+                  gguf_kernels.X16_32[3], 768),
+                 (gguf_kernels.repack_q4_k_x8(torch.from_numpy(random_blocks("Q4_K", 48, 768, rng, 0.05))),
+                  gguf_kernels.Q4_K_X8, 768)]
+        for blocks, type_id, width in cases:
+            x = torch.randn(17, width, generator=torch.Generator().manual_seed(type_id))
+            for rows in (1, 8, 17):
+                outputs = []
+                for nontemporal in (False, True):
+                    gguf_kernels.set_nontemporal_weights(nontemporal)
+                    outputs.append(gguf_kernels.linear_q8_on(x[:rows], blocks, type_id, width, "avx512-vnni"))
+                assert torch.equal(_bits(outputs[0]), _bits(outputs[1])), (type_id, rows)
+    finally:
+        gguf_kernels.set_nontemporal_weights(chosen)
+
+
 def _x16_32_value_byte(type_name, row, value, block):
     """(byte, bit) of the lowest bit of a row's value in group 0 of the X16_32 bytes (q32_x16.inc's layout)."""
     plain = TYPES[type_name]

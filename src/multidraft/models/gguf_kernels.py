@@ -355,6 +355,13 @@ def set_attention_wide(on: bool) -> bool:
     return bool(torch.ops.multidraft_gguf.set_attention_wide(on))
 
 
+def set_nontemporal_weights(on: bool) -> bool:
+    """Whether the VNNI kernels prefetch a one-pass call's weights non-temporally (on: chosen at load on AMD CPUs,
+    whose L3 takes L2's victims; off: into L2). The same bits either way; returns the previous setting. For tests
+    and A/B timings."""
+    return bool(torch.ops.multidraft_gguf.set_nontemporal_weights(on))
+
+
 def attention_with(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scaling: float,
                    chunk: int, parts: int) -> torch.Tensor:
     """attention with its schedule named (tests): keys per L1 chunk and jobs per KV head (0: the defaults)."""

@@ -15,6 +15,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+import numpy as np
 import torch
 from transformers import DynamicCache
 
@@ -127,6 +128,12 @@ class GrowingKVCache:
             self.values[layer] = self._grown(self.values[layer], end)
         return self.keys[layer], self.values[layer]
 
+    def rooms(self, layers: int, count: int, kv_heads: int, head_dim: int, like: torch.Tensor):
+        """room() of layers 0..layers-1 as (keys, values) lists: the cache's own lists when every layer has room."""
+        if len(self.keys) == layers and all(buffer.shape[2] >= self._length + count for buffer in self.keys):
+            return list(self.keys), list(self.values)
+        return layer_rooms(self, layers, count, kv_heads, head_dim, like)
+
     def _grown(self, buffer: torch.Tensor, needed: int) -> torch.Tensor:
         slots = 1 << (needed - 1).bit_length()
         grown = buffer.new_zeros((*buffer.shape[:2], slots, buffer.shape[3]))
@@ -193,6 +200,10 @@ class StaticArena:
         the native forward writes the rows at write_index itself); `count` is unused: the slots are fixed."""
         self._allocate(layer, like, kv_heads, head_dim, head_dim)
         return self.keys[layer], self.values[layer]
+
+    def rooms(self, layers: int, count: int, kv_heads: int, head_dim: int, like: torch.Tensor):
+        """room() of layers 0..layers-1 as (keys, values) lists."""
+        return layer_rooms(self, layers, count, kv_heads, head_dim, like)
 
     def _allocate(self, layer: int, like: torch.Tensor, kv_heads: int, key_dim: int, value_dim: int) -> None:
         """Lazy: a layer's buffers at its first forward, shapes and dtype from the model's own projections."""
@@ -278,6 +289,12 @@ class StaticKVCache:
         return self.dynamic
 
 
+def layer_rooms(cache, layers: int, count: int, kv_heads: int, head_dim: int, like: torch.Tensor):
+    """cache.room() of layers 0..layers-1 as (keys, values) lists."""
+    buffers = [cache.room(layer, count, kv_heads, head_dim, like) for layer in range(layers)]
+    return [keys for keys, _ in buffers], [values for _, values in buffers]
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Masks
 # ----------------------------------------------------------------------------------------------------------------
@@ -285,8 +302,11 @@ class StaticKVCache:
 def visible_keys(parents: Optional[Sequence[int]], past_length: int, num_new: int) -> torch.Tensor:
     """(T, past_length + T) bool on the host: each new row sees the cache, its ancestors (parents None: a chain,
     every row before it) and itself."""
+    if parents is None:             # key s <= past + t: one numpy comparison (a forward per token builds one)
+        return torch.from_numpy(np.arange(past_length + num_new)[None, :] <=
+                                past_length + np.arange(num_new)[:, None])
     allowed = torch.ones(num_new, past_length + num_new, dtype=torch.bool)
-    allowed[:, past_length:] = allowed[:, past_length:].tril() if parents is None else tree_ancestors(parents)
+    allowed[:, past_length:] = tree_ancestors(parents)
     return allowed
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+import numpy as np
 import torch
 
 from multidraft.models import gguf_kernels
@@ -181,12 +182,15 @@ class RotaryTable:
         that is a multiple of 32 guarantees; other head dimensions compute per forward."""
         if self.head_dim % 32:
             return self.rows(positions)
-        needed, (cos, sin) = int(positions.max()) + 1, self._tables     # one read: a pair grown together
+        listed = positions.tolist()
+        needed, (cos, sin) = max(listed) + 1, self._tables          # one read: a pair grown together
         if needed > cos.shape[0]:
             blocks = [self.rows(torch.arange(start, start + ROTARY_BLOCK))
                       for start in range(cos.shape[0], max(needed, 2 * cos.shape[0]), ROTARY_BLOCK)]
             cos, sin = torch.cat([cos] + [c for c, _ in blocks]), torch.cat([sin] + [s for _, s in blocks])
             self._tables = cos, sin
+        if listed == list(range(listed[0], listed[0] + len(listed))):     # a chain: rows of the tables, no copy
+            return cos[listed[0]:needed], sin[listed[0]:needed]
         return cos[positions], sin[positions]
 
     def rows(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -278,13 +282,12 @@ class NativeForward:
         start, row_slots = (cache.length, None) if growing else (0, getattr(cache, "write_index", None))
         if fused and self.fuse_stack and not heads_by_layer and all(layer == 0 for layer in hidden_layers) \
                 and (watch is None or not watch.checks_layers):
-            buffers = [cache.room(index, rows, self.kv_heads, self.head_dim, x) for index in range(len(self.layers))]
-            slots = buffers[0][0].shape[2]              # the layers grow together: one mask width for all
-            if all(keys.shape[2] == slots for keys, _ in buffers):
+            keys, values = cache.rooms(len(self.layers), rows, self.kv_heads, self.head_dim, x)
+            slots = keys[0].shape[2]                    # the layers grow together: one mask width for all
+            if all(layer_keys.shape[2] == slots for layer_keys in keys):
                 kinds = list(self.rotaries)
                 x, h = gguf_kernels.decoder_stack(x, h, *self._stack, [tables[kind][0] for kind in kinds],
-                                                  [tables[kind][1] for kind in kinds], [k for k, _ in buffers],
-                                                  [v for _, v in buffers], start,
+                                                  [tables[kind][1] for kind in kinds], keys, values, start,
                                                   [_widened(visible_by_kind[kind], slots) for kind in kinds],
                                                   self._kind_index, self.scaling, row_slots)
                 return self._head(out, h, keep_rows, prefill)
@@ -372,7 +375,11 @@ class NativeForward:
 def _widened(visible: torch.Tensor, slots: int) -> torch.Tensor:
     """The (T, S) visibility padded with unseen columns to a cache's `slots` (an arena's or a grown buffer's slots
     past the mask's width are never visible)."""
-    return visible if visible.shape[1] == slots else torch.nn.functional.pad(visible, (0, slots - visible.shape[1]))
+    if visible.shape[1] == slots:
+        return visible
+    wide = np.zeros((visible.shape[0], slots), dtype=bool)          # numpy: a few microseconds less than pad's
+    wide[:, :visible.shape[1]] = visible.numpy()
+    return torch.from_numpy(wide)
 
 
 def _fused_layer(layer: _Layer, norm_after: tuple) -> Optional[tuple]:

@@ -244,15 +244,15 @@ class LM:
         demand; attention_rows.py); `attention_rows` picks which query rows to keep.
         """
         start = time.perf_counter()
-        past = cache.length
+        past, device = cache.length, self.device
         if inputs_embeds is None:
             if token_ids is None or len(token_ids) == 0:
                 raise ValueError("forward needs at least one new token")
-            input_ids = torch.as_tensor([list(token_ids)], dtype=torch.long, device=self.device)
+            input_ids = torch.as_tensor([list(token_ids)], dtype=torch.long, device=device)
             num_new = input_ids.shape[1]
             model_inputs = {"input_ids": input_ids}
         else:
-            embeds = inputs_embeds.to(device=self.device, dtype=self.dtype)
+            embeds = inputs_embeds.to(device=device, dtype=self.dtype)
             num_new = embeds.shape[0]
             model_inputs = {"inputs_embeds": embeds[None]}
         if past + num_new > self.context_length:
@@ -267,11 +267,11 @@ class LM:
             if max(positions) >= self.context_length:
                 raise PromptError(f"the draft would reach position {max(positions)}, beyond the context of "
                                   f"{self.name} ({self.context_length}); shorten the prompt or lower max_new_tokens")
-            position_ids = torch.tensor([list(positions)], device=self.device)
+            position_ids = torch.tensor([list(positions)], device=device)
         elif is_tree:
-            position_ids = torch.tensor([[past + d for d in tree_depths(parents)]], device=self.device)
+            position_ids = torch.tensor([[past + d for d in tree_depths(parents)]], device=device)
         else:
-            position_ids = torch.arange(past, past + num_new, device=self.device)[None]
+            position_ids = torch.arange(past, past + num_new, device=device)[None]
         cache = self._fit_static(cache, num_new)
         if visible is not None and isinstance(cache, StaticKVCache):
             raise InvalidOptionError("a forward with `visible` needs an eager cache: lm.new_cache(dynamic=True)")

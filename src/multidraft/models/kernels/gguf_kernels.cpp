@@ -329,6 +329,20 @@ inline void prefetch_lines(const char* p, int bytes) {
 // groups (packed Q4_K, ~19 KB) ahead: Q6_K 1 row 687-740 -> 512-529 us, 4 rows 864-924 -> 661-670; packed Q4_K on
 // the tile kernel 8 rows 695 -> 515, 16 rows 908 -> 681; one row with x8_rows 403-411 -> 381 (on Zen 3 the
 // distance, T0, had made no difference; T1 was not timed there).
+// Whether the VNNI kernels prefetch the weights of a one-pass call non-temporally (prefetch_weight); set at load.
+std::atomic<bool> nontemporal_weights{false};
+
+// A weight line a VNNI kernel reads soon. A call that reads its matrix once (at most 8 input rows: one pass over each
+// slice) asks for it non-temporally where nontemporal_weights is on (AMD CPUs, whose L3 takes every line L2 evicts:
+// a model streamed through it evicts the KV cache, the activations and the interpreter's code and data every
+// forward; Zen 5, 2 threads, alternating in one process: smollm2-135m's 1-row forward -7% (median), the 1.5B's -2 to
+// -4%). Otherwise, and where the rows come back to a slice (9+ inputs read it again from L2), prefetcht1: into L2, as
+// tuned on a Xeon, where prefetcht0 held the line-fill buffers.
+inline void prefetch_weight(const char* p, bool once) {
+  if (once && nontemporal_weights.load(std::memory_order_relaxed)) _mm_prefetch(p, _MM_HINT_NTA);
+  else _mm_prefetch(p, _MM_HINT_T1);
+}
+
 inline void prefetch_l2(const char* p, int bytes) {
   for (int offset = 0; offset < bytes; offset += 64) _mm_prefetch(p + offset, _MM_HINT_T1);
 }
@@ -999,6 +1013,7 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("q8_packs_32(int path) -> bool", &q8_packs_32);
   m.def("set_q8_path(int path) -> int", &set_q8_path);
   m.def("set_attention_wide(bool on) -> bool", &set_attention_wide);
+  m.def("set_nontemporal_weights(bool on) -> bool", &set_nontemporal_weights);
   m.def("q8_quantize(Tensor x, int block, bool scalar) -> (Tensor, Tensor, Tensor, Tensor)", &q8_quantize);
   m.def("dequantize(Tensor blocks, int type, int K, Tensor ids) -> Tensor");
   m.def("repack_q4_k_x8(Tensor blocks) -> Tensor");
