@@ -332,15 +332,23 @@ inline void prefetch_lines(const char* p, int bytes) {
 // Whether the VNNI kernels prefetch the weights of a one-pass call non-temporally (prefetch_weight); set at load.
 std::atomic<bool> nontemporal_weights{false};
 
-// A weight line a VNNI kernel reads soon. A call that reads its matrix once (at most 8 input rows: one pass over each
-// slice) asks for it non-temporally where nontemporal_weights is on (AMD CPUs, whose L3 takes every line L2 evicts:
-// a model streamed through it evicts the KV cache, the activations and the interpreter's code and data every
-// forward; Zen 5, 2 threads, alternating in one process: smollm2-135m's 1-row forward -7% (median), the 1.5B's -2 to
-// -4%). Otherwise, and where the rows come back to a slice (9+ inputs read it again from L2), prefetcht1: into L2, as
-// tuned on a Xeon, where prefetcht0 held the line-fill buffers.
-inline void prefetch_weight(const char* p, bool once) {
-  if (once && nontemporal_weights.load(std::memory_order_relaxed)) _mm_prefetch(p, _MM_HINT_NTA);
-  else _mm_prefetch(p, _MM_HINT_T1);
+// A weight line a VNNI kernel reads soon: non-temporally (NTA) or into L2. A call that reads its matrix once (at
+// most 8 input rows: one pass over each slice) takes NTA where nontemporal_weights is on (AMD CPUs, whose L3 takes
+// every line L2 evicts: a model streamed through it evicts the KV cache, the activations and the interpreter's code
+// and data every forward; Zen 5, 2 threads, alternating in one process: smollm2-135m's 1-row forward -6%, gemma3's
+// -8% (median), the 1.5B's -2 to -4%). Otherwise, and where the rows come back to a slice (9+ inputs read it again
+// from L2), prefetcht1, as tuned on a Xeon, where prefetcht0 held the line-fill buffers. The hint is a template
+// argument of the kernels (with_weight_hint): a test in their inner loop slowed the 1.5B's 8-row forward by a fifth.
+template <bool NTA>
+inline void prefetch_weight(const char* p) {
+  _mm_prefetch(p, NTA ? _MM_HINT_NTA : _MM_HINT_T1);
+}
+
+// f(std::bool_constant<NTA>()) with NTA for a call of M input rows.
+template <typename F>
+void with_weight_hint(int64_t M, F&& f) {
+  if (M <= 8 && nontemporal_weights.load(std::memory_order_relaxed)) f(std::true_type());
+  else f(std::false_type());
 }
 
 inline void prefetch_l2(const char* p, int bytes) {
