@@ -107,7 +107,9 @@ def test_attention_bits_do_not_depend_on_its_schedule():
     without a tail of 8 lanes, with masked keys and a row that sees nothing. Chunks of 4 score each key alone,
     longer ones eight keys at a time (hsum8): the two reductions must give the same bits."""
     generator = torch.Generator().manual_seed(7)
-    for heads, kv_heads, rows, keys, dim in ((12, 2, 2, 150, 128), (6, 3, 3, 70, 36), (4, 4, 1, 9, 64)):
+    # (71, 1, ...): multi-query attention with more query heads on one KV head than a small buffer would hold
+    for heads, kv_heads, rows, keys, dim in ((12, 2, 2, 150, 128), (6, 3, 3, 70, 36), (4, 4, 1, 9, 64),
+                                             (71, 1, 2, 40, 16)):
         q = torch.randn(heads, rows, dim, generator=generator)
         k, v = torch.randn(kv_heads, keys, dim, generator=generator), torch.randn(kv_heads, keys, dim, generator=generator)
         visible = torch.rand(rows, keys, generator=generator) < 0.8

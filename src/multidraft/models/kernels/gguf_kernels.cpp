@@ -737,24 +737,24 @@ inline void exp_shifted(float* sc, int64_t n, float best) {
   }
 }
 
-// total[j] = sc[j * S + 0] + sc[j * S + 1] + ... + sc[j * S + n - 1], each added in index order (the softmax's total:
-// a sequential sum, whose order is part of the arithmetic), for `count` rows of scores at once: the rows' chains are
-// independent, so C of them interleaved cost about one's latency.
+// total[j * stride] = sc[j * S + 0] + sc[j * S + 1] + ... + sc[j * S + n - 1], each added in index order (the
+// softmax's total: a sequential sum, whose order is part of the arithmetic), for `count` rows of scores at once: the
+// rows' chains are independent, so C of them interleaved cost about one's latency.
 template <int C>
-inline void sequential_sums(const float* sc, int64_t S, int64_t n, float* total) {
+inline void sequential_sums(const float* sc, int64_t S, int64_t n, float* total, int64_t stride) {
   float t[C];
   for (int j = 0; j < C; ++j) t[j] = 0.f;
   for (int64_t i = 0; i < n; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < C; ++j) t[j] += sc[j * S + i];
-  for (int j = 0; j < C; ++j) total[j] = t[j];
+  for (int j = 0; j < C; ++j) total[j * stride] = t[j];
 }
-inline void sequential_sums(const float* sc, int64_t S, int64_t count, int64_t n, float* total) {
+inline void sequential_sums(const float* sc, int64_t S, int64_t count, int64_t n, float* total, int64_t stride) {
   int64_t j = 0;
-  for (; j + 4 <= count; j += 4) sequential_sums<4>(sc + j * S, S, n, total + j);
-  if (count - j == 3) sequential_sums<3>(sc + j * S, S, n, total + j);
-  else if (count - j == 2) sequential_sums<2>(sc + j * S, S, n, total + j);
-  else if (count - j == 1) sequential_sums<1>(sc + j * S, S, n, total + j);
+  for (; j + 4 <= count; j += 4) sequential_sums<4>(sc + j * S, S, n, total + j * stride, stride);
+  if (count - j == 3) sequential_sums<3>(sc + j * S, S, n, total + j * stride, stride);
+  else if (count - j == 2) sequential_sums<2>(sc + j * S, S, n, total + j * stride, stride);
+  else if (count - j == 1) sequential_sums<1>(sc + j * S, S, n, total + j * stride, stride);
 }
 #pragma GCC pop_options
 
@@ -882,10 +882,9 @@ void attention_row_group(const float* qp, const float* kbase, const float* vbase
                       scores + (h - h0) * S + c, scores + (h + 1 - h0) * S + c);
     for (; h < h1; ++h) key_scores(qp + (h * T + t) * D, kbase, D, keys + c, m, scale, scores + (h - h0) * S + c);
   }
-  float totals[64];                                   // a KV head's query heads (at most 64: checked by the caller)
   for (int64_t h = h0; h < h1; ++h) exp_shifted(scores + (h - h0) * S, n, largest(scores + (h - h0) * S, n));
-  sequential_sums(scores, S, h1 - h0, n, totals);
-  for (int64_t h = h0; h < h1; ++h) acc[(h - h0) * (D + 1) + D] = 1.f / totals[h - h0];
+  sequential_sums(scores, S, h1 - h0, n, acc + D, D + 1);     // each head's total, then its inverse, at acc[.. + D]
+  for (int64_t h = h0; h < h1; ++h) acc[(h - h0) * (D + 1) + D] = 1.f / acc[(h - h0) * (D + 1) + D];
   for (int64_t c = 0; c < n; c += chunk) {
     const int64_t m = std::min(chunk, n - c);
     const int64_t d_pairs = wide ? D8 & ~int64_t(63) : 0;   // dimensions below it done two heads at a time
@@ -969,7 +968,6 @@ at::Tensor attention_with(const at::Tensor& q_in, const at::Tensor& k_in, const 
   const int64_t H = q.size(0), T = q.size(1), D = q.size(2), KVH = k.size(0), S = k.size(1);
   TORCH_CHECK(H % KVH == 0 && v.size(1) == S && visible.size(0) == T && visible.size(1) == S,
               "invariant_attention: shape mismatch");
-  TORCH_CHECK(H / KVH <= 64, "invariant_attention: at most 64 query heads per KV head");
   auto out = at::empty({T, H, D}, q.options());
   const int64_t group = H / KVH;
   if (chunk <= 0) chunk = std::max<int64_t>(4, (int64_t(4096) / std::max<int64_t>(D, 1)) & ~int64_t(3));
