@@ -50,23 +50,27 @@ class ForwardCosts:
 
     def relative(self, num_new: int) -> float:
         """cost(num_new) / cost(1); 1.0 while a 1-token forward is not measured. Non-decreasing in num_new."""
-        return self.relatives_up_to(num_new)[num_new]
+        measured, one = self._snapshot()
+        return 1.0 if one is None else _cost(measured, num_new) / one
 
     def relatives_up_to(self, largest: int) -> list[float]:
         """[n] = relative(n) for n = 0..largest, from one snapshot (a step's draft-length choice reads dozens)."""
-        with self._lock:
-            measured, one = sorted(self.seconds.items()), self.seconds.get(1)
+        measured, one = self._snapshot()
         return [1.0 if one is None else _cost(measured, n) / one for n in range(largest + 1)]
 
     def cost(self, num_new: int) -> float:
         """Seconds of a forward of num_new tokens (see _cost); 1.0 while nothing is measured."""
-        return self.costs_up_to(num_new)[num_new]
+        return _cost(self._snapshot()[0], num_new)
 
     def costs_up_to(self, largest: int) -> list[float]:
         """[n] = cost(n) for n = 0..largest, from one snapshot."""
-        with self._lock:
-            measured = sorted(self.seconds.items())
+        measured = self._snapshot()[0]
         return [_cost(measured, n) for n in range(largest + 1)]
+
+    def _snapshot(self) -> tuple[list[tuple[int, float]], Optional[float]]:
+        """The measured (size, seconds) sorted by size, and a 1-token forward's seconds (None: not measured)."""
+        with self._lock:
+            return sorted(self.seconds.items()), self.seconds.get(1)
 
 
 def _cost(measured: list[tuple[int, float]], num_new: int) -> float:
