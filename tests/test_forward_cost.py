@@ -16,11 +16,9 @@ pytestmark = pytest.mark.skipif(not gguf_kernels.load(progress=False),
                                 reason=f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
 
 
-def forward_cost_bandwidth(threads):
-    return ORIGINAL_BANDWIDTH(threads, megabytes=64)         # the real measurement, on a small buffer
-
-
-ORIGINAL_BANDWIDTH = forward_cost.read_bandwidth
+class SmallProbe(forward_cost.ReadProbe):
+    def __init__(self):
+        super().__init__(megabytes=64)                       # the real measurement, on a small buffer
 
 
 def test_forward_cost_writes_rows_trees_and_shares_per_runner_and_path(monkeypatch, tmp_path):
@@ -31,7 +29,7 @@ def test_forward_cost_writes_rows_trees_and_shares_per_runner_and_path(monkeypat
     path = write_tiny_gguf(folder, "qwen2", "Q4_K", seed=3)
     lm = LM(load_quantized_model(folder, path, activations="q8"), make_tokenizer(), name="tiny", runner="quantized-q8")
     monkeypatch.setattr(forward_cost, "runner_views", lambda _lm, runners, *rest: {r: lm for r in runners})
-    monkeypatch.setattr(forward_cost, "read_bandwidth", lambda threads: forward_cost_bandwidth(threads))
+    monkeypatch.setattr(forward_cost, "ReadProbe", SmallProbe)
     out = tmp_path / "cost.json"
     assert main(["bench", "forward-cost", "--model", "tiny", "--runners", "quantized-q8", "--isa", "avx2,scalar",
                  "--chains", "1,2", "--trees", "2x1", "--reps", "1", "--prefix", "4", "--threads", "1",
@@ -41,7 +39,12 @@ def test_forward_cost_writes_rows_trees_and_shares_per_runner_and_path(monkeypat
     for entry in figures["runners"].values():
         assert set(entry["rows"]) == {"1", "2"} and set(entry["trees"]) == {"2x1"}
         assert entry["rows"]["1"]["ms"] > 0 and entry["trees"]["2x1"]["nodes"] == 3
-        assert 0 < entry["bandwidth_share"] and 0 <= entry["outside_linears_share"] < 1
+        assert 0 < entry["bandwidth_share"] and 0 < entry["bandwidth_share_pair_median"]
+        assert 0 < entry["read_bandwidth_gbps"] <= figures["read_bandwidth_gbps"]
+        assert 0 <= entry["outside_linears_share"] < 1
+        parts = entry["outside_linears"]
+        assert parts["attention"] > 0 and parts["layer_steps"] >= 0    # HF's modules run this runner's norms
+        assert abs(parts["attention"] + parts["layer_steps"] + parts["other"] - entry["outside_linears_share"]) < 1e-9
     assert gguf_kernels.isa() != "scalar"                  # the path is put back after its rows
 
 

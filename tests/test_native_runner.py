@@ -417,20 +417,22 @@ def test_fused_layers_negative_control_a_nudged_residual_is_seen(monkeypatch, na
     assert float((changed - expected).abs().max()) <= 1e-2 * float(expected.abs().max())
 
 
-def test_linear_time_counts_the_linears_the_fused_layer_calls():
-    """forward-cost's outside-the-linears share reads the kernels' own clock: it counts the linears a fused layer
-    calls from C++ while on, and nothing while off."""
+def test_stage_times_count_the_ops_the_fused_layers_call():
+    """forward-cost's outside-the-linears share reads the kernels' own clocks: while on, they count the linears,
+    the attention and the elementwise steps a fused layer (and the fused stack) calls from C++; nothing while off."""
     ours = tiny_gguf_lm("qwen2", "Q4_K", seed=3, runner="native")
     cache = ours.new_cache()
     ours.forward(cache, PROMPT[:12])
-    gguf_kernels.linear_time(False)
-    ours.forward(cache, [5])
-    assert gguf_kernels.linear_time(True) == 0
-    ours.forward(cache, [6])
-    spent = gguf_kernels.linear_time(False)
-    assert spent > 0
-    ours.forward(cache, [7])
-    assert gguf_kernels.linear_time(False) == 0
+    for stack in (True, False):
+        ours.runner_object.native.fuse_stack = stack
+        gguf_kernels.stage_times(False)
+        ours.forward(cache, [5])
+        assert set(gguf_kernels.stage_times(True).values()) == {0}
+        ours.forward(cache, [6])
+        spent = gguf_kernels.stage_times(False)
+        assert list(spent) == ["linears", "attention", "layer steps"] and min(spent.values()) > 0
+        ours.forward(cache, [7])
+        assert set(gguf_kernels.stage_times(False).values()) == {0}
 
 
 def test_unsupported_architectures_stay_on_hf_modules():

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import statistics
 import time
 from typing import Optional
 
@@ -87,16 +88,17 @@ def is_gguf_runner(runner: str) -> bool:
     return runner.split("@")[0] in GGUF_RUNNERS
 
 
-def read_bandwidth(threads: int, megabytes: int = 1024) -> float:
-    """GB/s of one streaming read (a sum over a buffer far larger than the caches), best of 5."""
-    buffer = torch.ones(megabytes * 2 ** 20 // 4)
-    buffer.sum()
-    times = []
-    for _ in range(5):
+class ReadProbe:
+    """The machine's read bandwidth: one streaming read (a sum over a buffer far larger than the caches) per call."""
+
+    def __init__(self, megabytes: int = 1024):
+        self.buffer = torch.ones(megabytes * 2 ** 20 // 4)
+        self.buffer.sum()
+
+    def gbps(self) -> float:
         start = time.perf_counter()
-        buffer.sum()
-        times.append(time.perf_counter() - start)
-    return buffer.numel() * 4 / min(times) / 1e9
+        self.buffer.sum()
+        return self.buffer.numel() * 4 / (time.perf_counter() - start) / 1e9
 
 
 def weight_bytes_per_token(lm: LM) -> int:
@@ -170,32 +172,66 @@ def isa_of(runner: str):
 
 
 @contextlib.contextmanager
-def linear_timer():
-    """Inside: the GGUF linear kernels timed where they run (in C++, so the linears the fused decoder layer calls
-    count too); yields a one-item list of seconds, filled on exit."""
+def stage_timer():
+    """Inside: the kernel ops timed by stage where they run (in C++, so the ops the fused decoder layers call count
+    too: the linears, the attention, the layers' elementwise steps); yields a dict of seconds per stage, filled on
+    exit."""
     from multidraft.models import gguf_kernels
-    spent = [0.0]
-    gguf_kernels.linear_time(True)
+    spent: dict = {}
+    gguf_kernels.stage_times(True)
     try:
         yield spent
     finally:
-        spent[0] = gguf_kernels.linear_time(False) / 1e9
+        spent.update({stage: ns / 1e9 for stage, ns in gguf_kernels.stage_times(False).items()})
 
 
-def outside_linears_share(view, runner: str, reps: int, prefix: int = 300) -> Optional[float]:
-    """The share of a 1-token forward's wall time spent outside the GGUF linears (None: no GGUF linears here)."""
+def outside_linears(view, runner: str, reps: int, prefix: int = 300) -> Optional[dict]:
+    """Where a 1-token forward's wall time outside the GGUF linears goes, from the rep with the least of it:
+    {"share": its share of the forward, then the shares of the attention, the layers' elementwise steps and the
+    rest (Python, the embedding, torch's small ops)}; None where no GGUF linear ran."""
     cache = view.new_cache()
     with isa_of(runner):
         view.forward(cache, tokens(view, 1000, prefix), logits_rows=slice(-1, None))
-        shares = []
-        for _ in range(reps + 1):
-            with linear_timer() as spent:
+        best = None
+        for rep in range(reps + 1):
+            with stage_timer() as spent:
                 start = time.perf_counter()
                 view.forward(cache, tokens(view, 2000, 1))
                 total = time.perf_counter() - start
             cache.crop(prefix)
-            shares.append(None if spent[0] == 0 else (total - spent[0]) / total)
-    return None if shares[-1] is None else min(shares[1:])
+            if spent["linears"] == 0:
+                return None
+            outside = {"share": (total - spent["linears"]) / total, "attention": spent["attention"] / total,
+                       "layer_steps": spent["layer steps"] / total}
+            outside["other"] = outside["share"] - outside["attention"] - outside["layer_steps"]
+            if rep and (best is None or outside["share"] < best["share"]):      # rep 0 warms up
+                best = outside
+    return best
+
+
+def bandwidth_pairs(view, runner: str, probe: ReadProbe, rounds: int, prefix: int = 300) -> dict:
+    """A 1-token forward's share of the read bandwidth, the two measured in the same minutes: per round one probe,
+    then the best of three forwards (a shared VM's bandwidth moves 2x from one second to the next, so one probe
+    taken before the forwards made the share a coin toss). -> read_bandwidth_gbps (the best probe), bandwidth_share
+    (the best forward against the best probe) and bandwidth_share_pair_median (each round's forward against its own
+    probe, the median)."""
+    streamed = weight_bytes_per_token(view)
+    cache = view.new_cache()
+    probes, forwards = [], []
+    with isa_of(runner):
+        view.forward(cache, tokens(view, 1000, prefix), logits_rows=slice(-1, None))
+        for _ in range(max(rounds, 1)):
+            probes.append(probe.gbps() * 1e9)
+            times = []
+            for _ in range(3):
+                start = time.perf_counter()
+                view.forward(cache, tokens(view, 2000, 1))
+                times.append(time.perf_counter() - start)
+                cache.crop(prefix)
+            forwards.append(min(times))
+    return {"read_bandwidth_gbps": max(probes) / 1e9,
+            "bandwidth_share": streamed / min(forwards) / max(probes),
+            "bandwidth_share_pair_median": statistics.median(streamed / t / b for t, b in zip(forwards, probes))}
 
 
 def linear_curve(threads: int, reps: int, cpu_time: bool = False) -> None:
@@ -256,11 +292,9 @@ def run(args) -> int:
         lm = None if all(is_gguf_runner(r) for r in runners) else multidraft.load_model(
             args.model, dtype=args.dtype, device=args.device, runner="eager")
     views = runner_views(lm, runners, args.model, args.dtype)
-    bandwidth = None if args.no_bandwidth else read_bandwidth(args.threads)
-    if bandwidth:
-        print(f"read bandwidth ({args.threads} threads, 1 GiB sum): {bandwidth:.1f} GB/s", flush=True)
     best = time_shapes(views, runners, shapes, args.reps, args.cpu_time, args.prefix)
-    figures = summarize(views, runners, shapes, best, bandwidth, args)
+    probe = None if args.no_bandwidth else ReadProbe()
+    figures = summarize(views, runners, shapes, best, probe, args)
     print_table(views, runners, shapes, best, figures, args)
     if args.json:
         with atomic_path(args.json) as target:                # never a half-written file
@@ -290,17 +324,22 @@ def forward_shapes(chains: str, trees: str) -> list:
     return shapes
 
 
-def summarize(views: dict, runners: list[str], shapes, best: dict, bandwidth: Optional[float], args) -> dict:
-    """The --json figures: per runner its rows (chains) and trees in ms, bandwidth_share, outside_linears_share."""
+def summarize(views: dict, runners: list[str], shapes, best: dict, probe: Optional[ReadProbe], args) -> dict:
+    """The --json figures: per runner its rows (chains) and trees in ms, its 1-token forward's share of the read
+    bandwidth (measured beside it: bandwidth_pairs) and outside_linears_share with where that time goes."""
     first = next(iter(views.values()))
     out = {"model": first.name, "dtype": args.dtype, "threads": args.threads, "cpu_time": args.cpu_time,
-           "read_bandwidth_gbps": bandwidth, "load": os.popen("uptime").read().strip(), "runners": {}}
+           "read_bandwidth_gbps": None, "load": os.popen("uptime").read().strip(), "runners": {}}
     for runner in runners:
         one = best[runner]["chain 1"]
-        streamed = weight_bytes_per_token(views[runner])
-        entry = {"rows": {}, "trees": {}, "weight_bytes": streamed,
-                 "bandwidth_share": streamed / (bandwidth * 1e9) / one if bandwidth else None,
-                 "outside_linears_share": outside_linears_share(views[runner], runner, args.reps, args.prefix)}
+        entry = {"rows": {}, "trees": {}, "weight_bytes": weight_bytes_per_token(views[runner]),
+                 "read_bandwidth_gbps": None, "bandwidth_share": None, "bandwidth_share_pair_median": None}
+        if probe is not None:
+            entry.update(bandwidth_pairs(views[runner], runner, probe, max(args.reps, 10), args.prefix))
+            out["read_bandwidth_gbps"] = max(out["read_bandwidth_gbps"] or 0, entry["read_bandwidth_gbps"])
+        outside = outside_linears(views[runner], runner, args.reps, args.prefix)
+        entry["outside_linears_share"] = None if outside is None else outside.pop("share")
+        entry["outside_linears"] = outside
         for label, parents in shapes:
             kind, size = label.split(" ")[:2]
             target = entry["rows"] if kind == "chain" else entry["trees"]
@@ -322,7 +361,12 @@ def print_table(views: dict, runners: list[str], shapes, best: dict, figures: di
         entry = figures["runners"][runner]
         line = f"{runner}: {entry['weight_bytes'] / 1e9:.2f} GB of weights per forward"
         if entry["bandwidth_share"] is not None:
-            line += f"; the 1-token forward runs at {entry['bandwidth_share'] * 100:.0f}% of the read bandwidth"
+            line += (f"; the 1-token forward runs at {entry['bandwidth_share'] * 100:.0f}% of the read bandwidth "
+                     f"({entry['read_bandwidth_gbps']:.1f} GB/s, both the best of the same minutes; median of "
+                     f"rounds {entry['bandwidth_share_pair_median'] * 100:.0f}%)")
         if entry["outside_linears_share"] is not None:
-            line += f"; {entry['outside_linears_share'] * 100:.0f}% of it outside the GGUF linears"
+            parts = entry["outside_linears"]
+            line += (f"; {entry['outside_linears_share'] * 100:.0f}% of it outside the GGUF linears (attention "
+                     f"{parts['attention'] * 100:.0f}%, norms / rotary / activation {parts['layer_steps'] * 100:.0f}%,"
+                     f" the rest {parts['other'] * 100:.0f}%)")
         print(line)

@@ -412,9 +412,13 @@ def decoder_stack(x: torch.Tensor, h: torch.Tensor, blocks: list, types: list, b
                                                    float(scaling), row_slots)
 
 
-def linear_time(on: bool) -> int:
-    """Switch the linear kernels' own timing on or off; the nanoseconds they spent since the previous call."""
-    return int(torch.ops.multidraft_gguf.linear_time(bool(on)))
+STAGES = ("linears", "attention", "layer steps")
+
+
+def stage_times(on: bool) -> dict:
+    """Switch the kernel ops' own timing on or off; the nanoseconds each stage spent since the previous call: the
+    linears, the attention, the layers' elementwise steps (norms, rotary, the gated activation)."""
+    return dict(zip(STAGES, (int(ns) for ns in torch.ops.multidraft_gguf.stage_times(bool(on)))))
 
 
 def all_finite(x: torch.Tensor) -> bool:

@@ -537,26 +537,32 @@ void for_row_groups(int64_t M, int64_t N, F&& rows) {
   });
 }
 
-// Time spent in the linear ops, summed while switched on (`multidraft bench forward-cost`: the share of a forward
-// outside the linears, including those the fused decoder layer calls from C++); off, one relaxed load per call.
-std::atomic<bool> linear_timing{false};
-std::atomic<int64_t> linear_nanoseconds{0};
+// Time spent in the kernel ops by stage, summed while switched on (`multidraft bench forward-cost`: where a forward's
+// time outside the linears goes, counting the ops the fused decoder layer calls from C++): the linears, the
+// attention, the layers' elementwise steps (norms, rotary, the gated activation); off, one relaxed load per call.
+enum Stage { STAGE_LINEARS = 0, STAGE_ATTENTION = 1, STAGE_LAYER_STEPS = 2, STAGES = 3 };
+std::atomic<bool> stage_timing{false};
+std::atomic<int64_t> stage_nanoseconds[STAGES] = {};
 
-struct LinearClock {
-  const bool on = linear_timing.load(std::memory_order_relaxed);
+template <Stage S>
+struct StageClock {
+  const bool on = stage_timing.load(std::memory_order_relaxed);
   const std::chrono::steady_clock::time_point start = on ? std::chrono::steady_clock::now()
                                                          : std::chrono::steady_clock::time_point();
-  ~LinearClock() {
+  ~StageClock() {
     if (on)
-      linear_nanoseconds += std::chrono::duration_cast<std::chrono::nanoseconds>(
+      stage_nanoseconds[S] += std::chrono::duration_cast<std::chrono::nanoseconds>(
           std::chrono::steady_clock::now() - start).count();
   }
 };
+using LinearClock = StageClock<STAGE_LINEARS>;
 
-// Switches the timing on or off; returns the nanoseconds summed since the previous call (and starts again at 0).
-int64_t linear_time(bool on) {
-  linear_timing = on;
-  return linear_nanoseconds.exchange(0);
+// Switches the timing on or off; returns each stage's nanoseconds summed since the previous call (then 0 again).
+std::vector<int64_t> stage_times(bool on) {
+  stage_timing = on;
+  std::vector<int64_t> spent(STAGES);
+  for (int s = 0; s < STAGES; ++s) spent[s] = stage_nanoseconds[s].exchange(0);
+  return spent;
 }
 
 // x (..., K) -> an empty (..., N) of the same options.
@@ -961,6 +967,7 @@ std::vector<std::pair<int64_t, int64_t>> attention_jobs(const bool* visible, int
 // attention_with op lets tests vary them).
 at::Tensor attention_with(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
                           const at::Tensor& visible_in, double scaling, int64_t chunk, int64_t parts) {
+  const StageClock<STAGE_ATTENTION> clock;
   auto q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
   auto visible = visible_in.to(at::kBool).contiguous();
   TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
@@ -1039,7 +1046,7 @@ TORCH_LIBRARY(multidraft_gguf, m) {
         "float[] eps, Tensor[] cos, Tensor[] signed_sin, Tensor(a!)[] keys, Tensor(b!)[] values, int start, "
         "Tensor[] visible, int[] kinds, float scaling, Tensor? row_slots=None) -> (Tensor, Tensor)");
   m.def("all_finite(Tensor x) -> bool");
-  m.def("linear_time(bool on) -> int", &linear_time);
+  m.def("stage_times(bool on) -> int[]", &stage_times);
 }
 TORCH_LIBRARY_IMPL(multidraft_gguf, CPU, m) {
   m.impl("linear", &gguf_linear);
