@@ -77,6 +77,24 @@ def test_attention_matches_softmax_and_each_row_only_sees_its_keys():
         assert torch.equal(alone[0], out[t])
 
 
+def test_attention_mask_may_stop_before_the_cache_slots_but_not_past_them():
+    """A cache hands over its spare slots: a mask narrower than the keys leaves the slots past it unseen, the bits of
+    the same mask padded with False (the native forward passes masks as wide as the keys they show); a cache layer's
+    (1, KVH, S, D) buffer is taken as it is. A mask wider than the keys is refused."""
+    torch.manual_seed(1)
+    q, k, v = torch.randn(6, 3, 64), torch.randn(2, 40, 64), torch.randn(2, 40, 64)
+    visible = torch.rand(3, 29) < 0.7
+    visible[:, 0] = True
+    padded = torch.nn.functional.pad(visible, (0, 11))
+    expected = gguf_kernels.attention(q, k, v, padded, 0.125)
+    assert torch.equal(gguf_kernels.attention(q, k, v, visible, 0.125), expected)
+    assert torch.equal(gguf_kernels.attention(q, k[None], v[None], visible, 0.125), expected)
+    k[:, 29:] = float("nan")                            # what lies past the mask is never read into a result
+    assert torch.equal(gguf_kernels.attention(q, k, v, visible, 0.125), expected)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        gguf_kernels.attention(q, k[:, :28], v[:, :28], visible, 0.125)
+
+
 def test_attention_softmax_weights_match_softmax_at_every_key_count_and_nan_stays_nan():
     """The softmax numerators come from the kernel's own exp (fixed fp32 steps, no libm): the weights are softmax's
     to 1e-6 relative at every key count (the last, partial vector of 8 included), one key alone gets weight 1 exactly,

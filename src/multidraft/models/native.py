@@ -282,20 +282,18 @@ class NativeForward:
         if fused and self.fuse_stack and not heads_by_layer and all(layer == 0 for layer in hidden_layers) \
                 and (watch is None or not watch.checks_layers):
             keys, values = cache.rooms(len(self.layers), rows, self.kv_heads, self.head_dim, x)
-            slots = keys[0].shape[2]                    # the layers grow together: one mask width for all
-            if all(layer_keys.shape[2] == slots for layer_keys in keys):
-                kinds = list(self.rotaries)
-                x, h = gguf_kernels.decoder_stack(x, h, *self._stack, [tables[kind][0] for kind in kinds],
-                                                  [tables[kind][1] for kind in kinds], keys, values, start,
-                                                  [_widened(visible_by_kind[kind], slots) for kind in kinds],
-                                                  self._kind_index, self.scaling, row_slots)
-                return self._head(out, h, keep_rows, prefill)
+            kinds = list(self.rotaries)                 # a mask as wide as the keys it shows: slots past it unseen
+            x, h = gguf_kernels.decoder_stack(x, h, *self._stack, [tables[kind][0] for kind in kinds],
+                                              [tables[kind][1] for kind in kinds], keys, values, start,
+                                              [visible_by_kind[kind] for kind in kinds], self._kind_index,
+                                              self.scaling, row_slots)
+            return self._head(out, h, keep_rows, prefill)
         for index, layer in enumerate(self.layers):
             if watch is not None:
                 watch.before_layer()
             if fused:                                   # the steps below in one kernel op, the same bits
                 keys, values = cache.room(index, rows, self.kv_heads, self.head_dim, x)
-                seen = visible_by_kind[layer.kind] = _widened(visible_by_kind[layer.kind], keys.shape[2])
+                seen = visible_by_kind[layer.kind]
                 x, h, q = gguf_kernels.decoder_layer(x, h, *self._fused[index], *tables[layer.kind], keys, values,
                                                      start, seen, self.scaling, row_slots)
                 self._captures(out, index, q, keys[0], width, hidden_layers, heads_by_layer, x, copy=True)
@@ -311,7 +309,7 @@ class NativeForward:
             else:
                 q, k = _rotary_heads(q, k, layer_cos, layer_sin)                 # (H, T, D), (1, KVH, T, D)
                 keys, values = _store(cache, index, k, v.view(1, rows, -1, self.head_dim).transpose(1, 2))
-            seen = visible_by_kind[layer.kind] = _widened(visible_by_kind[layer.kind], keys.shape[1])
+            seen = visible_by_kind[layer.kind]
             attn = gguf_kernels.attention(q, keys, values, seen, self.scaling)
             attn = self._linear(layer.o, attn.reshape(1, rows, -1), prefill)
             if layer.gemma is not None:                 # Gemma normalizes the branch before the residual add
@@ -369,12 +367,6 @@ class NativeForward:
         groups = self.num_heads // keys.shape[0]
         shared = {kv: keys[kv] for kv in {head // groups for head in heads}}        # one object per KV head
         return [(q[head], shared[head // groups], self.scaling) for head in heads]
-
-
-def _widened(visible: torch.Tensor, slots: int) -> torch.Tensor:
-    """The (T, S) visibility padded with unseen columns to a cache's `slots` (an arena's or a grown buffer's slots
-    past the mask's width are never visible)."""
-    return visible if visible.shape[1] == slots else torch.nn.functional.pad(visible, (0, slots - visible.shape[1]))
 
 
 def _fused_layer(layer: _Layer, norm_after: tuple) -> Optional[tuple]:

@@ -140,7 +140,7 @@ class LM:
     # ----- properties -----
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        return self._runner.device()
 
     @property
     def dtype(self) -> torch.dtype:

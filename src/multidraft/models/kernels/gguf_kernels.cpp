@@ -959,23 +959,28 @@ std::vector<std::pair<int64_t, int64_t>> attention_jobs(const bool* visible, int
   return jobs;
 }
 
-// q (H, T, D), k and v (KVH, S, D), visible (T, S) bool -> (T, H, D). Per (head, query row): scores over the
+// q (H, T, D), k and v (KVH, S, D) (or a cache layer's (1, KVH, S, D) buffers), visible (T, W) bool with W <= S
+// (keys from W on are never visible: a cache's spare slots need no mask columns) -> (T, H, D), or the same values
+// as (1, T, H * D) when `flat` (the o linear's input). Per (head, query row): scores over the
 // visible keys in key order, softmax with a sequential sum, values accumulated in key order. Nothing depends on
 // T or on the keys a row cannot see, so a row gets the same bits in any forward that gives it the same keys (and
 // a cache may hand over spare, masked slots past its length at no cost but the mask's scan). Jobs: attention_jobs
 // (parts); chunk: keys per L1 chunk (0: a default from D). The bits of a head depend on neither (the
 // attention_with op lets tests vary them).
-at::Tensor attention_with(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
-                          const at::Tensor& visible_in, double scaling, int64_t chunk, int64_t parts) {
+at::Tensor attention_over(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                          const at::Tensor& visible_in, double scaling, int64_t chunk, int64_t parts, bool flat) {
   const StageClock<STAGE_ATTENTION> clock;
   auto q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
-  auto visible = visible_in.to(at::kBool).contiguous();
+  auto visible = visible_in.scalar_type() == at::kBool ? visible_in.contiguous() : visible_in.to(at::kBool).contiguous();
   TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
               "invariant_attention: fp32 only");
-  const int64_t H = q.size(0), T = q.size(1), D = q.size(2), KVH = k.size(0), S = k.size(1);
-  TORCH_CHECK(H % KVH == 0 && v.size(1) == S && visible.size(0) == T && visible.size(1) == S,
+  TORCH_CHECK(q.dim() == 3 && (k.dim() == 3 || (k.dim() == 4 && k.size(0) == 1)) && v.sizes() == k.sizes() &&
+              visible.dim() == 2, "invariant_attention: q (H, T, D), k and v (KVH, S, D), visible (T, keys)");
+  const int64_t H = q.size(0), T = q.size(1), D = q.size(2), KVH = k.size(-3), S = k.size(-2);
+  const int64_t W = visible.size(1);                 // the mask's width: the keys any row may see are below it
+  TORCH_CHECK(H % KVH == 0 && k.size(-1) == D && visible.size(0) == T && W <= S,
               "invariant_attention: shape mismatch");
-  auto out = at::empty({T, H, D}, q.options());
+  auto out = flat ? at::empty({1, T, H * D}, q.options()) : at::empty({T, H, D}, q.options());
   const int64_t group = H / KVH;
   if (chunk <= 0) chunk = std::max<int64_t>(4, (int64_t(4096) / std::max<int64_t>(D, 1)) & ~int64_t(3));
   const float* qp = q.data_ptr<float>();
@@ -984,31 +989,36 @@ at::Tensor attention_with(const at::Tensor& q_in, const at::Tensor& k_in, const 
   const bool* mp = visible.data_ptr<bool>();
   float* op = out.data_ptr<float>();
   const float scale = float(scaling);
-  const auto jobs = attention_jobs(mp, T, S, KVH, group, parts);
+  const auto jobs = attention_jobs(mp, T, W, KVH, group, parts);
   at::parallel_for(0, int64_t(jobs.size()), 1, [&](int64_t b, int64_t e) {
-    std::vector<float> scores(group * std::max<int64_t>(S, 1));
-    std::vector<int64_t> keys(S);
+    std::vector<float> scores(group * std::max<int64_t>(W, 1));
+    std::vector<int64_t> keys(W);
     std::vector<float> acc(group * (D + 1));
     for (int64_t job = b; job < e; ++job)
       for (int64_t unit = jobs[job].first; unit < jobs[job].second;) {       // one (KV head, row) at a time
         const int64_t row = unit / group, kv = row / T, t = row % T;
         const int64_t h0 = kv * group + unit % group, h1 = h0 + std::min(jobs[job].second, (row + 1) * group) - unit;
         unit += h1 - h0;
-        const int64_t n = visible_keys(mp + t * S, S, keys.data());
+        const int64_t n = visible_keys(mp + t * W, W, keys.data());
         if (n == 0) {
           for (int64_t h = h0; h < h1; ++h) std::fill(op + (t * H + h) * D, op + (t * H + h + 1) * D, 0.f);
           continue;
         }
-        attention_row_group(qp, kp + kv * S * D, vp + kv * S * D, T, t, D, S, h0, h1, keys.data(), n, chunk, scale,
+        attention_row_group(qp, kp + kv * S * D, vp + kv * S * D, T, t, D, W, h0, h1, keys.data(), n, chunk, scale,
                             scores.data(), acc.data(), op, H);
       }
   });
   return out;
 }
 
+at::Tensor attention_with(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& visible,
+                          double scaling, int64_t chunk, int64_t parts) {
+  return attention_over(q, k, v, visible, scaling, chunk, parts, false);
+}
+
 at::Tensor invariant_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const at::Tensor& visible, double scaling) {
-  return attention_with(q, k, v, visible, scaling, 0, 0);
+  return attention_over(q, k, v, visible, scaling, 0, 0, false);
 }
 
 #include "layer_ops.inc"

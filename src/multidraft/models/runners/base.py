@@ -66,6 +66,10 @@ class Runner:
         """A cache for one generation's forwards on this runner (LM.new_cache; the static runner's comes first)."""
         return KVCache()
 
+    def device(self) -> torch.device:
+        """Where the forwards run (LM.device; its inputs are made there)."""
+        return next(self.lm.model.parameters()).device
+
     @property
     def static(self):
         """The static runner's arena and graphs (static_runner.StaticRunner), None for other runners."""
