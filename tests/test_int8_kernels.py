@@ -655,3 +655,35 @@ def test_the_32_value_formats_are_packed_only_where_the_avx512_vnni_or_amx_path_
         odd = BlockMatrix(blocks[:24], TYPES[type_name], 576)     # rows not in sixteens: left as they are
         odd.pack_for_q8()
         assert odd.packed is None and odd.q8_weights[1] == TYPES[type_name]
+
+
+@pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
+def test_packed_matrices_of_one_input_share_one_parallel_region_with_each_ones_bits(path):
+    """q, k, v (gate, up) all packed: on the avx512-vnni and amx paths one parallel region computes each thread's
+    share of every matrix (q8_run_many). Each output is the scalar reference's bits, at 1..17 rows and 1, 2 and 3
+    threads (three shares of 56, 48 and 40 columns: uneven splits, a share of a matrix may be empty)."""
+    if gguf_kernels.missing_flag(path):
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
+    q4, q4_packed, x = _x8_data(31)
+    k4, k4_packed, _ = _x8_data(32, outputs=8)
+    q6, q6_packed, _ = _x16_data(33)
+    sets = [([q4, k4, q6], [12, 12, 14], [q4_packed, k4_packed, q6_packed],
+             [gguf_kernels.Q4_K_X8, gguf_kernels.Q4_K_X8, gguf_kernels.Q6_K_X16], x)]
+    a, a_packed, x32 = _x16_32_data("Q4_1", 34)
+    b, b_packed, _ = _x16_32_data("Q8_0", 35, outputs=16)
+    sets.append(([a, b], [3, 8], [a_packed, b_packed], [gguf_kernels.X16_32[3], gguf_kernels.X16_32[8]], x32))
+    threads = torch.get_num_threads()
+    try:
+        for plain, plain_types, packed, packed_types, inputs in sets:
+            biases = [torch.randn(p.shape[0]) if i == 0 else None for i, p in enumerate(plain)]
+            for count in (1, 2, 3):
+                torch.set_num_threads(count)
+                for rows in (1, 2, 5, 8, 9, 17):
+                    part = inputs[40 - rows:]
+                    got = gguf_kernels.linear_q8_many_on(part, packed, packed_types, 768, biases, path)
+                    for out, blocks, t, bias in zip(got, plain, plain_types, biases):
+                        alone = gguf_kernels.linear_q8_on(part, blocks, t, 768, "scalar")
+                        expected = alone if bias is None else alone + bias
+                        assert torch.equal(_bits(out), _bits(expected)), (path, count, rows, t)
+    finally:
+        torch.set_num_threads(threads)
