@@ -147,18 +147,20 @@ def test_attention_bits_do_not_depend_on_its_schedule():
             assert torch.equal(gguf_kernels.attention_with(q, k, v, visible, 0.09, chunk, parts), one_pass)
 
 
-def test_attention_two_heads_at_once_gives_one_head_at_a_times_bits():
-    """Where AVX-512 is there the attention scores and weighs two query heads of a KV head at once (each key loaded
-    once for both): the same bits as one head at a time, at head sizes with and without 64-lane blocks and tails of
-    8, odd head groups (a pair and a single), every chunking and split, masked keys and a row that sees nothing."""
+def test_attention_heads_at_once_give_one_head_at_a_times_bits():
+    """Where AVX-512 is there the attention scores (two keys per zmm) and weighs up to four query heads of a KV head
+    at once (each key loaded once for all): the same bits as one head at a time, at head sizes with and without
+    64-lane blocks and tails of 8, head groups of 1 to 7 (four and the rest), every chunking and split, masked keys
+    and a row that sees nothing."""
     if gguf_kernels.missing_flag("avx512-vnni"):
-        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag('avx512-vnni')} (the two-heads loops run where "
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag('avx512-vnni')} (the heads-at-once loops run where "
                     "it has AVX-512)")
     generator = torch.Generator().manual_seed(8)
     before = gguf_kernels.set_attention_wide(True)
     try:
         for heads, kv_heads, rows, keys, dim in ((12, 2, 3, 150, 128), (9, 3, 2, 301, 64), (4, 1, 2, 77, 256),
-                                                 (6, 3, 3, 70, 36), (8, 2, 1, 9, 80), (14, 2, 5, 33, 72)):
+                                                 (6, 3, 3, 70, 36), (8, 2, 1, 9, 80), (14, 2, 5, 33, 72),
+                                                 (5, 1, 2, 41, 64), (2, 2, 4, 23, 64)):
             q = torch.randn(heads, rows, dim, generator=generator)
             k, v = (torch.randn(kv_heads, keys, dim, generator=generator) for _ in range(2))
             visible = torch.rand(rows, keys, generator=generator) < 0.8
@@ -179,7 +181,7 @@ def test_attention_two_heads_at_once_gives_one_head_at_a_times_bits():
 # by 8 fp32 lanes and hsum's tree, the kernel's own exp, the softmax total added in key order, values in key order),
 # the same on every CPU and path. A change of that arithmetic (another summation order, another exp) changes it;
 # a faster schedule of the same arithmetic does not (the vectorized visible-key scan, maximum and interleaved totals
-# of 2026-12-02 kept it).
+# of 2026-12-02 kept it, and so did four heads at once with two keys per zmm, later that day).
 ATTENTION_DIGEST = "f4fbfcfefc8a3acf984b10258aa311a0979bc5a0fc53eeb7323d60c1f03daca5"
 
 
@@ -202,7 +204,7 @@ def _pinned_attention_digest() -> str:
 def test_attention_arithmetic_is_pinned_on_every_cpu_and_path():
     """The attention's bits are part of every runner's logits (a lossless method is exact against them, a prefix
     cache reuses them across machines): on fixed inputs they are one digest on every CPU, one head at a time and,
-    where AVX-512 is there, two heads at once."""
+    where AVX-512 is there, up to four heads at once."""
     before = gguf_kernels.set_attention_wide(False)
     try:
         assert _pinned_attention_digest() == ATTENTION_DIGEST
