@@ -6,6 +6,7 @@ threads. A negative control shows the comparison sees a one-rounding change in t
 linears.
 """
 
+import gc
 
 import pytest
 import torch
@@ -147,12 +148,12 @@ def _packed_forwards(lm):
 
 
 def test_packed_forward_runs_the_fused_ops_with_the_step_by_step_bits(monkeypatch):
-    """The engine's packed forward on an arena runs every layer in one op (decoder_stack, the rows' keys and values
+    """The engine's packed forward on an arena runs every layer in one op (registered_stack, the rows' keys and values
     written at the arena's scattered slots) with the bits of the layer-by-layer op and of the step-by-step loop:
     logits and the arena's keys."""
     stacks = []
-    op = gguf_kernels.decoder_stack
-    monkeypatch.setattr(gguf_kernels, "decoder_stack", lambda *args: stacks.append(1) or op(*args))
+    op = gguf_kernels.registered_stack
+    monkeypatch.setattr(gguf_kernels, "registered_stack", lambda *args: stacks.append(1) or op(*args))
     ours, _ = _pair("qwen2", "Q4_K")
     forward = ours.runner_object.native
     try:
@@ -352,11 +353,11 @@ def test_negative_control_another_rounding_around_the_linears_is_seen(monkeypatc
 @pytest.mark.parametrize("threads", [1, 2])
 def test_fused_decoder_layers_are_the_step_by_step_layers_bits(monkeypatch, threads):
     """On the runner's own cache with 8-bit activations each layer runs as one op (gguf_kernels.decoder_layer), and a
-    forward that captures and checks nothing runs all its layers in one op (decoder_stack): both give the bits of the
+    forward that captures and checks nothing runs all its layers in one op (registered_stack): both give the bits of the
     step-by-step loop over every forward of _same_forwards (prefill, verify, tree with captures, embeddings in, a
     general visibility), Qwen2 with q/k/v biases, Llama and Gemma3 (six norms, two kinds of layer), and each fused op
     is what ran where it should."""
-    calls = {"decoder_layer": 0, "decoder_stack": 0}
+    calls = {"decoder_layer": 0, "registered_stack": 0}
     for name in calls:
         op = getattr(gguf_kernels, name)
         monkeypatch.setattr(gguf_kernels, name, lambda *args, op=op, name=name: calls.__setitem__(name, calls[name] + 1)
@@ -370,18 +371,46 @@ def test_fused_decoder_layers_are_the_step_by_step_layers_bits(monkeypatch, thre
             assert forward.fuse and forward.fuse_stack
             stacked = _same_forwards(ours, steps)
             # one forward (the tree) captures per layer: it runs layer by layer; the other six in one op each
-            assert calls == {"decoder_layer": len(forward.layers), "decoder_stack": 6}
+            assert calls == {"decoder_layer": len(forward.layers), "registered_stack": 6}
             forward.fuse_stack = False
             layered = _same_forwards(ours, steps)
-            assert calls == {"decoder_layer": 8 * len(forward.layers), "decoder_stack": 6}
+            assert calls == {"decoder_layer": 8 * len(forward.layers), "registered_stack": 6}
             forward.fuse = False
             stepwise = _same_forwards(ours, steps)
-            assert calls == {"decoder_layer": 8 * len(forward.layers), "decoder_stack": 6}
+            assert calls == {"decoder_layer": 8 * len(forward.layers), "registered_stack": 6}
             for index, (a, b, c) in enumerate(zip(stacked, layered, stepwise)):
                 assert torch.equal(a, c) and torch.equal(b, c), (arch, index)
-            calls.update(decoder_layer=0, decoder_stack=0)
+            calls.update(decoder_layer=0, registered_stack=0)
     finally:
         torch.set_num_threads(previous)
+
+
+def test_a_registered_stack_is_the_stack_given_per_call_and_a_released_one_is_refused(monkeypatch):
+    """The native forward registers its layers' weights once (RegisteredStack) and passes their number: the bits of
+    decoder_stack given every weight with the call. A released stack's number is refused with a clear error, and
+    the stack is released when the forward that holds it goes."""
+    ours = tiny_gguf_lm("qwen2", "Q4_K", seed=3, runner="native")
+    forward = ours.runner_object.native
+    expected = ours.forward(ours.new_cache(), PROMPT[:12]).logits
+    packs = forward._fused
+    weights = [[item for pack in packs for item in pack[part]] for part in range(5)]
+
+    def per_call(x, h, stack, cos, sin, keys, values, start, visible, scaling, row_slots=None):
+        assert stack is forward._stack
+        return gguf_kernels.decoder_stack(x, h, *weights, cos, sin, keys, values, start, visible,
+                                          forward._kind_index, scaling, row_slots)
+
+    monkeypatch.setattr(gguf_kernels, "registered_stack", per_call)
+    assert torch.equal(ours.forward(ours.new_cache(), PROMPT[:12]).logits, expected)
+    monkeypatch.undo()
+    stack = gguf_kernels.RegisteredStack(*weights, forward._kind_index)
+    handle = stack.handle
+    assert handle != forward._stack.handle
+    del stack
+    gc.collect()
+    x = torch.zeros(1, 1, 8)                              # refused before any tensor is read
+    with pytest.raises(RuntimeError, match="no stack is registered"):
+        torch.ops.multidraft_gguf.registered_stack(handle, x, x, [], [], [], [], 0, [], 1.0, None)
 
 
 def test_a_check_between_layers_keeps_the_layer_loop(monkeypatch):
@@ -389,8 +418,8 @@ def test_a_check_between_layers_keeps_the_layer_loop(monkeypatch):
     so each check runs before its layer."""
     ours = tiny_gguf_lm("qwen2", "Q4_K", seed=3, runner="native")
     stacks = []
-    op = gguf_kernels.decoder_stack
-    monkeypatch.setattr(gguf_kernels, "decoder_stack", lambda *args: stacks.append(1) or op(*args))
+    op = gguf_kernels.registered_stack
+    monkeypatch.setattr(gguf_kernels, "registered_stack", lambda *args: stacks.append(1) or op(*args))
     seen = []
     handles = ours.forward_watch.add(None, lambda: seen.append(1))
     try:
@@ -403,11 +432,11 @@ def test_a_check_between_layers_keeps_the_layer_loop(monkeypatch):
     assert stacks == [1]
 
 
-@pytest.mark.parametrize("name", ["decoder_layer", "decoder_stack"])
+@pytest.mark.parametrize("name", ["decoder_layer", "registered_stack"])
 def test_fused_layers_negative_control_a_nudged_residual_is_seen(monkeypatch, name):
     """The comparisons above see a one-ulp change of the residual stream entering a fused op."""
     ours = tiny_gguf_lm("qwen2", "Q4_K", seed=3, runner="native")
-    ours.runner_object.native.fuse_stack = name == "decoder_stack"
+    ours.runner_object.native.fuse_stack = name == "registered_stack"
     expected = ours.forward(ours.new_cache(), PROMPT[:12]).logits
     fused_op = getattr(gguf_kernels, name)
     monkeypatch.setattr(gguf_kernels, name,

@@ -24,6 +24,7 @@ import re
 import sys
 import threading
 import warnings
+import weakref
 from importlib import resources
 from typing import Optional
 
@@ -410,6 +411,25 @@ def decoder_stack(x: torch.Tensor, h: torch.Tensor, blocks: list, types: list, b
     return torch.ops.multidraft_gguf.decoder_stack(x, h, blocks, types, biases, norms, [float(e) for e in eps], cos,
                                                    signed_sin, keys, values, int(start), visible, kinds,
                                                    float(scaling), row_slots)
+
+
+class RegisteredStack:
+    """A model's decoder layers' weights, handed to the kernels once (decoder_stack's blocks, types, biases, norms,
+    eps and kinds): a forward then passes their number instead of converting ~400 weights into the op's lists on
+    every call. Released when this object goes."""
+
+    def __init__(self, blocks: list, types: list, biases: list, norms: list, eps: list, kinds: list):
+        self.handle = int(torch.ops.multidraft_gguf.register_stack(blocks, types, biases, norms,
+                                                                   [float(e) for e in eps], kinds))
+        self._release = weakref.finalize(self, torch.ops.multidraft_gguf.release_stack, self.handle)
+
+
+def registered_stack(x: torch.Tensor, h: torch.Tensor, stack: RegisteredStack, cos: list, signed_sin: list,
+                     keys: list, values: list, start: int, visible: list, scaling: float,
+                     row_slots: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """decoder_stack over a registered stack's weights: the same op, the same bits."""
+    return torch.ops.multidraft_gguf.registered_stack(stack.handle, x, h, cos, signed_sin, keys, values, int(start),
+                                                      visible, float(scaling), row_slots)
 
 
 STAGES = ("linears", "attention", "layer steps")

@@ -239,7 +239,8 @@ class NativeForward:
         self.fuse = all(pack is not None for pack in self._fused)     # tests turn it off to compare
         self.fuse_stack = self.fuse             # all layers in one op when a forward captures and checks nothing
         self._kind_index = [list(self.rotaries).index(layer.kind) for layer in self.layers]     # decoder_stack's
-        self._stack = tuple([item for pack in self._fused for item in pack[part]] for part in range(5)) \
+        self._stack = gguf_kernels.RegisteredStack(
+            *([item for pack in self._fused for item in pack[part]] for part in range(5)), self._kind_index) \
             if self.fuse else None
 
     # ----- the pieces, as HF computes them -----
@@ -283,10 +284,9 @@ class NativeForward:
                 and (watch is None or not watch.checks_layers):
             keys, values = cache.rooms(len(self.layers), rows, self.kv_heads, self.head_dim, x)
             kinds = list(self.rotaries)                 # a mask as wide as the keys it shows: slots past it unseen
-            x, h = gguf_kernels.decoder_stack(x, h, *self._stack, [tables[kind][0] for kind in kinds],
-                                              [tables[kind][1] for kind in kinds], keys, values, start,
-                                              [visible_by_kind[kind] for kind in kinds], self._kind_index,
-                                              self.scaling, row_slots)
+            x, h = gguf_kernels.registered_stack(x, h, self._stack, [tables[kind][0] for kind in kinds],
+                                                 [tables[kind][1] for kind in kinds], keys, values, start,
+                                                 [visible_by_kind[kind] for kind in kinds], self.scaling, row_slots)
             return self._head(out, h, keep_rows, prefill)
         for index, layer in enumerate(self.layers):
             if watch is not None:

@@ -25,6 +25,8 @@
 #include <cstring>
 #include <type_traits>
 #include <vector>
+#include <memory>
+#include <mutex>
 
 namespace {
 
@@ -1085,6 +1087,11 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("decoder_stack(Tensor x, Tensor h, Tensor[] blocks, int[] types, Tensor?[] biases, Tensor[] norms, "
         "float[] eps, Tensor[] cos, Tensor[] signed_sin, Tensor(a!)[] keys, Tensor(b!)[] values, int start, "
         "Tensor[] visible, int[] kinds, float scaling, Tensor? row_slots=None) -> (Tensor, Tensor)");
+  m.def("register_stack(Tensor[] blocks, int[] types, Tensor?[] biases, Tensor[] norms, float[] eps, int[] kinds) "
+        "-> int");
+  m.def("release_stack(int handle) -> ()", &release_stack);
+  m.def("registered_stack(int handle, Tensor x, Tensor h, Tensor[] cos, Tensor[] sin, Tensor(a!)[] keys, "
+        "Tensor(b!)[] values, int start, Tensor[] visible, float scaling, Tensor? row_slots) -> (Tensor, Tensor)");
   m.def("all_finite(Tensor x) -> bool");
   m.def("stage_times(bool on) -> int[]", &stage_times);
 }
@@ -1106,5 +1113,7 @@ TORCH_LIBRARY_IMPL(multidraft_gguf, CPU, m) {
   m.impl("silu_mul", &silu_mul);
   m.impl("decoder_layer", &decoder_layer);
   m.impl("decoder_stack", &decoder_stack);
+  m.impl("register_stack", &register_stack);
+  m.impl("registered_stack", &registered_stack);
   m.impl("all_finite", &all_finite);
 }
