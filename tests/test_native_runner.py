@@ -7,6 +7,10 @@ linears.
 """
 
 import gc
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -275,6 +279,59 @@ def test_rms_norm_mean_is_torchs_on_many_rows():
         assert torch.equal(normed, _norm_torch(x, None, weight, 1e-6)[1])
         squares = x.pow(2)
         assert not torch.equal(squares.sum(-1) * (1 / width), squares.mean(-1))
+
+
+NORM_SUM_CHECK = """
+import torch
+from multidraft.models import gguf_kernels, native
+from tests.test_native_runner import _norm_sums_are_torchs
+print("lanes", gguf_kernels.torch_sum_lanes(), "mismatches of a sequential sum", _norm_sums_are_torchs())
+"""
+
+
+def _norm_sums_are_torchs() -> int:
+    """The norm with its sum of squares written out in torch's order (one thread's worth of values) against HF's
+    torch ops, widths 16 to 30000 (through every level of torch's cascade), 1-7 rows, three scales; -> how often a
+    plain sequential sum would have given other bits (the control: the check can see a summation order)."""
+    generator = torch.Generator().manual_seed(11)
+    sequential_differs = 0
+    for width in (16, 17, 31, 64, 100, 256, 576, 640, 896, 960, 1536, 2048, 3000, 4096, 8192, 16384, 30000):
+        weight = torch.randn(width, generator=generator)
+        for rows in (1, 2, 3, 7):
+            if rows * width >= 32768:                   # torch may split those over threads: its sum is called
+                continue
+            for scale in (1e-3, 1.0, 30.0):
+                x = torch.randn(1, rows, width, generator=generator) * scale
+                _, normed = native._add_rms_norm(x, None, weight, 1e-6)
+                assert torch.equal(normed, _norm_torch(x, None, weight, 1e-6)[1]), (width, rows, scale)
+                sequential = x.pow(2).cumsum(-1)[..., -1:] / width
+                sequential_differs += int(not torch.equal(normed, weight * (x * torch.rsqrt(sequential + 1e-6))))
+    return sequential_differs
+
+
+@pytest.mark.parametrize("capability", [None, "avx2"])
+def test_rms_norm_sum_is_torchs_order_written_out(capability):
+    """The norms sum their squares in torch's own order (SumKernel's cascade over 8-lane vectors: its AVX2 kernel
+    serves AVX512 CPUs too) instead of calling at::sum: the bits of HF's torch ops, here and with torch forced onto
+    its AVX2 kernels (ATEN_CPU_CAPABILITY, in a child process: what an AVX2-only CPU runs). A sequential sum gives
+    other bits on some of these rows, so the check sees an order."""
+    if capability is None:
+        assert gguf_kernels.torch_sum_lanes() == 8
+        assert _norm_sums_are_torchs() > 0
+        x, weight = torch.randn(1, 3, 896) * 5, torch.randn(896)       # and with torch's sum called: the same bits
+        written = native._add_rms_norm(x, None, weight, 1e-6)[1]
+        before = gguf_kernels.set_torch_sum_written(False)
+        try:
+            assert torch.equal(native._add_rms_norm(x, None, weight, 1e-6)[1], written)
+        finally:
+            gguf_kernels.set_torch_sum_written(before)
+        return
+    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-c", NORM_SUM_CHECK], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lanes, mismatches = done.stdout.split()[1], int(done.stdout.split()[-1])
+    assert lanes == "8" and mismatches > 0, done.stdout
 
 
 def test_rotary_tables_are_the_bits_of_each_forward(pair):

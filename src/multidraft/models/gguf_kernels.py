@@ -432,6 +432,18 @@ def registered_stack(x: torch.Tensor, h: torch.Tensor, stack: RegisteredStack, c
                                                       visible, float(scaling), row_slots)
 
 
+def torch_sum_lanes() -> int:
+    """The lanes of torch's fp32 sum kernel on this CPU, whose order the norms write out (0: unknown, torch's sum is
+    called)."""
+    return int(torch.ops.multidraft_gguf.torch_sum_lanes())
+
+
+def set_torch_sum_written(on: bool) -> bool:
+    """Whether the norms sum in torch's order themselves (on, the default) or call torch's sum: the same bits; the
+    previous setting. For tests."""
+    return bool(torch.ops.multidraft_gguf.set_torch_sum_written(bool(on)))
+
+
 STAGES = ("linears", "attention", "layer steps")
 
 

@@ -11,6 +11,7 @@
 //   F32 0, F16 1, Q4_0 2, Q4_1 3, Q5_0 6, Q5_1 7, Q8_0 8, Q4_K 12, Q5_K 13, Q6_K 14, BF16 30.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <torch/library.h>
 #include <immintrin.h>
 #include <cpuid.h>
@@ -544,6 +545,8 @@ void for_row_groups(int64_t M, int64_t N, F&& rows) {
 // attention, the layers' elementwise steps (norms, rotary, the gated activation); off, one relaxed load per call.
 enum Stage { STAGE_LINEARS = 0, STAGE_ATTENTION = 1, STAGE_LAYER_STEPS = 2, STAGES = 3 };
 std::atomic<bool> stage_timing{false};
+// Tests: the norms call torch's sum even where its order is written out (set_torch_sum_written: the same bits).
+std::atomic<bool> ablate_torch_order_sum{false};
 std::atomic<int64_t> stage_nanoseconds[STAGES] = {};
 
 template <Stage S>
@@ -1068,6 +1071,8 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("q8_packs_32(int path) -> bool", &q8_packs_32);
   m.def("set_q8_path(int path) -> int", &set_q8_path);
   m.def("set_attention_wide(bool on) -> bool", &set_attention_wide);
+  m.def("set_torch_sum_written(bool on) -> bool", +[](bool on) { return !ablate_torch_order_sum.exchange(!on); });
+  m.def("torch_sum_lanes() -> int", +[]() -> int64_t { return torch_sum_lanes(); });
   m.def("set_nontemporal_weights(bool on) -> bool", &set_nontemporal_weights);
   m.def("q8_quantize(Tensor x, int block, bool scalar) -> (Tensor, Tensor, Tensor, Tensor)", &q8_quantize);
   m.def("dequantize(Tensor blocks, int type, int K, Tensor ids) -> Tensor");
