@@ -157,3 +157,12 @@ def test_visible_mask_over_a_cached_tree_equals_each_branch_alone(tiny_lm):
         torch.testing.assert_close(got[row], alone, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="visible needs"):
         tiny_lm.forward(cache, [1], visible=(allowed, [5, 5]))
+
+
+def test_every_registered_runner_is_a_command_line_choice():
+    """Adding a runner is its file and its registry line; the command line's choices (kept free of torch) must name
+    it too: this fails until they do."""
+    from multidraft.models.runner_choice import RUNNER_CHOICES
+    from multidraft.models.runners import REGISTRY
+
+    assert sorted(RUNNER_CHOICES) == sorted(["auto", *REGISTRY])
