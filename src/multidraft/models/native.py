@@ -18,8 +18,9 @@ or in the engine's packed forward (tests/test_native_runner.py checks it bit for
 quantized runner has (batch and thread invariance, exact prefix reuse in q8) carries over. With 8-bit activations,
 on its own cache or on the engine's arena (the rows' keys and values written at its write_index), each layer is one
 kernel op (gguf_kernels.decoder_layer: these steps' calls in C++, in this order, the same bits) and a forward that
-captures and checks nothing runs all its layers in one (decoder_stack), which saves the Python and dispatch between
-the steps (~15% of a small model's forward; the 1.5B's decode step of 8 requests in the engine 105 -> 75 ms).
+captures and checks nothing runs all its layers in one (registered_stack: the layers' weights handed to the kernels
+once, at load), which saves the Python and dispatch between the steps (~15% of a small model's forward; the 1.5B's
+decode step of 8 requests in the engine 105 -> 75 ms).
 
 Supported: Qwen2 and Llama configs (SmolLM2 is one) with SiLU MLPs, full causal attention and a rotary whose
 frequencies do not depend on the sequence (default, linear, llama3, yarn); and Gemma3's text model (the same layer
@@ -238,7 +239,7 @@ class NativeForward:
         self._fused = [_fused_layer(layer, after) for layer, after in zip(self.layers, self._norms_after)]
         self.fuse = all(pack is not None for pack in self._fused)     # tests turn it off to compare
         self.fuse_stack = self.fuse             # all layers in one op when a forward captures and checks nothing
-        self._kind_index = [list(self.rotaries).index(layer.kind) for layer in self.layers]     # decoder_stack's
+        self._kind_index = [list(self.rotaries).index(layer.kind) for layer in self.layers]     # the stack's
         self._stack = gguf_kernels.RegisteredStack(
             *([item for pack in self._fused for item in pack[part]] for part in range(5)), self._kind_index) \
             if self.fuse else None
