@@ -209,13 +209,12 @@ def outside_linears(view, runner: str, reps: int, prefix: int = 300) -> Optional
     return best
 
 
-def bandwidth_pairs(view, runner: str, probe: ReadProbe, rounds: int, prefix: int = 300) -> dict:
+def bandwidth_pairs(view, runner: str, streamed: int, probe: ReadProbe, rounds: int, prefix: int = 300) -> dict:
     """A 1-token forward's share of the read bandwidth, the two measured in the same minutes: per round one probe,
     then the best of three forwards (a shared VM's bandwidth moves 2x from one second to the next, so one probe
     taken before the forwards made the share a coin toss). -> read_bandwidth_gbps (the best probe), bandwidth_share
     (the best forward against the best probe) and bandwidth_share_pair_median (each round's forward against its own
-    probe, the median)."""
-    streamed = weight_bytes_per_token(view)
+    probe, the median); streamed: the bytes of weights the forward reads (weight_bytes_per_token)."""
     cache = view.new_cache()
     probes, forwards = [], []
     with isa_of(runner):
@@ -335,7 +334,8 @@ def summarize(views: dict, runners: list[str], shapes, best: dict, probe: Option
         entry = {"rows": {}, "trees": {}, "weight_bytes": weight_bytes_per_token(views[runner]),
                  "read_bandwidth_gbps": None, "bandwidth_share": None, "bandwidth_share_pair_median": None}
         if probe is not None:
-            entry.update(bandwidth_pairs(views[runner], runner, probe, max(args.reps, 10), args.prefix))
+            entry.update(bandwidth_pairs(views[runner], runner, entry["weight_bytes"], probe, max(args.reps, 10),
+                                         args.prefix))
             out["read_bandwidth_gbps"] = max(out["read_bandwidth_gbps"] or 0, entry["read_bandwidth_gbps"])
         outside = outside_linears(views[runner], runner, args.reps, args.prefix)
         entry["outside_linears_share"] = None if outside is None else outside.pop("share")

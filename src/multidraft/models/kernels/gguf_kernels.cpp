@@ -545,8 +545,6 @@ void for_row_groups(int64_t M, int64_t N, F&& rows) {
 // attention, the layers' elementwise steps (norms, rotary, the gated activation); off, one relaxed load per call.
 enum Stage { STAGE_LINEARS = 0, STAGE_ATTENTION = 1, STAGE_LAYER_STEPS = 2, STAGES = 3 };
 std::atomic<bool> stage_timing{false};
-// Tests: the norms call torch's sum even where its order is written out (set_torch_sum_written: the same bits).
-std::atomic<bool> ablate_torch_order_sum{false};
 std::atomic<int64_t> stage_nanoseconds[STAGES] = {};
 
 template <Stage S>
@@ -915,10 +913,9 @@ void attention_row_group(const float* qp, const float* kbase, const float* vbase
       float* s[4];
       for (int j = 0; j < nh; ++j) q[j] = qp + ((h + j) * T + t) * D, s[j] = scores + (h + j - h0) * S + c;
       if (!wide) key_scores(q[0], kbase, D, keys + c, m, scale, s[0]);
-      else if (nh == 4) key_scores_heads<4>(q, kbase, D, keys + c, m, scale, s);
-      else if (nh == 3) key_scores_heads<3>(q, kbase, D, keys + c, m, scale, s);
-      else if (nh == 2) key_scores_heads<2>(q, kbase, D, keys + c, m, scale, s);
-      else key_scores_heads<1>(q, kbase, D, keys + c, m, scale, s);
+      else by_group_size<4>(nh, [&](auto heads) {
+        key_scores_heads<decltype(heads)::value>(q, kbase, D, keys + c, m, scale, s);
+      });
     }
   }
   for (int64_t h = h0; h < h1; ++h) exp_shifted(scores + (h - h0) * S, n, largest(scores + (h - h0) * S, n));
@@ -935,10 +932,9 @@ void attention_row_group(const float* qp, const float* kbase, const float* vbase
       for (int64_t d0 = 0; d0 < d_wide; d0 += 64) {
         float* o[4];
         for (int j = 0; j < nh; ++j) o[j] = a[j] + d0;
-        if (nh == 4) weighted_values_heads64<4>(vbase + d0, D, keys + c, p, m, o, c == 0);
-        else if (nh == 3) weighted_values_heads64<3>(vbase + d0, D, keys + c, p, m, o, c == 0);
-        else if (nh == 2) weighted_values_heads64<2>(vbase + d0, D, keys + c, p, m, o, c == 0);
-        else weighted_values_heads64<1>(vbase + d0, D, keys + c, p, m, o, c == 0);
+        by_group_size<4>(nh, [&](auto heads) {
+          weighted_values_heads64<decltype(heads)::value>(vbase + d0, D, keys + c, p, m, o, c == 0);
+        });
       }
       for (int j = 0; j < nh; ++j) {
         int64_t d0 = d_wide;
