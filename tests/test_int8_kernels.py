@@ -659,16 +659,18 @@ def test_the_32_value_formats_are_packed_only_where_the_avx512_vnni_or_amx_path_
 
 @pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
 def test_packed_matrices_of_one_input_share_one_parallel_region_with_each_ones_bits(path):
-    """q, k, v (gate, up) all packed: on the avx512-vnni and amx paths one parallel region computes each thread's
-    share of every matrix (q8_run_many). Each output is the scalar reference's bits, at 1..17 rows and 1, 2 and 3
-    threads (three shares of 56, 48 and 40 columns: uneven splits, a share of a matrix may be empty)."""
+    """q, k, v (gate, up) all packed: on the avx512-vnni and amx paths (Q4_K alone: also avx-vnni and its emulation)
+    one parallel region computes each thread's share of every matrix (q8_run_many). Each output is the scalar
+    reference's bits, at 1..17 rows and 1, 2 and 3 threads (three shares of 56, 48 and 40 columns: uneven splits, a
+    share of a matrix may be empty)."""
     if gguf_kernels.missing_flag(path):
         pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
     q4, q4_packed, x = _x8_data(31)
     k4, k4_packed, _ = _x8_data(32, outputs=8)
     q6, q6_packed, _ = _x16_data(33)
     sets = [([q4, k4, q6], [12, 12, 14], [q4_packed, k4_packed, q6_packed],
-             [gguf_kernels.Q4_K_X8, gguf_kernels.Q4_K_X8, gguf_kernels.Q6_K_X16], x)]
+             [gguf_kernels.Q4_K_X8, gguf_kernels.Q4_K_X8, gguf_kernels.Q6_K_X16], x),
+            ([q4, k4], [12, 12], [q4_packed, k4_packed], [gguf_kernels.Q4_K_X8, gguf_kernels.Q4_K_X8], x)]
     a, a_packed, x32 = _x16_32_data("Q4_1", 34)
     b, b_packed, _ = _x16_32_data("Q8_0", 35, outputs=16)
     sets.append(([a, b], [3, 8], [a_packed, b_packed], [gguf_kernels.X16_32[3], gguf_kernels.X16_32[8]], x32))
