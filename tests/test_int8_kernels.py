@@ -4,8 +4,8 @@ bit, at every row count and thread count.
 - Each path this CPU has, plus the VNNI template with vpdpbusd emulated in AVX2, against the scalar reference.
 - The scalar reference against a plain numpy replica of the canonical arithmetic (integer sums, then one fused
   multiply-add per block), and a negative control: the same sums with an epilogue in another order differ.
-- Every format with an 8-bit kernel: Q4_K / Q6_K (activations per 256 values) and Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0
-  (per 32; widths that are not multiples of 256, as SmolLM2's 576).
+- Every format with an 8-bit kernel: Q4_K / Q5_K / Q6_K (activations per 256 values) and Q4_0 / Q4_1 / Q5_0 /
+  Q5_1 / Q8_0 (per 32; widths that are not multiples of 256, as SmolLM2's 576).
 - The real VNNI paths run where the CPU has them (skipped elsewhere, the reason naming the flag).
 """
 
@@ -23,8 +23,8 @@ from tests.tiny_gguf import random_blocks
 
 pytestmark = pytest.mark.skipif(not gguf_kernels.load(progress=False),
                                 reason=f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
-TYPES = {"Q4_K": 12, "Q6_K": 14, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8}
-K_TYPES = ("Q4_K", "Q6_K")
+TYPES = {"Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8}
+K_TYPES = ("Q4_K", "Q5_K", "Q6_K")
 OUTPUTS = 45                             # not a multiple of 16, 64 or the thread split
 
 
@@ -133,10 +133,10 @@ def test_vector_quantizer_is_the_scalar_reference_ties_zeros_and_nan_included(bl
 
 
 def _many_case(seed, group):
-    """Matrices of one activation block (a K-format mix as the 1.5B's q / k / v with v in Q6_K, or 32-value
-    formats), of different output counts, some with a bias; an input of 40 rows."""
+    """Matrices of one activation block (a K-format mix as a Q4_K_M / Q5_K_M model's q / k / v with v in Q6_K, or
+    32-value formats), of different output counts, some with a bias; an input of 40 rows."""
     rng = np.random.default_rng(seed)
-    names = ["Q4_K", "Q4_K", "Q6_K"] if group == "k" else ["Q4_1", "Q8_0", "Q5_0"]
+    names = ["Q4_K", "Q5_K", "Q6_K"] if group == "k" else ["Q4_1", "Q8_0", "Q5_0"]
     width = _width(names[0])
     blocks = [torch.from_numpy(random_blocks(name, rows, width, rng, scale=0.05))
               for name, rows in zip(names, (45, 16, 23))]
@@ -239,10 +239,19 @@ def _integer_sums(type_name, blocks, q):
         return _integer_sums32(type_name, blocks, q)
     WIDTH = _width(type_name)
     raw = blocks.numpy().reshape(OUTPUTS, WIDTH // 256, -1)
-    if type_name == "Q4_K":
+    if type_name in ("Q4_K", "Q5_K"):
         sc, mn = _k4_scales(raw[..., 4:16])
-        qs = raw[..., 16:144].astype(np.int64).reshape(OUTPUTS, -1, 4, 32)
-        values = np.stack([qs & 0xF, qs >> 4], axis=3).reshape(OUTPUTS, -1, 8, 32)       # sub-block 2j, 2j+1
+        if type_name == "Q4_K":
+            qs = raw[..., 16:144].astype(np.int64).reshape(OUTPUTS, -1, 4, 32)
+            values = np.stack([qs & 0xF, qs >> 4], axis=3).reshape(OUTPUTS, -1, 8, 32)   # sub-block 2j, 2j+1
+        else:       # Q5_K's integers from gguf-py's dequantize of the same blocks with d = 1, dmin = 0, all sc 1, m 0
+            unit = raw.copy()
+            unit[..., 0:2] = np.array([1.0], np.float16).view(np.uint8)
+            unit[..., 2:4] = 0
+            unit[..., 4:16] = [1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1]
+            values = gguf.quants.dequantize(unit.reshape(OUTPUTS, -1), gguf.GGMLQuantizationType.Q5_K)
+            values = values.reshape(OUTPUTS, -1, 8, 32).astype(np.int64)
+            assert values.min() >= 0 and values.max() <= 31
         xq = q.reshape(q.shape[0], q.shape[1], 8, 32)
         isum = np.einsum("nsj,nsjl,msjl->mns", sc, values, xq)
         msum = np.einsum("nsj,msj->mns", mn, xq.sum(-1))
@@ -280,7 +289,7 @@ def _epilogue(type_name, isum, msum, dx, dw, dmin, fused=True):
             mins = _fma32(mscale, msum[..., sb].astype(np.float32), mins)
     if type_name in ("Q4_1", "Q5_1"):                # values d * q + m
         return total + mins
-    return total - mins if type_name == "Q4_K" else total
+    return total - mins if type_name in ("Q4_K", "Q5_K") else total
 
 
 @pytest.mark.parametrize("type_name", list(TYPES))

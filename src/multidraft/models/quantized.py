@@ -18,7 +18,7 @@ prefill, so this does not touch exactness between methods.
 8-bit activations (runner "quantized-q8", the default for "auto"). llama.cpp quantizes each linear's input row to int8 (one scale
 per 256 values for the K formats, per 32 for the others) and computes integer dot products: ~2x faster here, and the
 model llama.cpp users run. Q4_K / Q6_K (the Qwen GGUFs) and Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (SmolLM2's) matrices
-compute that way (gguf_kernels' `linear_q8`); others (Q5_K, F16, F32, BF16) keep fp32 activations. Each row's quantization depends on that row only and the integer sums are exact, so
+compute that way (gguf_kernels' `linear_q8`), and Q5_K (Q5_K_M GGUFs); F16, F32 and BF16 keep fp32 activations. Each row's quantization depends on that row only and the integer sums are exact, so
 this mode is batch-invariant too, prefills included (they skip the dense GEMM): lossless methods stay
 token-identical to this mode's greedy. It is a different model from the fp32 one (logits differ by the 8-bit
 rounding of activations): the model GGUF users run in llama.cpp; "quantized" keeps the fp32 one as the reference.
