@@ -442,6 +442,61 @@ def test_q4_k_packed_in_eights_gives_q4_ks_bits_on_every_path_row_and_thread_cou
     assert torch.equal(_bits(both[1]), _bits(gguf_kernels.linear_q8_on(x[:5], plain_q6, 14, 768, "scalar")))
 
 
+def _x8_q5_data(seed, outputs=56, rows=40):
+    rng = np.random.default_rng(seed)
+    blocks = torch.from_numpy(random_blocks("Q5_K", outputs, 768, rng, scale=0.05))
+    x = torch.randn(rows, 768, generator=torch.Generator().manual_seed(seed)) * torch.logspace(-2, 1, rows)[:, None]
+    return blocks, gguf_kernels.repack_q5_k_x8(blocks), x
+
+
+@pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
+def test_q5_k_packed_in_eights_gives_q5_ks_bits_on_every_path_row_and_thread_count(path):
+    """Q5_K_X8: the AVX-512 kernels (avx512-vnni, amx) read it with the fifth bits as masks; every other path reads
+    it through the scalar reference. The bits of Q5_K in GGUF's layout on the scalar reference, 1..40 rows."""
+    if gguf_kernels.missing_flag(path):
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
+    blocks, packed, x = _x8_q5_data(17)
+    assert packed.shape == (56, 3 * 180)
+    _assert_packed_is_plain_at_every_row_and_thread_count(path, blocks, 13, packed, gguf_kernels.Q5_K_X8, x)
+
+
+def test_q5_k_packed_layout_reads_each_fifth_bit_where_it_is_laid_out():
+    blocks, packed, x = _x8_q5_data(18, outputs=16, rows=9)
+    expected = _bits(gguf_kernels.linear_q8(x, blocks, 13, 768))
+    assert torch.equal(_bits(gguf_kernels.linear_q8(x, packed, gguf_kernels.Q5_K_X8, 768)), expected)
+    # Negative control: one fifth bit flipped (row 2's value 0 of chunk 5, the odd sub-block of pair 1, super-block 0)
+    # changes row 2's outputs only
+    changed = packed.clone()
+    changed.view(-1)[1184 + 16 * 5 + 8 + 2] ^= 1         # masks at 1184: 16 bytes a chunk, the odd sub-block's at +8
+    got = _bits(gguf_kernels.linear_q8(x, changed, gguf_kernels.Q5_K_X8, 768))
+    assert not torch.equal(got[:, 2], expected[:, 2])
+    assert torch.equal(got[:, :2], expected[:, :2]) and torch.equal(got[:, 3:], expected[:, 3:])
+    # The largest dots: every value 31 and every input +-127. Sixteen such products would overflow the int16 that
+    # vpdpwssd reads a lane's dot as: the kernel applies the scales every two chunks (eight products).
+    extreme = blocks.clone().view(16, 3, 176)
+    extreme[:, :, 16:] = 255                             # qh and qs: every value 31
+    extreme = extreme.view(16, -1).contiguous()
+    signs = torch.ones(2, 768)
+    signs[1] = -1
+    assert torch.equal(_bits(gguf_kernels.linear_q8(signs, gguf_kernels.repack_q5_k_x8(extreme), gguf_kernels.Q5_K_X8,
+                                                    768)),
+                       _bits(gguf_kernels.linear_q8_on(signs, extreme, 13, 768, "scalar")))
+    with pytest.raises(RuntimeError, match="repack_q5_k_x8's output"):
+        gguf_kernels.linear_q8(x, blocks, gguf_kernels.Q5_K_X8, 768)
+    with pytest.raises(RuntimeError, match="multiple of 8"):
+        gguf_kernels.repack_q5_k_x8(blocks[:12])
+
+
+def test_q5_k_is_packed_only_where_the_avx512_kernels_run(monkeypatch):
+    blocks = torch.from_numpy(random_blocks("Q5_K", 16, 512, np.random.default_rng(19), scale=0.05))
+    avx512_vnni = not gguf_kernels.missing_flag("avx512-vnni")
+    for isa, packs in (("amx", avx512_vnni), ("avx512-vnni", avx512_vnni), ("avx-vnni", False), ("avx2", False)):
+        monkeypatch.setattr(gguf_kernels, "_isa", isa)
+        matrix = BlockMatrix(blocks, 13, 512)
+        matrix.pack_for_q8()
+        assert matrix.q8_weights[1] == (gguf_kernels.Q5_K_X8 if packs else 13), isa
+
+
 def test_the_packed_layout_is_read_as_laid_out_and_bad_packed_input_is_refused():
     # 3 input rows and 12 (on an AVX512-VNNI CPU: its kernel, then on an AMX one the tile kernel)
     for rows in (3, 12):
@@ -680,6 +735,8 @@ def test_packed_matrices_of_one_input_share_one_parallel_region_with_each_ones_b
     sets = [([q4, k4, q6], [12, 12, 14], [q4_packed, k4_packed, q6_packed],
              [gguf_kernels.Q4_K_X8, gguf_kernels.Q4_K_X8, gguf_kernels.Q6_K_X16], x),
             ([q4, k4], [12, 12], [q4_packed, k4_packed], [gguf_kernels.Q4_K_X8, gguf_kernels.Q4_K_X8], x)]
+    q5, q5_packed, _ = _x8_q5_data(36)
+    sets.append(([q5, k4], [13, 12], [q5_packed, k4_packed], [gguf_kernels.Q5_K_X8, gguf_kernels.Q4_K_X8], x))
     a, a_packed, x32 = _x16_32_data("Q4_1", 34)
     b, b_packed, _ = _x16_32_data("Q8_0", 35, outputs=16)
     sets.append(([a, b], [3, 8], [a_packed, b_packed], [gguf_kernels.X16_32[3], gguf_kernels.X16_32[8]], x32))

@@ -45,6 +45,9 @@ BLOCK_LAYOUTS = {2: (32, 18, (0,)), 3: (32, 20, (0, 2)), 6: (32, 22, (0,)), 7: (
 
 # Q4_K repacked in groups of 8 rows for the 8-bit kernels (kernels/q8_x8.inc): our own type number, not GGUF's.
 Q4_K_X8 = 112
+# Q5_K repacked likewise, its fifth bits as masks (kernels/q8_x8.inc): packed only where `packs_32()` (the AVX-512
+# kernels read it; other paths compute it exactly but slowly).
+Q5_K_X8 = 113
 # Q6_K repacked in groups of 16 rows for the AMX tile and AVX512-VNNI kernels (kernels/q6_x16.inc): packed only where
 # `packs_q6_k()`.
 Q6_K_X16 = 114
@@ -53,6 +56,7 @@ Q6_K_X16 = 114
 X16_32 = {plain: 100 + plain for plain in (2, 3, 6, 7, 8)}
 # Each packed type's GGUF type, its repack function (blocks -> packed blocks) and the row multiple it needs.
 PACKED = {Q4_K_X8: (12, lambda blocks: repack_q4_k_x8(blocks), 8),
+          Q5_K_X8: (13, lambda blocks: repack_q5_k_x8(blocks), 8),
           Q6_K_X16: (14, lambda blocks: repack_q6_k_x16(blocks), 16),
           **{packed: (plain, lambda blocks, plain=plain: repack_x16_32(blocks, plain), 16)
              for plain, packed in X16_32.items()}}
@@ -302,6 +306,12 @@ def random_blocks(type_id: int, rows: int, width: int, generator: torch.Generato
 def repack_q4_k_x8(blocks: torch.Tensor) -> torch.Tensor:
     """Q4_K blocks (rows a multiple of 8) in the Q4_K_X8 layout that linear_q8 reads faster, with the same bits."""
     return torch.ops.multidraft_gguf.repack_q4_k_x8(blocks)
+
+
+def repack_q5_k_x8(blocks: torch.Tensor) -> torch.Tensor:
+    """Q5_K blocks (rows a multiple of 8) in the Q5_K_X8 layout of the AVX-512 kernels, with the same bits (other
+    paths compute it exactly but slowly: pack it only where `packs_32()`)."""
+    return torch.ops.multidraft_gguf.repack_q5_k_x8(blocks)
 
 
 def repack_q6_k_x16(blocks: torch.Tensor) -> torch.Tensor:

@@ -1073,6 +1073,7 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("q8_quantize(Tensor x, int block, bool scalar) -> (Tensor, Tensor, Tensor, Tensor)", &q8_quantize);
   m.def("dequantize(Tensor blocks, int type, int K, Tensor ids) -> Tensor");
   m.def("repack_q4_k_x8(Tensor blocks) -> Tensor");
+  m.def("repack_q5_k_x8(Tensor blocks) -> Tensor");
   m.def("repack_q6_k_x16(Tensor blocks) -> Tensor");
   m.def("repack_x16_32(Tensor blocks, int type) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor visible, float scaling) -> Tensor");
@@ -1104,6 +1105,7 @@ TORCH_LIBRARY_IMPL(multidraft_gguf, CPU, m) {
   m.impl("linear_q8_many_on", &q8_linear_many_on);
   m.impl("dequantize", &gguf_dequantize);
   m.impl("repack_q4_k_x8", &repack_q4_k_x8);
+  m.impl("repack_q5_k_x8", &repack_q5_k_x8);
   m.impl("repack_q6_k_x16", &repack_q6_k_x16);
   m.impl("repack_x16_32", &repack_x16_32);
   m.impl("attention", &invariant_attention);
