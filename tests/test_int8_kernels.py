@@ -404,11 +404,16 @@ def test_a_path_that_crashes_its_probe_costs_that_path_only(monkeypatch, tmp_pat
 # ---------------------------------------------------------------- Q4_K packed in groups of 8 rows (Q4_K_X8)
 
 
-def _x8_data(seed, outputs=56, rows=40):          # 7 groups: AMX's tile kernel takes pairs and a last one alone
+def _packed_case(type_name, repack, seed, outputs, rows):
+    """(GGUF blocks of type_name, the same repacked, an input of `rows` rows of very different sizes), 768 wide."""
     rng = np.random.default_rng(seed)
-    blocks = torch.from_numpy(random_blocks("Q4_K", outputs, 768, rng, scale=0.05))
+    blocks = torch.from_numpy(random_blocks(type_name, outputs, 768, rng, scale=0.05))
     x = torch.randn(rows, 768, generator=torch.Generator().manual_seed(seed)) * torch.logspace(-2, 1, rows)[:, None]
-    return blocks, gguf_kernels.repack_q4_k_x8(blocks), x
+    return blocks, repack(blocks), x
+
+
+def _x8_data(seed, outputs=56, rows=40):          # 7 groups: AMX's tile kernel takes pairs and a last one alone
+    return _packed_case("Q4_K", gguf_kernels.repack_q4_k_x8, seed, outputs, rows)
 
 
 def _assert_packed_is_plain_at_every_row_and_thread_count(path, blocks, plain_type, packed, packed_type, x):
@@ -443,10 +448,7 @@ def test_q4_k_packed_in_eights_gives_q4_ks_bits_on_every_path_row_and_thread_cou
 
 
 def _x8_q5_data(seed, outputs=56, rows=40):
-    rng = np.random.default_rng(seed)
-    blocks = torch.from_numpy(random_blocks("Q5_K", outputs, 768, rng, scale=0.05))
-    x = torch.randn(rows, 768, generator=torch.Generator().manual_seed(seed)) * torch.logspace(-2, 1, rows)[:, None]
-    return blocks, gguf_kernels.repack_q5_k_x8(blocks), x
+    return _packed_case("Q5_K", gguf_kernels.repack_q5_k_x8, seed, outputs, rows)
 
 
 @pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
@@ -522,10 +524,7 @@ def test_the_packed_layout_is_read_as_laid_out_and_bad_packed_input_is_refused()
 
 
 def _x16_data(seed, outputs=48, rows=40):
-    rng = np.random.default_rng(seed)
-    blocks = torch.from_numpy(random_blocks("Q6_K", outputs, 768, rng, scale=0.05))
-    x = torch.randn(rows, 768, generator=torch.Generator().manual_seed(seed)) * torch.logspace(-2, 1, rows)[:, None]
-    return blocks, gguf_kernels.repack_q6_k_x16(blocks), x
+    return _packed_case("Q6_K", gguf_kernels.repack_q6_k_x16, seed, outputs, rows)
 
 
 @pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
