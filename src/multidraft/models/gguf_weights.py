@@ -66,8 +66,8 @@ class BlockMatrix:
     def pack_for_q8(self) -> None:
         """Repack the matrix for the 8-bit kernels, once, where a packed layout is faster: Q4_K (rows in eights) on
         every path, Q6_K (rows in sixteens) on the amx path and on avx512-vnni with VBMI, Q5_K (rows in eights) and
-        the 32-value formats (rows in sixteens) on amx and avx512-vnni. A second copy of its blocks (the original stays mapped from the file for
-        the fp32 path and row lookups; in q8 mode only the copy is read)."""
+        the 32-value formats (rows in sixteens) on amx and avx512-vnni. A second copy of its blocks (the original
+        stays mapped from the file for the fp32 path and row lookups; in q8 mode only the copy is read)."""
         if self.packed is not None or not self.has_q8_kernel:
             return
         if self.type_id == 12:
