@@ -177,11 +177,60 @@ def test_attention_heads_at_once_give_one_head_at_a_times_bits():
         gguf_kernels.set_attention_wide(before)
 
 
+def _verify_masks(prefix: int, rows: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """Masks of `rows` new tokens after `prefix` cached ones, as verifies and prefills give them: a chain (causal), a
+    tree (each row its cache, a random subset of the rows before it, itself), and a chain whose middle row sees
+    nothing."""
+    keys = prefix + rows
+    chain = torch.zeros(rows, keys, dtype=torch.bool)
+    chain[:, :prefix] = True
+    chain[:, prefix:] = torch.ones(rows, rows, dtype=torch.bool).tril()
+    tree = chain.clone()
+    tree[:, prefix:] &= torch.rand(rows, rows, generator=generator) < 0.5
+    tree[:, prefix:] |= torch.eye(rows, dtype=torch.bool)
+    blind = chain.clone()
+    blind[rows // 2] = False
+    return [chain, tree, blind]
+
+
+def test_attention_rows_together_give_each_row_alones_bits():
+    """The rows of a call share each chunk of keys (the keys every row sees taken for all their query vectors at once,
+    each row's own later keys for it alone, blocks of up to 8 rows): each row's outputs are the bits of that row alone,
+    over caches of 0 to 300 keys, 1 to 17 rows (several blocks), chains, trees and a row that sees nothing, head sizes
+    with and without a tail of 8 lanes and odd counts of query vectors, one head at a time and (where AVX-512 is
+    there) the paired kernels, with every chunking and split."""
+    generator = torch.Generator().manual_seed(9)
+    paths = [False] if gguf_kernels.missing_flag("avx512-vnni") else [False, True]
+    before = gguf_kernels.set_attention_wide(False)
+    try:
+        for heads, kv_heads, dim in ((12, 2, 128), (9, 3, 64), (5, 1, 72), (3, 3, 16)):
+            for prefix, rows in ((0, 9), (5, 3), (37, 8), (300, 17), (64, 1)):
+                q = torch.randn(heads, rows, dim, generator=generator)
+                k, v = (torch.randn(kv_heads, prefix + rows + 3, dim, generator=generator) for _ in range(2))
+                for visible in _verify_masks(prefix, rows, generator):
+                    outputs = []
+                    for wide in paths:
+                        gguf_kernels.set_attention_wide(wide)
+                        together = gguf_kernels.attention(q, k, v, visible, 0.09)
+                        for t in range(rows):
+                            alone = gguf_kernels.attention(q[:, t:t + 1], k, v, visible[t:t + 1], 0.09)
+                            assert torch.equal(alone[0].view(torch.int32), together[t].view(torch.int32)), \
+                                (heads, kv_heads, dim, prefix, rows, t, wide)
+                        for chunk, parts in ((4, 1), (8, 2), (32, 3)):
+                            assert torch.equal(gguf_kernels.attention_with(q, k, v, visible, 0.09, chunk, parts),
+                                               together)
+                        outputs.append(together)
+                    assert all(torch.equal(out.view(torch.int32), outputs[0].view(torch.int32)) for out in outputs)
+    finally:
+        gguf_kernels.set_attention_wide(before)
+
+
 # The digest of the attention's outputs on pinned_attention_outputs' inputs: the bits of its stated arithmetic (scores
 # by 8 fp32 lanes and hsum's tree, the kernel's own exp, the softmax total added in key order, values in key order),
 # the same on every CPU and path. A change of that arithmetic (another summation order, another exp) changes it;
 # a faster schedule of the same arithmetic does not (the vectorized visible-key scan, maximum and interleaved totals
-# of 2026-12-02 kept it, and so did four heads at once with two keys per zmm, later that day).
+# of 2026-12-02 kept it, and so did four heads at once with two keys per zmm, later that day, and the rows of a call
+# sharing each chunk of keys, with query vectors in pairs against broadcast keys, in the session after).
 ATTENTION_DIGEST = "f4fbfcfefc8a3acf984b10258aa311a0979bc5a0fc53eeb7323d60c1f03daca5"
 
 

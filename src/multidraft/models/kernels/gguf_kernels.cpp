@@ -746,24 +746,25 @@ inline void exp_shifted(float* sc, int64_t n, float best) {
   }
 }
 
-// total[j * stride] = sc[j * S + 0] + sc[j * S + 1] + ... + sc[j * S + n - 1], each added in index order (the
-// softmax's total: a sequential sum, whose order is part of the arithmetic), for `count` rows of scores at once: the
-// rows' chains are independent, so C of them interleaved cost about one's latency.
+// total[j * stride] += sc[j * S + from] + sc[j * S + from + 1] + ... + sc[j * S + to - 1], each added in index
+// order onto the total (the softmax's total: a sequential sum from 0.f, whose order is part of the arithmetic; a
+// sum continued from where it stopped gets the same bits), for `count` rows of scores at once: the rows' chains are
+// independent, so C of them interleaved cost about one's latency.
 template <int C>
-inline void sequential_sums(const float* sc, int64_t S, int64_t n, float* total, int64_t stride) {
+inline void sequential_sums(const float* sc, int64_t S, int64_t from, int64_t to, float* total, int64_t stride) {
   float t[C];
-  for (int j = 0; j < C; ++j) t[j] = 0.f;
-  for (int64_t i = 0; i < n; ++i)
-#pragma GCC unroll 4
+  for (int j = 0; j < C; ++j) t[j] = total[j * stride];
+  for (int64_t i = from; i < to; ++i)
+#pragma GCC unroll 8
     for (int j = 0; j < C; ++j) t[j] += sc[j * S + i];
   for (int j = 0; j < C; ++j) total[j * stride] = t[j];
 }
-inline void sequential_sums(const float* sc, int64_t S, int64_t count, int64_t n, float* total, int64_t stride) {
-  int64_t j = 0;
-  for (; j + 4 <= count; j += 4) sequential_sums<4>(sc + j * S, S, n, total + j * stride, stride);
-  if (count - j == 3) sequential_sums<3>(sc + j * S, S, n, total + j * stride, stride);
-  else if (count - j == 2) sequential_sums<2>(sc + j * S, S, n, total + j * stride, stride);
-  else if (count - j == 1) sequential_sums<1>(sc + j * S, S, n, total + j * stride, stride);
+inline void sequential_sums(const float* sc, int64_t S, int64_t count, int64_t from, int64_t to, float* total,
+                            int64_t stride) {
+  for (int64_t j = 0; j < count; j += 8)
+    by_group_size<8>(int(std::min<int64_t>(8, count - j)), [&](auto c) {
+      sequential_sums<decltype(c)::value>(sc + j * S, S, from, to, total + j * stride, stride);
+    });
 }
 #pragma GCC pop_options
 
@@ -825,6 +826,10 @@ inline void weighted_values(const float* vbase, int64_t D, const int64_t* keys, 
 // bits as one head at a time. Against two heads at a time with 8-lane scores (to 2026-12-02; warm, 2 threads, Zen
 // 5, 8 rows over 308 keys, one process alternating): smollm2's shape 52 -> 44 us, the 1.5B's 112 -> 87, gemma3's
 // 72 -> 51.
+// How far ahead (floats) the AVX-512 attention kernels prefetch the keys and values they stream: a cache's rows are
+// consecutive, so 16 KB on is ~32 keys of a 128-wide head (a hint: a tree's scattered keys just miss it).
+constexpr int64_t ATTENTION_AHEAD = 4096;
+
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512vl")
 // key_scores for NH (1-4) query heads of one KV head, two keys per zmm: for keys 2c and 2c + 1 of each eight, lanes
@@ -886,6 +891,7 @@ inline void weighted_values_heads64(const float* vbase, int64_t D, const int64_t
     const float* vr = vbase + keys[i] * D;
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
+      _mm_prefetch((const char*)(vr + ATTENTION_AHEAD + 16 * j), _MM_HINT_T0);
       const __m512 vv = _mm512_loadu_ps(vr + 16 * j);
       for (int h = 0; h < NH; ++h) a[h][j] = _mm512_fmadd_ps(pv[h], vv, a[h][j]);
     }
@@ -894,66 +900,212 @@ inline void weighted_values_heads64(const float* vbase, int64_t D, const int64_t
     for (int j = 0; j < 4; ++j) _mm512_storeu_ps(out[h] + 16 * j, a[h][j]);
 }
 
+// Query vectors in pairs against keys broadcast: for a pair (a, b) a zmm holds a's 8 query lanes of dimensions d..d+7
+// in lanes 0-7 and b's in lanes 8-15 (pair_queries lays them out once), and one key's 8 values are broadcast to both
+// halves by the load itself, so each fused multiply-add serves two query vectors with no shuffle. A half's lane j is
+// fma(q[d + j], k[d + j], lane) over d in order, as key_scores' ymm lane j: the same bits.
+// pair_block: NP (1-3) consecutive pairs (2 * D8 floats each, from qz) x 8 keys in 24 accumulators, over d < D8.
+// DC > 0: D8 == DC and the keys are consecutive rows from kr[0] (a cache's slots), so every address is a constant
+// offset from two pointers instead of eight key pointers the registers cannot all hold.
+template <int NP, int DC>
+inline void pair_block(const float* qz, const float* const* kr, int64_t D8, __m512 (&a)[NP][8]) {
+  const int64_t dn = DC ? DC : D8;
+  for (int p = 0; p < NP; ++p)
+    for (int j = 0; j < 8; ++j) a[p][j] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int64_t d = 0; d < dn; d += 8) {
+    __m512 qv[NP];
+    for (int p = 0; p < NP; ++p) qv[p] = _mm512_loadu_ps(qz + 2 * p * dn + 2 * d);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const float* k = DC ? kr[0] + j * DC : kr[j];
+      if (d % 16 == 0) _mm_prefetch((const char*)(k + d + ATTENTION_AHEAD), _MM_HINT_T0);
+      const __m512 kv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(reinterpret_cast<const double*>(k + d))));
+      for (int p = 0; p < NP; ++p) a[p][j] = _mm512_fmadd_ps(qv[p], kv, a[p][j]);
+    }
+  }
+}
+
+// The scores of NP consecutive pairs of one KV head's query vectors (any rows, any heads) over n keys, 8 at a time
+// (pair_block, then finish_eight_scores on each half); qa: each pair's two query rows (for the tail d >= D8), s:
+// their score rows (nullptr: a pair's unused second half).
+template <int NP>
+inline void key_scores_pairs(const float* qz, const float* const* qa, const float* kbase, int64_t D,
+                             const int64_t* keys, int64_t n, float scale, float* const* s) {
+  const int64_t D8 = D & ~int64_t(7);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const float* kr[8];
+    __m512 a[NP][8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) kr[j] = kbase + keys[i + j] * D;
+    const bool consecutive = keys[i + 7] == keys[i] + 7;         // keys ascend, so these are 8 adjacent slots
+    if (consecutive && D == 128) pair_block<NP, 128>(qz, kr, D8, a);
+    else if (consecutive && D == 64) pair_block<NP, 64>(qz, kr, D8, a);
+    else pair_block<NP, 0>(qz, kr, D8, a);
+    for (int p = 0; p < NP; ++p) {
+      __m256 lo[8], hi[8];
+      for (int j = 0; j < 8; ++j) {
+        lo[j] = _mm512_castps512_ps256(a[p][j]);
+        hi[j] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[p][j]), 1));
+      }
+      finish_eight_scores(lo, qa[2 * p], kr, D, D8, scale, s[2 * p] + i);
+      if (s[2 * p + 1]) finish_eight_scores(hi, qa[2 * p + 1], kr, D, D8, scale, s[2 * p + 1] + i);
+    }
+  }
+  if (i < n)                                          // the last keys one at a time, as key_scores takes them
+    for (int v = 0; v < 2 * NP; ++v)
+      if (s[v]) key_scores(qa[v], kbase, D, keys + i, n - i, scale, s[v] + i);
+}
+
 #pragma GCC pop_options
 
-// One query row of the heads [h0, h1) of one KV head, over its n visible keys: the per-head arithmetic of
-// invariant_attention's comment. The keys (then the values) are read in chunks of `chunk` that stay in L1 while
-// every head of the group uses them, so a grouped-query model reads its cache once per KV head, not per query
-// head; a score or a value lane is the same sequence of operations in any chunking.
-void attention_row_group(const float* qp, const float* kbase, const float* vbase, int64_t T, int64_t t, int64_t D,
-                         int64_t S, int64_t h0, int64_t h1, const int64_t* keys, int64_t n, int64_t chunk,
-                         float scale, float* scores, float* acc, float* out, int64_t H) {
+// pairs[p][16 (d / 8) + l]: query vector 2p's dimension d + l (l < 8) and 2p + 1's (l >= 8), for key_scores_pairs;
+// an odd last vector is paired with itself.
+inline void pair_queries(const float* const* q, int64_t count, int64_t D, float* pairs) {
   const int64_t D8 = D & ~int64_t(7);
-  const bool wide = attention_wide.load(std::memory_order_relaxed);
-  for (int64_t c = 0; c < n; c += chunk) {
-    const int64_t m = std::min(chunk, n - c);
-    for (int64_t h = h0; h < h1; h += wide ? 4 : 1) {
-      const int nh = wide ? int(std::min<int64_t>(4, h1 - h)) : 1;
-      const float* q[4];
-      float* s[4];
-      for (int j = 0; j < nh; ++j) q[j] = qp + ((h + j) * T + t) * D, s[j] = scores + (h + j - h0) * S + c;
-      if (!wide) key_scores(q[0], kbase, D, keys + c, m, scale, s[0]);
-      else by_group_size<4>(nh, [&](auto heads) {
-        key_scores_heads<decltype(heads)::value>(q, kbase, D, keys + c, m, scale, s);
+  for (int64_t v = 0; v < count; v += 2) {
+    const float* a = q[v];
+    const float* b = q[std::min(v + 1, count - 1)];
+    float* out = pairs + v * D8;                        // pair v / 2: 2 * D8 floats
+    for (int64_t d = 0; d < D8; d += 8) {
+      std::memcpy(out + 2 * d, a + d, 8 * sizeof(float));
+      std::memcpy(out + 2 * d + 8, b + d, 8 * sizeof(float));
+    }
+  }
+}
+
+// Buffers of one thread's attention blocks.
+struct AttentionScratch {
+  std::vector<float> scores, acc, pairs;
+  std::vector<int64_t> keys, counts;
+};
+
+// Query rows t0 .. t0 + rows - 1 (each with >= 1 visible key) of the heads [h0, h1) of one KV head: per (row, head)
+// the arithmetic of attention_over's comment (scores: key_scores' lanes, or key_scores_pairs' with the same bits on
+// AVX-512 (`wide`); softmax; values: weighted_values' lanes, four vectors at a time on AVX-512). The rows share each
+// chunk of keys (then values) while it is in L1, so a verify of 8 rows or a prefill block reads the cache once, not
+// once per row, and a grouped-query model once per KV head, not per query head. The keys every row sees first (a
+// verify's cache, a prefill block's earlier tokens: the common prefix of the rows' lists) are taken for all the
+// block's query vectors at once; each row's own later keys follow for it alone, in order, so every sum runs over
+// its own keys in key order, as it would alone. Against one row at a time (Zen 5, 2 threads, the 1.5B's shape from
+// memory, us a layer): 8 rows over 3072 cached keys 835 -> 540, 16 rows 1514 -> 1085, 1 row 219 -> 88-160.
+void attention_block(const float* qp, const float* kbase, const float* vbase, const bool* mask, int64_t T, int64_t t0,
+                     int64_t rows, int64_t D, int64_t W, int64_t h0, int64_t h1, int64_t chunk, float scale,
+                     bool wide, AttentionScratch& scratch, float* out, int64_t H) {
+  const int64_t heads = h1 - h0, vectors = rows * heads, D8 = D & ~int64_t(7);
+  scratch.keys.resize(rows * W);
+  scratch.counts.resize(rows);
+  int64_t* const keys = scratch.keys.data();
+  int64_t common = W;
+  for (int64_t r = 0; r < rows; ++r) {
+    scratch.counts[r] = visible_keys(mask + (t0 + r) * W, W, keys + r * W);
+    int64_t same = 0;
+    const int64_t limit = std::min(common, scratch.counts[r]);
+    while (same < limit && keys[r * W + same] == keys[same]) ++same;
+    common = same;
+  }
+  scratch.scores.resize(vectors * W);
+  scratch.acc.resize(vectors * (D + 1));
+  scratch.pairs.resize(((vectors + 1) / 2) * 2 * D8);
+  // vector v = r * heads + (h - h0): its query, score row and accumulators
+  std::vector<const float*> q(vectors);
+  std::vector<float*> sc(vectors + 1, nullptr), acc(vectors);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = h0; h < h1; ++h) {
+      const int64_t v = r * heads + h - h0;
+      q[v] = qp + (h * T + t0 + r) * D;
+      sc[v] = scratch.scores.data() + v * W;
+      acc[v] = scratch.acc.data() + v * (D + 1);
+    }
+  if (wide) pair_queries(q.data(), vectors, D, scratch.pairs.data());
+  const int64_t npairs = (vectors + 1) / 2;
+  for (int64_t c = 0; c < common; c += chunk) {                  // the shared keys: every vector's scores
+    const int64_t m = std::min(chunk, common - c);
+    if (!wide)
+      for (int64_t v = 0; v < vectors; ++v) key_scores(q[v], kbase, D, keys + c, m, scale, sc[v] + c);
+    for (int64_t p = 0; wide && p < npairs; p += 3) {
+      const int np = int(std::min<int64_t>(3, npairs - p));
+      const float* qz = scratch.pairs.data() + p * 2 * D8;       // pairs p .. p + np - 1, one after another
+      const float* qa[6];
+      float* s[6];
+      for (int j = 0; j < np; ++j) {
+        for (int e = 0; e < 2; ++e) {
+          const int64_t v = 2 * (p + j) + e;
+          qa[2 * j + e] = q[std::min(v, vectors - 1)];
+          s[2 * j + e] = v < vectors ? sc[v] + c : nullptr;
+        }
+      }
+      by_group_size<3>(np, [&](auto pairs) {
+        key_scores_pairs<decltype(pairs)::value>(qz, qa, kbase, D, keys + c, m, scale, s);
       });
     }
   }
-  for (int64_t h = h0; h < h1; ++h) exp_shifted(scores + (h - h0) * S, n, largest(scores + (h - h0) * S, n));
-  sequential_sums(scores, S, h1 - h0, n, acc + D, D + 1);     // each head's total, then its inverse, at acc[.. + D]
-  for (int64_t h = h0; h < h1; ++h) acc[(h - h0) * (D + 1) + D] = 1.f / acc[(h - h0) * (D + 1) + D];
-  for (int64_t c = 0; c < n; c += chunk) {
-    const int64_t m = std::min(chunk, n - c);
-    const int64_t d_wide = wide ? D8 & ~int64_t(63) : 0;    // dimensions below it: up to four heads at once
-    for (int64_t h = h0; h < h1; h += 4) {
-      const int nh = int(std::min<int64_t>(4, h1 - h));
+  for (int64_t r = 0; r < rows; ++r) {                           // each row's own keys after them
+    const int64_t rest = scratch.counts[r] - common;
+    if (rest <= 0) continue;
+    if (!wide)
+      for (int64_t v = r * heads; v < (r + 1) * heads; ++v)
+        key_scores(q[v], kbase, D, keys + r * W + common, rest, scale, sc[v] + common);
+    for (int64_t h = 0; wide && h < heads; h += 4) {
+      const int nh = int(std::min<int64_t>(4, heads - h));
+      const float* qh[4];
+      float* s[4];
+      for (int j = 0; j < nh; ++j) qh[j] = q[r * heads + h + j], s[j] = sc[r * heads + h + j] + common;
+      by_group_size<4>(nh, [&](auto n) {
+        key_scores_heads<decltype(n)::value>(qh, kbase, D, keys + r * W + common, rest, scale, s);
+      });
+    }
+  }
+  for (int64_t v = 0; v < vectors; ++v) {                        // softmax: each vector over its own keys
+    const int64_t n = scratch.counts[v / heads];
+    exp_shifted(sc[v], n, largest(sc[v], n));
+  }
+  for (int64_t v = 0; v < vectors; ++v) acc[v][D] = 0.f;
+  sequential_sums(sc[0], W, vectors, 0, common, acc[0] + D, D + 1);   // the shared keys' part of every total
+  for (int64_t r = 0; r < rows; ++r)
+    sequential_sums(sc[r * heads], W, heads, common, scratch.counts[r], acc[r * heads] + D, D + 1);
+  for (int64_t v = 0; v < vectors; ++v) acc[v][D] = 1.f / acc[v][D];
+  const int64_t d_wide = wide ? D8 & ~int64_t(63) : 0;
+  // values: the shared keys for every vector, then each row's own keys, in key order; 64 dimensions at a time on
+  // up to four vectors, the rest of D8 by weighted_values, d >= D8 lane by lane
+  auto weigh = [&](int64_t v0, int64_t count, const int64_t* ks, int64_t from, int64_t m, bool fresh) {
+    for (int64_t v = v0; v < v0 + count; v += 4) {
+      const int nv = int(std::min<int64_t>(4, v0 + count - v));
       const float* p[4];
       float* a[4];
-      for (int j = 0; j < nh; ++j) p[j] = scores + (h + j - h0) * S + c, a[j] = acc + (h + j - h0) * (D + 1);
+      for (int j = 0; j < nv; ++j) p[j] = sc[v + j] + from;
       for (int64_t d0 = 0; d0 < d_wide; d0 += 64) {
-        float* o[4];
-        for (int j = 0; j < nh; ++j) o[j] = a[j] + d0;
-        by_group_size<4>(nh, [&](auto heads) {
-          weighted_values_heads64<decltype(heads)::value>(vbase + d0, D, keys + c, p, m, o, c == 0);
+        for (int j = 0; j < nv; ++j) a[j] = acc[v + j] + d0;
+        by_group_size<4>(nv, [&](auto n) {
+          weighted_values_heads64<decltype(n)::value>(vbase + d0, D, ks, p, m, a, fresh);
         });
       }
-      for (int j = 0; j < nh; ++j) {
+      for (int j = 0; j < nv; ++j) {
         int64_t d0 = d_wide;
-        for (; d0 + 64 <= D8; d0 += 64) weighted_values<8>(vbase + d0, D, keys + c, p[j], m, a[j] + d0, c == 0);
-        for (; d0 < D8; d0 += 8) weighted_values<1>(vbase + d0, D, keys + c, p[j], m, a[j] + d0, c == 0);
+        for (; d0 + 64 <= D8; d0 += 64) weighted_values<8>(vbase + d0, D, ks, p[j], m, acc[v + j] + d0, fresh);
+        for (; d0 < D8; d0 += 8) weighted_values<1>(vbase + d0, D, ks, p[j], m, acc[v + j] + d0, fresh);
       }
     }
+  };
+  for (int64_t c = 0; c < common; c += chunk) weigh(0, vectors, keys + c, c, std::min(chunk, common - c), c == 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t rest = scratch.counts[r] - common;
+    if (rest > 0) weigh(r * heads, heads, keys + r * W + common, common, rest, common == 0);
   }
-  for (int64_t h = h0; h < h1; ++h) {
-    float* a = acc + (h - h0) * (D + 1);
-    const float* p = scores + (h - h0) * S;
-    for (int64_t d = D8; d < D; ++d) {
-      float lane = 0.f;
-      for (int64_t i = 0; i < n; ++i) lane = std::fma(p[i], vbase[keys[i] * D + d], lane);
-      a[d] = lane;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = h0; h < h1; ++h) {
+      const int64_t v = r * heads + h - h0, n = scratch.counts[r];
+      float* a = acc[v];
+      const float* p = sc[v];
+      for (int64_t d = D8; d < D; ++d) {
+        float lane = 0.f;
+        for (int64_t i = 0; i < n; ++i) lane = std::fma(p[i], vbase[keys[r * W + i] * D + d], lane);
+        a[d] = lane;
+      }
+      float* o = out + ((t0 + r) * H + h) * D;
+      for (int64_t d = 0; d < D; ++d) o[d] = a[d] * a[D];
     }
-    float* o = out + (t * H + h) * D;
-    for (int64_t d = 0; d < D; ++d) o[d] = a[d] * a[D];
-  }
 }
 
 // The attention's work as units (KV head, query row, query head of its group), in that order, cut into jobs of
@@ -1021,23 +1173,30 @@ at::Tensor attention_over(const at::Tensor& q_in, const at::Tensor& k_in, const 
   float* op = out.data_ptr<float>();
   const float scale = float(scaling);
   const auto jobs = attention_jobs(mp, T, W, KVH, group, parts);
+  const bool wide = attention_wide.load(std::memory_order_relaxed);
   at::parallel_for(0, int64_t(jobs.size()), 1, [&](int64_t b, int64_t e) {
-    std::vector<float> scores(group * std::max<int64_t>(W, 1));
-    std::vector<int64_t> keys(W);
-    std::vector<float> acc(group * (D + 1));
+    AttentionScratch scratch;
+    // a job's units as blocks of up to 8 consecutive rows of one KV head with the same heads
+    int64_t kv = -1, t0 = 0, rows = 0, h0 = 0, h1 = 0;
+    auto flush = [&]() {
+      if (rows) attention_block(qp, kp + kv * S * D, vp + kv * S * D, mp, T, t0, rows, D, W, h0, h1, chunk, scale,
+                                wide, scratch, op, H);
+      rows = 0;
+    };
     for (int64_t job = b; job < e; ++job)
-      for (int64_t unit = jobs[job].first; unit < jobs[job].second;) {       // one (KV head, row) at a time
-        const int64_t row = unit / group, kv = row / T, t = row % T;
-        const int64_t h0 = kv * group + unit % group, h1 = h0 + std::min(jobs[job].second, (row + 1) * group) - unit;
-        unit += h1 - h0;
-        const int64_t n = visible_keys(mp + t * W, W, keys.data());
-        if (n == 0) {
-          for (int64_t h = h0; h < h1; ++h) std::fill(op + (t * H + h) * D, op + (t * H + h + 1) * D, 0.f);
+      for (int64_t unit = jobs[job].first; unit < jobs[job].second;) {
+        const int64_t row = unit / group, ukv = row / T, t = row % T;
+        const int64_t u0 = ukv * group + unit % group, u1 = u0 + std::min(jobs[job].second, (row + 1) * group) - unit;
+        unit += u1 - u0;
+        if (std::none_of(mp + t * W, mp + (t + 1) * W, [](bool seen) { return seen; })) {   // no key: zeros
+          for (int64_t h = u0; h < u1; ++h) std::fill(op + (t * H + h) * D, op + (t * H + h + 1) * D, 0.f);
           continue;
         }
-        attention_row_group(qp, kp + kv * S * D, vp + kv * S * D, T, t, D, W, h0, h1, keys.data(), n, chunk, scale,
-                            scores.data(), acc.data(), op, H);
+        if (rows && (ukv != kv || u0 != h0 || u1 != h1 || t != t0 + rows || rows == 8)) flush();
+        if (!rows) kv = ukv, t0 = t, h0 = u0, h1 = u1;
+        ++rows;
       }
+    flush();
   });
   return out;
 }
