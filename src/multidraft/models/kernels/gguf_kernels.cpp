@@ -820,16 +820,18 @@ inline void weighted_values(const float* vbase, int64_t D, const int64_t* keys, 
   for (int j = 0; j < W; ++j) _mm256_storeu_ps(out + 8 * j, a[j]);
 }
 
+// How far ahead (floats) the AVX-512 attention kernels prefetch the keys and values they stream, into L2: a cache's
+// rows are consecutive, so 16 KB on is 32 keys of a 128-wide head (a hint: a tree's scattered keys just miss it).
+// One row over 3072 cached keys of the 1.5B's shape from memory (Zen 5, 2 threads, us a layer): 212-239 without,
+// 95-155 with (L1 or L2, 8-32 KB on: all within the spread between builds and processes).
+constexpr int64_t ATTENTION_AHEAD = 4096;
+
 // Up to four query heads of one KV head at once where AVX-512 is there (attention_wide): each key's (value's) row
 // loaded once for all of them (scores: two keys per zmm, 4 accumulators per head; values: 64 dimensions per 4 zmm),
 // and every score and value lane the very operations of key_scores / weighted_values, in the same order: the same
 // bits as one head at a time. Against two heads at a time with 8-lane scores (to 2026-12-02; warm, 2 threads, Zen
 // 5, 8 rows over 308 keys, one process alternating): smollm2's shape 52 -> 44 us, the 1.5B's 112 -> 87, gemma3's
 // 72 -> 51.
-// How far ahead (floats) the AVX-512 attention kernels prefetch the keys and values they stream: a cache's rows are
-// consecutive, so 16 KB on is ~32 keys of a 128-wide head (a hint: a tree's scattered keys just miss it).
-constexpr int64_t ATTENTION_AHEAD = 4096;
-
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512vl")
 // key_scores for NH (1-4) query heads of one KV head, two keys per zmm: for keys 2c and 2c + 1 of each eight, lanes
@@ -891,7 +893,7 @@ inline void weighted_values_heads64(const float* vbase, int64_t D, const int64_t
     const float* vr = vbase + keys[i] * D;
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
-      _mm_prefetch((const char*)(vr + ATTENTION_AHEAD + 16 * j), _MM_HINT_T0);
+      _mm_prefetch((const char*)(vr + ATTENTION_AHEAD + 16 * j), _MM_HINT_T1);
       const __m512 vv = _mm512_loadu_ps(vr + 16 * j);
       for (int h = 0; h < NH; ++h) a[h][j] = _mm512_fmadd_ps(pv[h], vv, a[h][j]);
     }
@@ -919,7 +921,7 @@ inline void pair_block(const float* qz, const float* const* kr, int64_t D8, __m5
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
       const float* k = DC ? kr[0] + j * DC : kr[j];
-      if (d % 16 == 0) _mm_prefetch((const char*)(k + d + ATTENTION_AHEAD), _MM_HINT_T0);
+      if (d % 16 == 0) _mm_prefetch((const char*)(k + d + ATTENTION_AHEAD), _MM_HINT_T1);
       const __m512 kv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(reinterpret_cast<const double*>(k + d))));
       for (int p = 0; p < NP; ++p) a[p][j] = _mm512_fmadd_ps(qv[p], kv, a[p][j]);
     }
