@@ -907,8 +907,9 @@ inline void weighted_values_heads64(const float* vbase, int64_t D, const int64_t
 // halves by the load itself, so each fused multiply-add serves two query vectors with no shuffle. A half's lane j is
 // fma(q[d + j], k[d + j], lane) over d in order, as key_scores' ymm lane j: the same bits.
 // pair_block: NP (1-3) consecutive pairs (2 * D8 floats each, from qz) x 8 keys in 24 accumulators, over d < D8.
-// DC > 0: D8 == DC and the keys are consecutive rows from kr[0] (a cache's slots), so every address is a constant
-// offset from two pointers instead of eight key pointers the registers cannot all hold.
+// DC > 0 (64, 128, 256: the head sizes of our models): D8 == DC and the keys are consecutive rows from kr[0] (a
+// cache's slots), so every address is a constant offset from two pointers instead of eight key pointers the
+// registers cannot all hold.
 template <int NP, int DC>
 inline void pair_block(const float* qz, const float* const* kr, int64_t D8, __m512 (&a)[NP][8]) {
   const int64_t dn = DC ? DC : D8;
@@ -922,7 +923,8 @@ inline void pair_block(const float* qz, const float* const* kr, int64_t D8, __m5
     for (int j = 0; j < 8; ++j) {
       const float* k = DC ? kr[0] + j * DC : kr[j];
       if (d % 16 == 0) _mm_prefetch((const char*)(k + d + ATTENTION_AHEAD), _MM_HINT_T1);
-      const __m512 kv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(reinterpret_cast<const double*>(k + d))));
+      const __m256d k8 = _mm256_loadu_pd(reinterpret_cast<const double*>(k + d));     // 8 floats, both halves
+      const __m512 kv = _mm512_castpd_ps(_mm512_broadcast_f64x4(k8));
       for (int p = 0; p < NP; ++p) a[p][j] = _mm512_fmadd_ps(qv[p], kv, a[p][j]);
     }
   }
@@ -944,6 +946,7 @@ inline void key_scores_pairs(const float* qz, const float* const* qa, const floa
     const bool consecutive = keys[i + 7] == keys[i] + 7;         // keys ascend, so these are 8 adjacent slots
     if (consecutive && D == 128) pair_block<NP, 128>(qz, kr, D8, a);
     else if (consecutive && D == 64) pair_block<NP, 64>(qz, kr, D8, a);
+    else if (consecutive && D == 256) pair_block<NP, 256>(qz, kr, D8, a);
     else pair_block<NP, 0>(qz, kr, D8, a);
     for (int p = 0; p < NP; ++p) {
       __m256 lo[8], hi[8];
@@ -1130,15 +1133,22 @@ std::vector<std::pair<int64_t, int64_t>> attention_jobs(const bool* visible, int
     weight[t] = 16 + std::count(visible + t * S, visible + (t + 1) * S, true);
     total += KVH * group * weight[t];
   }
-  const int64_t shares = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), KVH * T * group));
+  const int64_t units = KVH * T * group;
+  const int64_t shares = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), units));
+  // With two rows or more per job, a job ends at a row's end, the one nearer its share: a row split between two
+  // jobs would make two small blocks of attention_block (gemma3-270m's shape, 8 rows over 256 keys: 38-41 ->
+  // 35-36 us).
+  const bool whole_rows = KVH * T >= 2 * shares;
   int64_t unit = 0, done = 0;                        // units before `unit` weigh `done`
   for (int64_t j = 1; j <= shares; ++j) {
     const int64_t target = total * j / shares, from = unit;
-    while (unit < KVH * T * group && done < target) {
-      const int64_t row = unit / group, w = weight[row % T];
-      const int64_t take = std::min((row + 1) * group - unit, (target - done + w - 1) / w);
+    while (unit < units && done < target) {
+      const int64_t row = unit / group, w = weight[row % T], rest = (row + 1) * group - unit;
+      if (whole_rows && j < shares && 2 * done + rest * w > 2 * target) break;
+      const int64_t take = whole_rows ? rest : std::min(rest, (target - done + w - 1) / w);
       unit += take, done += take * w;
     }
+    if (j == shares) unit = units;                   // (whole rows: the last job takes what is left)
     if (unit > from) jobs.emplace_back(from, unit);
   }
   return jobs;
@@ -1188,7 +1198,8 @@ at::Tensor attention_over(const at::Tensor& q_in, const at::Tensor& k_in, const 
     for (int64_t job = b; job < e; ++job)
       for (int64_t unit = jobs[job].first; unit < jobs[job].second;) {
         const int64_t row = unit / group, ukv = row / T, t = row % T;
-        const int64_t u0 = ukv * group + unit % group, u1 = u0 + std::min(jobs[job].second, (row + 1) * group) - unit;
+        const int64_t u0 = ukv * group + unit % group;
+        const int64_t u1 = u0 + std::min(jobs[job].second, (row + 1) * group) - unit;
         unit += u1 - u0;
         if (std::none_of(mp + t * W, mp + (t + 1) * W, [](bool seen) { return seen; })) {   // no key: zeros
           for (int64_t h = u0; h < u1; ++h) std::fill(op + (t * H + h) * D, op + (t * H + h + 1) * D, 0.f);
