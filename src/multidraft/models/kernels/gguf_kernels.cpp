@@ -1015,7 +1015,7 @@ void attention_block(const float* qp, const float* kbase, const float* vbase, co
   scratch.pairs.resize(((vectors + 1) / 2) * 2 * D8);
   // vector v = r * heads + (h - h0): its query, score row and accumulators
   std::vector<const float*> q(vectors);
-  std::vector<float*> sc(vectors + 1, nullptr), acc(vectors);
+  std::vector<float*> sc(vectors), acc(vectors);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = h0; h < h1; ++h) {
       const int64_t v = r * heads + h - h0;
