@@ -180,7 +180,7 @@ def test_attention_heads_at_once_give_one_head_at_a_times_bits():
 def _verify_masks(prefix: int, rows: int, generator: torch.Generator) -> list[torch.Tensor]:
     """Masks of `rows` new tokens after `prefix` cached ones, as verifies and prefills give them: a chain (causal), a
     tree (each row its cache, a random subset of the rows before it, itself), a chain whose middle row sees nothing,
-    and a chain through a sliding window of 24 keys (each row its last 24: the rows share the window's later part)."""
+    and a chain through a sliding window of 24 keys (each row its last 24: the rows' lists start apart)."""
     keys = prefix + rows
     chain = torch.zeros(rows, keys, dtype=torch.bool)
     chain[:, :prefix] = True
@@ -196,8 +196,8 @@ def _verify_masks(prefix: int, rows: int, generator: torch.Generator) -> list[to
 
 
 def test_attention_rows_together_give_each_row_alones_bits():
-    """The rows of a call share each chunk of keys (the keys every row sees taken for all their query vectors at once,
-    each row's own keys before and after them for it alone, blocks of up to 8 rows): each row's outputs are the bits
+    """The rows of a call share each chunk of keys (the keys every row sees first taken for all their query vectors at
+    once, each row's own later keys for it alone, blocks of up to 8 rows): each row's outputs are the bits
     of that row alone, over caches of 0 to 300 keys, 1 to 17 rows (several blocks), chains, trees, a sliding window
     and a row that sees nothing, head sizes with and without a tail of 8 lanes and odd counts of query vectors, one
     head at a time and (where AVX-512 is there) the paired kernels, with every chunking and split."""

@@ -983,56 +983,17 @@ inline void pair_queries(const float* const* q, int64_t count, int64_t D, float*
 // Buffers of one thread's attention blocks.
 struct AttentionScratch {
   std::vector<float> scores, acc, pairs;
-  std::vector<int64_t> keys, counts, firsts;
+  std::vector<int64_t> keys, counts;
 };
-
-// The keys every row of a block sees, when they lie as one stretch in each row's list (lists[r * W ..], counts[r]
-// keys, ascending; masks[r * W ..] the rows' visibility): its length, and in first[r] where it starts in row r's
-// list. A verify's or a prefill block's rows see it at the start of their lists (first 0), a sliding window's rows
-// as the window's later part. Where those keys do not lie together in some row's list, the rows' lists' common
-// start instead (first 0; possibly empty: the rows then run alone).
-inline int64_t shared_run(const bool* masks, const int64_t* lists, const int64_t* counts, int64_t rows, int64_t W,
-                          int64_t* first) {
-  int64_t begin = -1, length = 0;                                // in row 0's list
-  bool together = true;
-  for (int64_t i = 0; i < counts[0]; ++i) {
-    const int64_t key = lists[i];
-    bool all = true;
-    for (int64_t r = 1; r < rows && all; ++r) all = masks[r * W + key];
-    if (!all) continue;
-    if (begin < 0) begin = i;
-    together = together && i == begin + length;
-    ++length;
-  }
-  for (int64_t r = 1; r < rows && together && length > 0; ++r) {
-    const int64_t* list = lists + r * W;
-    const int64_t at = std::lower_bound(list, list + counts[r], lists[begin]) - list;
-    together = at + length <= counts[r] && std::equal(list + at, list + at + length, lists + begin);
-    first[r] = at;
-  }
-  if (length > 0 && together) {
-    first[0] = begin;
-    return length;
-  }
-  int64_t same = counts[0];                                      // the lists' common start
-  for (int64_t r = 1; r < rows; ++r) {
-    int64_t n = 0;
-    const int64_t limit = std::min(same, counts[r]);
-    while (n < limit && lists[r * W + n] == lists[n]) ++n;
-    same = n;
-  }
-  std::fill(first, first + rows, int64_t(0));
-  return same;
-}
 
 // Query rows t0 .. t0 + rows - 1 (each with >= 1 visible key) of the heads [h0, h1) of one KV head: per (row, head)
 // the arithmetic of attention_over's comment (scores: key_scores' lanes, or key_scores_pairs' with the same bits on
 // AVX-512 (`wide`); softmax; values: weighted_values' lanes, four vectors at a time on AVX-512). The rows share each
 // chunk of keys (then values) while it is in L1, so a verify of 8 rows or a prefill block reads the cache once, not
-// once per row, and a grouped-query model once per KV head, not per query head. The keys every row sees (shared_run:
-// a verify's cache, a prefill block's earlier tokens, a sliding window's later part) are taken for all the block's
-// query vectors at once; each row's own keys before and after them, for it alone: every sum runs over the row's keys
-// in key order, as it would alone. Against one row at a time (Zen 5, 2 threads, the 1.5B's shape from
+// once per row, and a grouped-query model once per KV head, not per query head. The keys every row sees first (a
+// verify's cache, a prefill block's earlier tokens: the common prefix of the rows' lists) are taken for all the
+// block's query vectors at once; each row's own later keys follow for it alone, in order, so every sum runs over
+// its own keys in key order, as it would alone. Against one row at a time (Zen 5, 2 threads, the 1.5B's shape from
 // memory, us a layer): 8 rows over 3072 cached keys 835 -> 540, 16 rows 1514 -> 1085, 1 row 219 -> 88-160.
 void attention_block(const float* qp, const float* kbase, const float* vbase, const bool* mask, int64_t T, int64_t t0,
                      int64_t rows, int64_t D, int64_t W, int64_t h0, int64_t h1, int64_t chunk, float scale,
@@ -1040,11 +1001,15 @@ void attention_block(const float* qp, const float* kbase, const float* vbase, co
   const int64_t heads = h1 - h0, vectors = rows * heads, D8 = D & ~int64_t(7);
   scratch.keys.resize(rows * W);
   scratch.counts.resize(rows);
-  scratch.firsts.resize(rows);
   int64_t* const keys = scratch.keys.data();
-  int64_t* const first = scratch.firsts.data();                  // where the shared run starts in row r's list
-  for (int64_t r = 0; r < rows; ++r) scratch.counts[r] = visible_keys(mask + (t0 + r) * W, W, keys + r * W);
-  const int64_t common = shared_run(mask + t0 * W, keys, scratch.counts.data(), rows, W, first);
+  int64_t common = W;
+  for (int64_t r = 0; r < rows; ++r) {
+    scratch.counts[r] = visible_keys(mask + (t0 + r) * W, W, keys + r * W);
+    int64_t same = 0;
+    const int64_t limit = std::min(common, scratch.counts[r]);
+    while (same < limit && keys[r * W + same] == keys[same]) ++same;
+    common = same;
+  }
   scratch.scores.resize(vectors * W);
   scratch.acc.resize(vectors * (D + 1));
   scratch.pairs.resize(((vectors + 1) / 2) * 2 * D8);
@@ -1058,14 +1023,12 @@ void attention_block(const float* qp, const float* kbase, const float* vbase, co
       sc[v] = scratch.scores.data() + v * W;
       acc[v] = scratch.acc.data() + v * (D + 1);
     }
-  auto at = [&](int64_t v) { return first[v / heads]; };        // the run's start in vector v's scores
   if (wide) pair_queries(q.data(), vectors, D, scratch.pairs.data());
   const int64_t npairs = (vectors + 1) / 2;
   for (int64_t c = 0; c < common; c += chunk) {                  // the shared keys: every vector's scores
     const int64_t m = std::min(chunk, common - c);
     if (!wide)
-      for (int64_t v = 0; v < vectors; ++v)
-        key_scores(q[v], kbase, D, keys + first[0] + c, m, scale, sc[v] + at(v) + c);
+      for (int64_t v = 0; v < vectors; ++v) key_scores(q[v], kbase, D, keys + c, m, scale, sc[v] + c);
     for (int64_t p = 0; wide && p < npairs; p += 3) {
       const int np = int(std::min<int64_t>(3, npairs - p));
       const float* qz = scratch.pairs.data() + p * 2 * D8;       // pairs p .. p + np - 1, one after another
@@ -1075,64 +1038,48 @@ void attention_block(const float* qp, const float* kbase, const float* vbase, co
         for (int e = 0; e < 2; ++e) {
           const int64_t v = 2 * (p + j) + e;
           qa[2 * j + e] = q[std::min(v, vectors - 1)];
-          s[2 * j + e] = v < vectors ? sc[v] + at(v) + c : nullptr;
+          s[2 * j + e] = v < vectors ? sc[v] + c : nullptr;
         }
       }
       by_group_size<3>(np, [&](auto pairs) {
-        key_scores_pairs<decltype(pairs)::value>(qz, qa, kbase, D, keys + first[0] + c, m, scale, s);
+        key_scores_pairs<decltype(pairs)::value>(qz, qa, kbase, D, keys + c, m, scale, s);
       });
     }
   }
-  // each row's own keys, before the shared run and after it, for that row alone
-  auto own_scores = [&](int64_t r, int64_t from, int64_t to) {
-    if (to <= from) return;
-    const int64_t* ks = keys + r * W + from;
+  for (int64_t r = 0; r < rows; ++r) {                           // each row's own keys after them
+    const int64_t rest = scratch.counts[r] - common;
+    if (rest <= 0) continue;
     if (!wide)
       for (int64_t v = r * heads; v < (r + 1) * heads; ++v)
-        key_scores(q[v], kbase, D, ks, to - from, scale, sc[v] + from);
+        key_scores(q[v], kbase, D, keys + r * W + common, rest, scale, sc[v] + common);
     for (int64_t h = 0; wide && h < heads; h += 4) {
       const int nh = int(std::min<int64_t>(4, heads - h));
       const float* qh[4];
       float* s[4];
-      for (int j = 0; j < nh; ++j) qh[j] = q[r * heads + h + j], s[j] = sc[r * heads + h + j] + from;
+      for (int j = 0; j < nh; ++j) qh[j] = q[r * heads + h + j], s[j] = sc[r * heads + h + j] + common;
       by_group_size<4>(nh, [&](auto n) {
-        key_scores_heads<decltype(n)::value>(qh, kbase, D, ks, to - from, scale, s);
+        key_scores_heads<decltype(n)::value>(qh, kbase, D, keys + r * W + common, rest, scale, s);
       });
     }
-  };
-  for (int64_t r = 0; r < rows; ++r) {
-    own_scores(r, 0, first[r]);
-    own_scores(r, first[r] + common, scratch.counts[r]);
   }
   for (int64_t v = 0; v < vectors; ++v) {                        // softmax: each vector over its own keys
     const int64_t n = scratch.counts[v / heads];
     exp_shifted(sc[v], n, largest(sc[v], n));
   }
-  // each total in key order: the row's keys before the run, the run (every vector at once where the run starts at
-  // the same place in every row), the keys after it
   for (int64_t v = 0; v < vectors; ++v) acc[v][D] = 0.f;
+  sequential_sums(sc[0], W, vectors, 0, common, acc[0] + D, D + 1);   // the shared keys' part of every total
   for (int64_t r = 0; r < rows; ++r)
-    sequential_sums(sc[r * heads], W, heads, 0, first[r], acc[r * heads] + D, D + 1);
-  if (std::all_of(first, first + rows, [&](int64_t f) { return f == first[0]; }))
-    sequential_sums(sc[0], W, vectors, first[0], first[0] + common, acc[0] + D, D + 1);
-  else
-    for (int64_t r = 0; r < rows; ++r)
-      sequential_sums(sc[r * heads], W, heads, first[r], first[r] + common, acc[r * heads] + D, D + 1);
-  for (int64_t r = 0; r < rows; ++r)
-    sequential_sums(sc[r * heads], W, heads, first[r] + common, scratch.counts[r], acc[r * heads] + D, D + 1);
+    sequential_sums(sc[r * heads], W, heads, common, scratch.counts[r], acc[r * heads] + D, D + 1);
   for (int64_t v = 0; v < vectors; ++v) acc[v][D] = 1.f / acc[v][D];
   const int64_t d_wide = wide ? D8 & ~int64_t(63) : 0;
   // values: the shared keys for every vector, then each row's own keys, in key order; 64 dimensions at a time on
   // up to four vectors, the rest of D8 by weighted_values, d >= D8 lane by lane
-  // (the sums start from zeros written here: an fma onto 0.f gives the bits of one onto a zeroed register)
-  for (int64_t v = 0; v < vectors; ++v) std::fill(acc[v], acc[v] + D8, 0.f);
-  auto weigh = [&](int64_t v0, int64_t count, const int64_t* ks, int64_t m, auto&& from) {
-    const bool fresh = false;
+  auto weigh = [&](int64_t v0, int64_t count, const int64_t* ks, int64_t from, int64_t m, bool fresh) {
     for (int64_t v = v0; v < v0 + count; v += 4) {
       const int nv = int(std::min<int64_t>(4, v0 + count - v));
       const float* p[4];
       float* a[4];
-      for (int j = 0; j < nv; ++j) p[j] = sc[v + j] + from(v + j);
+      for (int j = 0; j < nv; ++j) p[j] = sc[v + j] + from;
       for (int64_t d0 = 0; d0 < d_wide; d0 += 64) {
         for (int j = 0; j < nv; ++j) a[j] = acc[v + j] + d0;
         by_group_size<4>(nv, [&](auto n) {
@@ -1146,14 +1093,10 @@ void attention_block(const float* qp, const float* kbase, const float* vbase, co
       }
     }
   };
-  for (int64_t r = 0; r < rows; ++r)                             // the keys before the run
-    if (first[r] > 0) weigh(r * heads, heads, keys + r * W, first[r], [](int64_t) { return int64_t(0); });
-  for (int64_t c = 0; c < common; c += chunk)
-    weigh(0, vectors, keys + first[0] + c, std::min(chunk, common - c), [&](int64_t v) { return at(v) + c; });
-  for (int64_t r = 0; r < rows; ++r) {                           // and after it
-    const int64_t after = first[r] + common;
-    if (scratch.counts[r] > after)
-      weigh(r * heads, heads, keys + r * W + after, scratch.counts[r] - after, [&](int64_t) { return after; });
+  for (int64_t c = 0; c < common; c += chunk) weigh(0, vectors, keys + c, c, std::min(chunk, common - c), c == 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t rest = scratch.counts[r] - common;
+    if (rest > 0) weigh(r * heads, heads, keys + r * W + common, common, rest, common == 0);
   }
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = h0; h < h1; ++h) {
