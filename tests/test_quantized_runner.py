@@ -180,7 +180,8 @@ def test_attention_heads_at_once_give_one_head_at_a_times_bits():
 def _verify_masks(prefix: int, rows: int, generator: torch.Generator) -> list[torch.Tensor]:
     """Masks of `rows` new tokens after `prefix` cached ones, as verifies and prefills give them: a chain (causal), a
     tree (each row its cache, a random subset of the rows before it, itself), a chain whose middle row sees nothing,
-    and a chain through a sliding window of 24 keys (each row its last 24: the rows' lists start apart)."""
+    a chain through a sliding window of 24 keys (each row its last 24: the rows' lists start apart), and rows that
+    share no key (an engine's requests, each over its own region)."""
     keys = prefix + rows
     chain = torch.zeros(rows, keys, dtype=torch.bool)
     chain[:, :prefix] = True
@@ -192,7 +193,9 @@ def _verify_masks(prefix: int, rows: int, generator: torch.Generator) -> list[to
     blind[rows // 2] = False
     position = torch.arange(keys)
     windowed = chain & (position[None, :] > prefix + torch.arange(rows)[:, None] - 24)
-    return [chain, tree, blind, windowed]
+    length = max(1, keys // rows)           # the engine's packed rows: one request each, over its own arena region
+    regions = (position[None, :] // length) == torch.arange(rows)[:, None]
+    return [chain, tree, blind, windowed, regions]
 
 
 def test_attention_rows_together_give_each_row_alones_bits():

@@ -994,7 +994,9 @@ struct AttentionScratch {
 // verify's cache, a prefill block's earlier tokens: the common prefix of the rows' lists) are taken for all the
 // block's query vectors at once; each row's own later keys follow for it alone, in order, so every sum runs over
 // its own keys in key order, as it would alone. Against one row at a time (Zen 5, 2 threads, the 1.5B's shape from
-// memory, us a layer): 8 rows over 3072 cached keys 835 -> 540, 16 rows 1514 -> 1085, 1 row 219 -> 88-160.
+// memory, us a layer): 8 rows over 3072 cached keys 835 -> 540, 16 rows 1514 -> 1085, 1 row 219 -> 88-160. An
+// engine's rows (one per request) share no key and run alone, with their heads in pairs where those are whole pairs
+// and their values in chunks all their heads weigh while in L1: 8 requests over 1024 keys each 573 -> 464-470.
 void attention_block(const float* qp, const float* kbase, const float* vbase, const bool* mask, int64_t T, int64_t t0,
                      int64_t rows, int64_t D, int64_t W, int64_t h0, int64_t h1, int64_t chunk, float scale,
                      bool wide, AttentionScratch& scratch, float* out, int64_t H) {
@@ -1046,20 +1048,32 @@ void attention_block(const float* qp, const float* kbase, const float* vbase, co
       });
     }
   }
-  for (int64_t r = 0; r < rows; ++r) {                           // each row's own keys after them
+  // each row's own keys after them, for that row alone (an engine's rows, one per request, share no key: all theirs
+  // own): in pairs where the row's heads are whole pairs, else four heads at a time
+  for (int64_t r = 0; r < rows; ++r) {
     const int64_t rest = scratch.counts[r] - common;
     if (rest <= 0) continue;
+    const int64_t* own = keys + r * W + common;
     if (!wide)
       for (int64_t v = r * heads; v < (r + 1) * heads; ++v)
-        key_scores(q[v], kbase, D, keys + r * W + common, rest, scale, sc[v] + common);
-    for (int64_t h = 0; wide && h < heads; h += 4) {
+        key_scores(q[v], kbase, D, own, rest, scale, sc[v] + common);
+    if (wide && heads % 2 == 0)
+      for (int64_t p = r * heads / 2, end = (r + 1) * heads / 2; p < end; p += 3) {
+        const int np = int(std::min<int64_t>(3, end - p));
+        const float* qa[6];
+        float* s[6];
+        const float* qz = scratch.pairs.data() + p * 2 * D8;
+        for (int e = 0; e < 2 * np; ++e) qa[e] = q[2 * p + e], s[e] = sc[2 * p + e] + common;
+        by_group_size<3>(np, [&](auto pairs) {
+          key_scores_pairs<decltype(pairs)::value>(qz, qa, kbase, D, own, rest, scale, s);
+        });
+      }
+    for (int64_t h = 0; wide && heads % 2 && h < heads; h += 4) {
       const int nh = int(std::min<int64_t>(4, heads - h));
       const float* qh[4];
       float* s[4];
       for (int j = 0; j < nh; ++j) qh[j] = q[r * heads + h + j], s[j] = sc[r * heads + h + j] + common;
-      by_group_size<4>(nh, [&](auto n) {
-        key_scores_heads<decltype(n)::value>(qh, kbase, D, keys + r * W + common, rest, scale, s);
-      });
+      by_group_size<4>(nh, [&](auto n) { key_scores_heads<decltype(n)::value>(qh, kbase, D, own, rest, scale, s); });
     }
   }
   for (int64_t v = 0; v < vectors; ++v) {                        // softmax: each vector over its own keys
@@ -1094,10 +1108,9 @@ void attention_block(const float* qp, const float* kbase, const float* vbase, co
     }
   };
   for (int64_t c = 0; c < common; c += chunk) weigh(0, vectors, keys + c, c, std::min(chunk, common - c), c == 0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t rest = scratch.counts[r] - common;
-    if (rest > 0) weigh(r * heads, heads, keys + r * W + common, common, rest, common == 0);
-  }
+  for (int64_t r = 0; r < rows; ++r)                             // in chunks too: all its heads per chunk in L1
+    for (int64_t c = common; c < scratch.counts[r]; c += chunk)
+      weigh(r * heads, heads, keys + r * W + c, c, std::min(chunk, scratch.counts[r] - c), c == 0);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = h0; h < h1; ++h) {
       const int64_t v = r * heads + h - h0, n = scratch.counts[r];
