@@ -1026,56 +1026,40 @@ void attention_block(const float* qp, const float* kbase, const float* vbase, co
       acc[v] = scratch.acc.data() + v * (D + 1);
     }
   if (wide) pair_queries(q.data(), vectors, D, scratch.pairs.data());
-  const int64_t npairs = (vectors + 1) / 2;
-  for (int64_t c = 0; c < common; c += chunk) {                  // the shared keys: every vector's scores
-    const int64_t m = std::min(chunk, common - c);
-    if (!wide)
-      for (int64_t v = 0; v < vectors; ++v) key_scores(q[v], kbase, D, keys + c, m, scale, sc[v] + c);
-    for (int64_t p = 0; wide && p < npairs; p += 3) {
-      const int np = int(std::min<int64_t>(3, npairs - p));
-      const float* qz = scratch.pairs.data() + p * 2 * D8;       // pairs p .. p + np - 1, one after another
-      const float* qa[6];
-      float* s[6];
-      for (int j = 0; j < np; ++j) {
-        for (int e = 0; e < 2; ++e) {
-          const int64_t v = 2 * (p + j) + e;
-          qa[2 * j + e] = q[std::min(v, vectors - 1)];
-          s[2 * j + e] = v < vectors ? sc[v] + c : nullptr;
-        }
-      }
-      by_group_size<3>(np, [&](auto pairs) {
-        key_scores_pairs<decltype(pairs)::value>(qz, qa, kbase, D, keys + c, m, scale, s);
-      });
-    }
-  }
-  // each row's own keys after them, for that row alone (an engine's rows, one per request, share no key: all theirs
-  // own): in pairs where the row's heads are whole pairs, else four heads at a time
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t rest = scratch.counts[r] - common;
-    if (rest <= 0) continue;
-    const int64_t* own = keys + r * W + common;
-    if (!wide)
-      for (int64_t v = r * heads; v < (r + 1) * heads; ++v)
-        key_scores(q[v], kbase, D, own, rest, scale, sc[v] + common);
-    if (wide && heads % 2 == 0)
-      for (int64_t p = r * heads / 2, end = (r + 1) * heads / 2; p < end; p += 3) {
+  // the scores of vectors [v0, v1) over m keys ks, at `at` in their score rows: one at a time (AVX2); in pairs where
+  // the range is whole pairs (or ends with the last vector, paired with itself); else four at a time
+  auto score = [&](int64_t v0, int64_t v1, const int64_t* ks, int64_t m, int64_t at) {
+    if (!wide) {
+      for (int64_t v = v0; v < v1; ++v) key_scores(q[v], kbase, D, ks, m, scale, sc[v] + at);
+    } else if (v0 % 2 == 0 && (v1 % 2 == 0 || v1 == vectors)) {
+      for (int64_t p = v0 / 2, end = (v1 + 1) / 2; p < end; p += 3) {
         const int np = int(std::min<int64_t>(3, end - p));
+        const float* qz = scratch.pairs.data() + p * 2 * D8;     // pairs p .. p + np - 1, one after another
         const float* qa[6];
         float* s[6];
-        const float* qz = scratch.pairs.data() + p * 2 * D8;
-        for (int e = 0; e < 2 * np; ++e) qa[e] = q[2 * p + e], s[e] = sc[2 * p + e] + common;
-        by_group_size<3>(np, [&](auto pairs) {
-          key_scores_pairs<decltype(pairs)::value>(qz, qa, kbase, D, own, rest, scale, s);
-        });
+        for (int e = 0; e < 2 * np; ++e) {
+          const int64_t v = 2 * p + e;
+          qa[e] = q[std::min(v, vectors - 1)], s[e] = v < vectors ? sc[v] + at : nullptr;
+        }
+        by_group_size<3>(np, [&](auto n) { key_scores_pairs<decltype(n)::value>(qz, qa, kbase, D, ks, m, scale, s); });
       }
-    for (int64_t h = 0; wide && heads % 2 && h < heads; h += 4) {
-      const int nh = int(std::min<int64_t>(4, heads - h));
-      const float* qh[4];
-      float* s[4];
-      for (int j = 0; j < nh; ++j) qh[j] = q[r * heads + h + j], s[j] = sc[r * heads + h + j] + common;
-      by_group_size<4>(nh, [&](auto n) { key_scores_heads<decltype(n)::value>(qh, kbase, D, own, rest, scale, s); });
+    } else {
+      for (int64_t v = v0; v < v1; v += 4) {
+        const int nh = int(std::min<int64_t>(4, v1 - v));
+        const float* qh[4];
+        float* s[4];
+        for (int j = 0; j < nh; ++j) qh[j] = q[v + j], s[j] = sc[v + j] + at;
+        by_group_size<4>(nh, [&](auto n) { key_scores_heads<decltype(n)::value>(qh, kbase, D, ks, m, scale, s); });
+      }
     }
-  }
+  };
+  for (int64_t c = 0; c < common; c += chunk)                    // the shared keys: every vector's scores
+    score(0, vectors, keys + c, std::min(chunk, common - c), c);
+  // each row's own keys after them, for that row alone (an engine's rows, one per request, share no key: all their
+  // keys are their own)
+  for (int64_t r = 0; r < rows; ++r)
+    if (scratch.counts[r] > common)
+      score(r * heads, (r + 1) * heads, keys + r * W + common, scratch.counts[r] - common, common);
   for (int64_t v = 0; v < vectors; ++v) {                        // softmax: each vector over its own keys
     const int64_t n = scratch.counts[v / heads];
     exp_shifted(sc[v], n, largest(sc[v], n));
