@@ -572,14 +572,15 @@ def test_the_q6_packed_layout_is_read_as_laid_out_and_bad_packed_input_is_refuse
         gguf_kernels.linear(x, packed, gguf_kernels.Q6_K_X16, 768)     # fp32 activations read GGUF blocks only
 
 
-def test_q6_k_is_packed_only_where_the_amx_or_a_vbmi_avx512_vnni_path_runs(monkeypatch):
+def test_q6_k_is_packed_in_sixteens_for_amx_or_vbmi_and_in_eights_for_the_256_bit_paths(monkeypatch):
     rng = np.random.default_rng(14)
     q6 = torch.from_numpy(random_blocks("Q6_K", 32, 512, rng, scale=0.05))
     flags = set(next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
                       if line.startswith("flags")), []))
     vbmi_vnni = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512vbmi"} <= flags
     for isa, packed_type in (("amx", gguf_kernels.Q6_K_X16), ("avx2", None),
-                             ("avx512-vnni", gguf_kernels.Q6_K_X16 if vbmi_vnni else None)):
+                             ("avx-vnni", gguf_kernels.Q6_K_X8), ("scalar", None),
+                             ("avx512-vnni", gguf_kernels.Q6_K_X16 if vbmi_vnni else gguf_kernels.Q6_K_X8)):
         monkeypatch.setattr(gguf_kernels, "_isa", isa)
         matrix = BlockMatrix(q6, 14, 512)
         matrix.pack_for_q8()
@@ -592,6 +593,76 @@ def test_q6_k_is_packed_only_where_the_amx_or_a_vbmi_avx512_vnni_path_runs(monke
     q4 = BlockMatrix(torch.from_numpy(random_blocks("Q4_K", 16, 512, rng, scale=0.05)), 12, 512)
     q4.pack_for_q8()
     assert q4.packed_type == gguf_kernels.Q4_K_X8
+
+
+# ---------------------------------------------------------------- Q6_K packed in groups of 8 rows (Q6_K_X8, 256-bit)
+
+
+def _x8q6_data(seed, outputs=56, rows=40):
+    return _packed_case("Q6_K", gguf_kernels.repack_q6_k_x8, seed, outputs, rows)
+
+
+@pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
+def test_q6_k_packed_in_eights_gives_q6_ks_bits_on_every_path_row_and_thread_count(path):
+    """Q6_K_X8: the 256-bit kernels (avx-vnni's vpdpbusd, avx512-vnni's on 256 bits, AVX2's maddubs, the emulated
+    vpdpbusd), four input rows at a time and a last one to three; the scalar path reads it value by value. The bits
+    of Q6_K in GGUF's layout on the scalar reference, 1..40 rows, 1 and 2 threads, and beside Q4_K_X8 in one
+    shared region."""
+    if gguf_kernels.missing_flag(path):
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
+    blocks, packed, x = _x8q6_data(21)
+    assert packed.shape == blocks.shape == (56, 3 * 210)
+    _assert_packed_is_plain_at_every_row_and_thread_count(path, blocks, 14, packed, gguf_kernels.Q6_K_X8, x)
+    plain_q4 = torch.from_numpy(random_blocks("Q4_K", 40, 768, np.random.default_rng(22), scale=0.05))
+    for rows in (1, 6, 13):
+        both = gguf_kernels.linear_q8_many_on(x[:rows], [packed, gguf_kernels.repack_q4_k_x8(plain_q4)],
+                                              [gguf_kernels.Q6_K_X8, gguf_kernels.Q4_K_X8], 768, [None, None], path)
+        assert torch.equal(_bits(both[0]), _bits(gguf_kernels.linear_q8_on(x[:rows], blocks, 14, 768, "scalar")))
+        assert torch.equal(_bits(both[1]), _bits(gguf_kernels.linear_q8_on(x[:rows], plain_q4, 12, 768, "scalar")))
+
+
+def _x8q6_high_bit(row, value, superblock):
+    """(byte, bit) of the lower of row's value's two top bits in the Q6_K_X8 bytes of group 0 (q6_x8.inc's layout)."""
+    p, high, c, i = value // 64, value % 64 // 32, value % 32 // 8, value % 8
+    return 1680 * superblock + 1168 + 128 * p + 32 * c + 8 * (row % 4) + i, 4 * (row // 4) + 2 * high
+
+
+def test_the_q6_eights_layout_is_read_as_laid_out_and_bad_packed_input_is_refused():
+    paths = [p for p in ("avx2", "avx-vnni", "avx512-vnni", "vnni-emulated", "scalar") if not gguf_kernels.missing_flag(p)]
+    for rows in (1, 4, 7):
+        blocks, packed, x = _x8q6_data(23, outputs=24, rows=rows)
+        expected = _bits(gguf_kernels.linear_q8_on(x, blocks, 14, 768, "scalar"))
+        # Negative controls: row 2's scale of sub-block 3 in super-block 1, one top bit of row 5's value 37 in
+        # super-block 2 (a high nibble's value), one of row 1's value 200 (a low nibble's) and the lowest bit of row 6's
+        # value 100 (a high nibble): each changes its row's outputs only, on every path.
+        for row, byte, bit in ((2, 1680 + 16 + 8 * 3 + 2, 0), (5, *_x8q6_high_bit(5, 37, 2)),
+                               (1, *_x8q6_high_bit(1, 200, 0)), (6, 144 + 256 * 1 + 64 * 0 + 8 * 6 + 4, 4)):
+            changed = packed.clone()
+            changed.view(-1)[byte] ^= 1 << bit
+            for path in paths:
+                got = _bits(gguf_kernels.linear_q8_on(x, changed, gguf_kernels.Q6_K_X8, 768, path))
+                assert not torch.equal(got[:, row], expected[:, row]), (rows, row, path)
+                others = [n for n in range(24) if n != row]
+                assert torch.equal(got[:, others], expected[:, others]), (rows, row, path)
+    # The largest dots: every value 0 (q - 32 = -32) or 63, every input +-127: a lane's 8 products reach 32512, the
+    # most the int16 that vpdpwssd reads can hold; scales -128 and 127.
+    for value_byte, scale in ((0x00, -128), (0xFF, 127)):
+        extreme = blocks.clone().view(24, 3, 210)
+        extreme[:, :, :192] = value_byte
+        extreme[:, :, 192:208] = scale % 256
+        extreme = extreme.view(24, -1).contiguous()
+        signs = torch.ones(2, 768)
+        signs[1] = -1
+        reference = _bits(gguf_kernels.linear_q8_on(signs, extreme, 14, 768, "scalar"))
+        for path in paths:
+            assert torch.equal(_bits(gguf_kernels.linear_q8_on(signs, gguf_kernels.repack_q6_k_x8(extreme),
+                                                               gguf_kernels.Q6_K_X8, 768, path)), reference), path
+    with pytest.raises(RuntimeError, match="repack_q6_k_x8's output"):
+        gguf_kernels.linear_q8(x, blocks[:, :420], gguf_kernels.Q6_K_X8, 768)
+    with pytest.raises(RuntimeError, match="multiple of 8"):
+        gguf_kernels.repack_q6_k_x8(blocks[:12])
+    with pytest.raises(RuntimeError, match="unsupported block type 115"):
+        gguf_kernels.linear(x, packed, gguf_kernels.Q6_K_X8, 768)     # fp32 activations read GGUF blocks only
 
 
 # ---------------------------------------------------------------- the 32-value formats packed in sixteens (X16_32)

@@ -48,9 +48,10 @@ Q4_K_X8 = 112
 # Q5_K repacked likewise, its fifth bits as masks (kernels/q8_x8.inc): packed only where `packs_32()` (the AVX-512
 # kernels read it; other paths compute it exactly but slowly).
 Q5_K_X8 = 113
-# Q6_K repacked in groups of 16 rows for the AMX tile and AVX512-VNNI kernels (kernels/q6_x16.inc): packed only where
-# `packs_q6_k()`.
+# Q6_K repacked in groups of 16 rows for the AMX tile and AVX512-VNNI kernels (kernels/q6_x16.inc), or in groups of
+# 8 rows for the 256-bit kernels (kernels/q6_x8.inc): each packed only where `q6_k_layout()` names it.
 Q6_K_X16 = 114
+Q6_K_X8 = 115
 # The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) repacked in groups of 16 rows for the AVX512-VNNI kernel
 # (kernels/q32_x16.inc): type 100 + GGUF's, packed only where `packs_32()`.
 X16_32 = {plain: 100 + plain for plain in (2, 3, 6, 7, 8)}
@@ -58,6 +59,7 @@ X16_32 = {plain: 100 + plain for plain in (2, 3, 6, 7, 8)}
 PACKED = {Q4_K_X8: (12, lambda blocks: repack_q4_k_x8(blocks), 8),
           Q5_K_X8: (13, lambda blocks: repack_q5_k_x8(blocks), 8),
           Q6_K_X16: (14, lambda blocks: repack_q6_k_x16(blocks), 16),
+          Q6_K_X8: (14, lambda blocks: repack_q6_k_x8(blocks), 8),
           **{packed: (plain, lambda blocks, plain=plain: repack_x16_32(blocks, plain), 16)
              for plain, packed in X16_32.items()}}
 
@@ -162,10 +164,10 @@ def isa() -> str:
     return _isa
 
 
-def packs_q6_k() -> bool:
-    """Whether this process's path runs Q6_K faster packed in sixteens (Q6_K_X16): amx, and avx512-vnni on a CPU
-    with AVX512-VBMI (the layout's decoding); elsewhere Q6_K stays in GGUF's layout."""
-    return bool(torch.ops.multidraft_gguf.q8_packs_q6_k(_PATH_NUMBERS[_isa]))
+def q6_k_layout() -> int:
+    """The layout this process's path runs Q6_K fastest in: Q6_K_X16 on amx and on avx512-vnni with AVX512-VBMI (its
+    decoding), Q6_K_X8 on avx-vnni and avx512-vnni without VBMI, else 14 (GGUF's)."""
+    return int(torch.ops.multidraft_gguf.q8_q6_k_layout(_PATH_NUMBERS[_isa]))
 
 
 def packs_32() -> bool:
@@ -316,8 +318,14 @@ def repack_q5_k_x8(blocks: torch.Tensor) -> torch.Tensor:
 
 def repack_q6_k_x16(blocks: torch.Tensor) -> torch.Tensor:
     """Q6_K blocks (rows a multiple of 16) in the Q6_K_X16 layout of the AMX tile and AVX512-VNNI kernels, with the
-    same bits (on other paths linear_q8 computes it exactly but slowly: pack it only where `packs_q6_k()`)."""
+    same bits (on other paths linear_q8 computes it exactly but slowly: pack it only where `q6_k_layout()` says)."""
     return torch.ops.multidraft_gguf.repack_q6_k_x16(blocks)
+
+
+def repack_q6_k_x8(blocks: torch.Tensor) -> torch.Tensor:
+    """Q6_K blocks (rows a multiple of 8) in the Q6_K_X8 layout of the 256-bit kernels, with the same bits (read by
+    every path; packed where `q6_k_layout()` says)."""
+    return torch.ops.multidraft_gguf.repack_q6_k_x8(blocks)
 
 
 def repack_x16_32(blocks: torch.Tensor, type_id: int) -> torch.Tensor:

@@ -1232,7 +1232,7 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("linear_q8_many(Tensor x, Tensor[] blocks, int[] types, int K, Tensor?[] biases) -> Tensor[]");
   m.def("linear_q8_many_on(Tensor x, Tensor[] blocks, int[] types, int K, Tensor?[] biases, int path) -> Tensor[]");
   m.def("q8_missing(int path) -> str", &q8_missing_op);
-  m.def("q8_packs_q6_k(int path) -> bool", &q8_packs_q6_k);
+  m.def("q8_q6_k_layout(int path) -> int", &q8_q6_k_layout);
   m.def("q8_packs_32(int path) -> bool", &q8_packs_32);
   m.def("set_q8_path(int path) -> int", &set_q8_path);
   m.def("set_attention_wide(bool on) -> bool", &set_attention_wide);
@@ -1243,6 +1243,7 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("dequantize(Tensor blocks, int type, int K, Tensor ids) -> Tensor");
   m.def("repack_q4_k_x8(Tensor blocks) -> Tensor");
   m.def("repack_q5_k_x8(Tensor blocks) -> Tensor");
+  m.def("repack_q6_k_x8(Tensor blocks) -> Tensor");
   m.def("repack_q6_k_x16(Tensor blocks) -> Tensor");
   m.def("repack_x16_32(Tensor blocks, int type) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor visible, float scaling) -> Tensor");
@@ -1275,6 +1276,7 @@ TORCH_LIBRARY_IMPL(multidraft_gguf, CPU, m) {
   m.impl("dequantize", &gguf_dequantize);
   m.impl("repack_q4_k_x8", &repack_q4_k_x8);
   m.impl("repack_q5_k_x8", &repack_q5_k_x8);
+  m.impl("repack_q6_k_x8", &repack_q6_k_x8);
   m.impl("repack_q6_k_x16", &repack_q6_k_x16);
   m.impl("repack_x16_32", &repack_x16_32);
   m.impl("attention", &invariant_attention);
