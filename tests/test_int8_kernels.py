@@ -628,7 +628,8 @@ def _x8q6_high_bit(row, value, superblock):
 
 
 def test_the_q6_eights_layout_is_read_as_laid_out_and_bad_packed_input_is_refused():
-    paths = [p for p in ("avx2", "avx-vnni", "avx512-vnni", "vnni-emulated", "scalar") if not gguf_kernels.missing_flag(p)]
+    paths = [p for p in ("avx2", "avx-vnni", "avx512-vnni", "vnni-emulated", "scalar")
+             if not gguf_kernels.missing_flag(p)]
     for rows in (1, 4, 7):
         blocks, packed, x = _x8q6_data(23, outputs=24, rows=rows)
         expected = _bits(gguf_kernels.linear_q8_on(x, blocks, 14, 768, "scalar"))
