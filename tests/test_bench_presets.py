@@ -124,6 +124,17 @@ def test_paired_reads_a_bench_folder(tiny_folder, tmp_path, capsys):
     assert "pld" in out and "hf_prompt_lookup" in out and "code_edit" in out
 
 
+def test_paired_measures_against_the_runs_own_baseline(tiny_folder, tmp_path, capsys):
+    """A run with `--baseline greedy` has no hf_greedy rows: paired divides by its greedy (it once divided by zero)."""
+    run_bench(make_config(tiny_folder, methods=["greedy", "pld"], baseline="greedy"), tmp_path, prompts=make_prompts(),
+              progress=False)
+    out = run_cli(["bench", "paired", str(tmp_path), "--method", "pld", "--against", "greedy"], capsys)
+    greedy_line = next(line for line in out.splitlines() if "| `greedy` |" in line)
+    assert greedy_line.split("|")[3].strip().startswith("1.00x")   # the baseline over itself
+    with pytest.raises(SystemExit, match="never ran: hf_prompt_lookup"):
+        main(["bench", "paired", str(tmp_path), "--method", "pld", "--against", "hf_prompt_lookup"])
+
+
 def test_micro_selection_ngram_and_suffix_draft(tiny_folder, tmp_path, capsys):
     out = run_cli(["bench", "micro", "selection", "--vocab", "300", "--calls", "1", "--rounds", "1"], capsys)
     assert "specinfer" in out and "non-identical" in out

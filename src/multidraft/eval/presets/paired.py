@@ -1,4 +1,5 @@
-"""Paired statistics of a bench run: for each task, speedup over HF greedy as pooled, geometric mean and median, and
+"""Paired statistics of a bench run: for each task, speedup over the run's baseline (HF greedy unless the run chose
+`--baseline greedy`) as pooled, geometric mean and median, and
 how many prompts one method beat another on, head to head on the same prompt.
 
     multidraft bench paired benchmarks/results/2026-11-23-cpu-bf16-pldplus-128 \
@@ -32,6 +33,8 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     lines = Path(args.run, "results.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines if line.strip()]
+    header = next((row for row in rows if row.get("kind") == "header"), {})
+    baseline = header.get("config", {}).get("baseline", BASELINE)
     by_prompt = defaultdict(dict)
     for row in rows:
         if row.get("kind") == "row" and not row.get("error"):
@@ -41,16 +44,21 @@ def run(args) -> int:
           f"prompts where {args.method} is faster |")
     print("|---|---|---|---|---|---|")
     for task in dict.fromkeys(task for task, _ in by_prompt):
-        prompts = [p for (t, p), r in by_prompt.items() if t == task and all(m in r for m in methods + [BASELINE])]
+        prompts = [p for (t, p), r in by_prompt.items() if t == task and all(m in r for m in methods + [baseline])]
+        if not prompts:
+            missing = [m for m in methods + [baseline] if not any(m in r for (t, _), r in by_prompt.items() if t == task)]
+            raise SystemExit(f"multidraft bench paired: no {task} prompt has a row of every one of "
+                             f"{', '.join(methods + [baseline])} without an error (never ran: "
+                             f"{', '.join(missing) or 'none'}); choose --method / --against among the run's rows")
         table = {p: by_prompt[(task, p)] for p in prompts}
-        base = sum(r[BASELINE]["tokens"] for r in table.values()) / sum(r[BASELINE]["seconds"] for r in table.values())
+        base = sum(r[baseline]["tokens"] for r in table.values()) / sum(r[baseline]["seconds"] for r in table.values())
         for method in methods:
-            ratios = [r[method]["tokens_per_second"] / r[BASELINE]["tokens_per_second"] for r in table.values()]
+            ratios = [r[method]["tokens_per_second"] / r[baseline]["tokens_per_second"] for r in table.values()]
             pooled = sum(r[method]["tokens"] for r in table.values()) / sum(r[method]["seconds"] for r in table.values())
             wins = "" if method == args.method else str(sum(
                 r[args.method]["tokens_per_second"] > r[method]["tokens_per_second"] for r in table.values()))
             geomean = math.exp(statistics.mean(math.log(x) for x in ratios))
-            ci = pooled_ratio_ci(_pairs(table.values(), method, BASELINE))
+            ci = pooled_ratio_ci(_pairs(table.values(), method, baseline))
             print(f"| {task} ({len(prompts)}) | `{method}` | {pooled / base:.2f}x [{ci.low:.2f}, {ci.high:.2f}] | "
                   f"{geomean:.2f}x | {statistics.median(ratios):.2f}x | {wins} |")
         for pair in args.pair:
