@@ -18,8 +18,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from multidraft.eval.bench import BASELINE
 from multidraft.eval.bootstrap import pooled_ratio_ci
+from multidraft.eval.results import baseline_of
 
 
 def add_arguments(parser) -> None:
@@ -33,8 +33,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     lines = Path(args.run, "results.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines if line.strip()]
-    header = next((row for row in rows if row.get("kind") == "header"), {})
-    baseline = header.get("config", {}).get("baseline", BASELINE)
+    baseline = baseline_of(next((row for row in rows if row.get("kind") == "header"), {}))
     by_prompt = defaultdict(dict)
     for row in rows:
         if row.get("kind") == "row" and not row.get("error"):
