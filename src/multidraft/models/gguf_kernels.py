@@ -375,9 +375,9 @@ def set_attention_wide(on: bool) -> bool:
 
 
 def set_nontemporal_weights(on: bool) -> bool:
-    """Whether the VNNI kernels prefetch a one-pass call's weights non-temporally (on: chosen at load on AMD CPUs,
-    whose L3 takes L2's victims; off: into L2). The same bits either way; returns the previous setting. For tests
-    and A/B timings."""
+    """Whether the VNNI kernels prefetch a one-pass call's weights non-temporally (on: chosen at load on AMD's Zen 5
+    and later, whose L3 takes L2's victims; off: into L2, as on Zen 4 and Intel's CPUs). The same bits either way;
+    returns the previous setting. For tests and A/B timings."""
     return bool(torch.ops.multidraft_gguf.set_nontemporal_weights(on))
 
 

@@ -336,12 +336,13 @@ inline void prefetch_lines(const char* p, int bytes) {
 std::atomic<bool> nontemporal_weights{false};
 
 // A weight line a VNNI kernel reads soon: non-temporally (NTA) or into L2. A call that reads its matrix once (at
-// most 8 input rows: one pass over each slice) takes NTA where nontemporal_weights is on (AMD CPUs, whose L3 takes
+// most 8 input rows: one pass over each slice) takes NTA where nontemporal_weights is on (AMD's Zen 5, whose L3 takes
 // every line L2 evicts: a model streamed through it evicts the KV cache, the activations and the interpreter's code
 // and data every forward; Zen 5, 2 threads, alternating in one process: smollm2-135m's 1-row forward -6%, gemma3's
-// -5% (median), the 1.5B's -2 to -4%). Otherwise, and where the rows come back to a slice (9+ inputs read it again
-// from L2), prefetcht1, as tuned on a Xeon, where prefetcht0 held the line-fill buffers. The hint is a template
-// argument of the kernels (with_weight_hint): a test in their inner loop slowed the 1.5B's 8-row forward by a fifth.
+// -5% (median), the 1.5B's -2 to -4%; not Zen 4, where it was slower: prefers_nontemporal_weights). Otherwise, and
+// where the rows come back to a slice (9+ inputs read it again from L2), prefetcht1, as tuned on a Xeon, where
+// prefetcht0 held the line-fill buffers. The hint is a template argument of the kernels (with_weight_hint): a test in
+// their inner loop slowed the 1.5B's 8-row forward by a fifth.
 template <bool NTA>
 inline void prefetch_weight(const char* p) {
   _mm_prefetch(p, NTA ? _MM_HINT_NTA : _MM_HINT_T1);
