@@ -53,7 +53,7 @@ compiler:
 # SmolLM2, the compiler for the kernels) fails without it instead of skipping (tests/installed.py). The run ends
 # with one line per skip reason and its count (tests/conftest.py).
 test: models-data browser compiler
-	@echo "make test: the whole suite, 17-40 minutes on 2 cores (2026-11-29: AMD Zen 3 39 min 24 s, Intel Xeon with AMX 16 min 32 s; 2026-12-03: AMD Zen 4 19 min 19 s and 22 min 23 s)"
+	@echo "make test: the whole suite, 17-40 minutes on 2 cores (2026-11-29: AMD Zen 3 39 min 24 s, Intel Xeon with AMX 16 min 32 s; 2026-12-03: AMD Zen 4 19 min 19 s to 23 min 44 s)"
 	MULTIDRAFT_REQUIRE_INSTALLED=1 $(PY) -m pytest -q -p no:cacheprovider -m "not heavy"
 
 # The statistical grids (every selection scheme x warp at 4,700-7,500 runs, sized to detect a 0.05 total-variation
