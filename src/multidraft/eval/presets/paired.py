@@ -1,6 +1,6 @@
 """Paired statistics of a bench run: for each task, speedup over the run's baseline (HF greedy unless the run chose
-`--baseline greedy`) as pooled, geometric mean and median, and
-how many prompts one method beat another on, head to head on the same prompt.
+`--baseline greedy`) as pooled, geometric mean and median, and how many prompts one method beat another on, head to
+head on the same prompt.
 
     multidraft bench paired benchmarks/results/2026-11-23-cpu-bf16-pldplus-128 \
         --method "pld_plus[rank_by=hidden]" --against pld,hf_prompt_lookup
@@ -43,11 +43,12 @@ def run(args) -> int:
           f"prompts where {args.method} is faster |")
     print("|---|---|---|---|---|---|")
     for task in dict.fromkeys(task for task, _ in by_prompt):
-        prompts = [p for (t, p), r in by_prompt.items() if t == task and all(m in r for m in methods + [baseline])]
+        needed = methods + [baseline]
+        prompts = [p for (t, p), r in by_prompt.items() if t == task and all(m in r for m in needed)]
         if not prompts:
-            missing = [m for m in methods + [baseline] if not any(m in r for (t, _), r in by_prompt.items() if t == task)]
+            missing = [m for m in needed if not any(m in r for (t, _), r in by_prompt.items() if t == task)]
             raise SystemExit(f"multidraft bench paired: no {task} prompt has a row of every one of "
-                             f"{', '.join(methods + [baseline])} without an error (never ran: "
+                             f"{', '.join(needed)} without an error (never ran: "
                              f"{', '.join(missing) or 'none'}); choose --method / --against among the run's rows")
         table = {p: by_prompt[(task, p)] for p in prompts}
         base = sum(r[baseline]["tokens"] for r in table.values()) / sum(r[baseline]["seconds"] for r in table.values())
