@@ -7,9 +7,11 @@ deep is slower than plain greedy. This module picks k* = argmax E(k) / cost(k + 
 measured while decoding:
 
 - `ForwardCosts`: the seconds of a loop step (drafting, the target's forward, verification) by the number of new
-  tokens it verified, kept per model and runner across requests (an exponential average; the machine's load moves
-  it). The step's fixed costs count, so a draft is not judged by its forward alone. Unseen sizes are assumed to cost what
-  the nearest smaller measured size costs, so the policy tries them once and learns (optimism = exploration).
+  tokens it verified, kept per model and runner across requests (the least of each size's last few steps: the
+  machine's load moves it, a step slowed by another process does not). The step's fixed costs count, so a draft is
+  not judged by its forward alone. Every estimate leans optimistic, so that the policy tries a size and learns
+  (optimism = exploration): an estimate too low is measured again as soon as the policy acts on it, one too high
+  never would be.
 - `DraftLength`: the request's acceptance, as the chance h_i that a step's run of accepted tokens ends at depth i
   given that it got there (decayed counts over recent steps), shrunk toward the pooled per-token rejection rate
   where a depth has little data. E(k) = 1 + S_1 + ... + S_k with S_i = (1 - h_1)...(1 - h_i). Per-depth rates
@@ -22,8 +24,10 @@ Only how much of a draft is verified changes, never how it is verified: every lo
 
 from __future__ import annotations
 
+import bisect
 import threading
 import weakref
+from collections import deque
 from typing import Optional
 
 MODES = ("fixed", "adaptive")
@@ -34,29 +38,45 @@ DEFAULT_MODE = "adaptive"
 
 
 class ForwardCosts:
-    """Seconds of a forward of n new tokens (exponential average per n), for one model and runner."""
+    """Seconds of a step of n new tokens, for one model and runner: per n, the least of its last `window` steps, and
+    for an n measured fewer times than that, no more than what the sizes measured `window` times say (`_optimistic`).
 
-    def __init__(self, smoothing: float = 0.25):
-        self.smoothing = smoothing
-        self.seconds: dict[int, float] = {}
+    Why: a VM's noise only ever slows a step (another process on a core, a dip in memory bandwidth); on the 2-core VMs
+    of the benchmarks steps of the same size vary by 1.5-2x. An average keeps a slowed step for as long as its size
+    goes unmeasured, and a size the policy thinks dear it never measures again: one slowed step could cut a copying
+    drafter's drafts short for the rest of a process. The least of the last few ignores a slowed step and still
+    follows a lasting change of load within `window` steps of each size; a size seen only once or twice is priced
+    optimistically, so the policy tries it and learns (an estimate too low is measured again as soon as the policy
+    acts on it, one too high never would be)."""
+
+    WINDOW = 4
+
+    def __init__(self, window: int = WINDOW):
+        self.window = window
+        self.seconds: dict[int, float] = {}             # n -> the least of its recent steps
+        self._recent: dict[int, deque] = {}
         self._lock = threading.Lock()
 
     def record(self, num_new: int, seconds: float) -> None:
         if num_new < 1 or not seconds > 0:
             return
         with self._lock:
-            old = self.seconds.get(num_new)
-            self.seconds[num_new] = seconds if old is None else old + self.smoothing * (seconds - old)
+            recent = self._recent.setdefault(num_new, deque(maxlen=self.window))
+            recent.append(seconds)
+            self.seconds[num_new] = min(recent)
 
     def relative(self, num_new: int) -> float:
         """cost(num_new) / cost(1); 1.0 while a 1-token forward is not measured. Non-decreasing in num_new."""
         measured, one = self._snapshot()
-        return 1.0 if one is None else _cost(measured, num_new) / one
+        return 1.0 if one is None else _cost(measured, num_new) / _cost(measured, 1)
 
     def relatives_up_to(self, largest: int) -> list[float]:
         """[n] = relative(n) for n = 0..largest, from one snapshot (a step's draft-length choice reads dozens)."""
         measured, one = self._snapshot()
-        return [1.0 if one is None else _cost(measured, n) / one for n in range(largest + 1)]
+        if one is None:
+            return [1.0] * (largest + 1)
+        base = _cost(measured, 1)
+        return [_cost(measured, n) / base for n in range(largest + 1)]
 
     def cost(self, num_new: int) -> float:
         """Seconds of a forward of num_new tokens (see _cost); 1.0 while nothing is measured."""
@@ -68,36 +88,54 @@ class ForwardCosts:
         return [_cost(measured, n) for n in range(largest + 1)]
 
     def _snapshot(self) -> tuple[list[tuple[int, float]], Optional[float]]:
-        """The measured (size, seconds) sorted by size, and a 1-token forward's seconds (None: not measured)."""
+        """The measured (size, seconds) sorted by size, each uncertain size priced optimistically, and a 1-token
+        forward's seconds (None: not measured). A size set without steps (a test's fixed table) counts as certain."""
         with self._lock:
-            return sorted(self.seconds.items()), self.seconds.get(1)
+            measured = sorted(self.seconds.items())
+            certain = {n for n, _ in measured if len(self._recent.get(n, ())) >= self.window or n not in self._recent}
+            one = self.seconds.get(1)
+        return _optimistic(measured, certain), one
+
+
+def _optimistic(measured: list[tuple[int, float]], certain: set) -> list[tuple[int, float]]:
+    """Each size measured fewer than `window` times priced at no more than the curve of the certain sizes there (the
+    line through them, as _cost draws it): one slowed step at a depth seen once must not price that depth out."""
+    anchors = [(n, s) for n, s in measured if n in certain]
+    if not anchors or len(anchors) == len(measured):
+        return measured
+    return [(n, s if n in certain else min(s, _cost(anchors, n))) for n, s in measured]
 
 
 def _cost(measured: list[tuple[int, float]], num_new: int) -> float:
-    """Seconds of a forward of num_new tokens, from the measured (size, seconds) sorted by size. A measured size: the
-    dearest measured size up to it (noise cannot make more rows look cheaper). An unseen one: between two measured
-    sizes, the line through them; past the largest, the line through the two largest (a row costs at least what the
-    last measured rows cost each); never below the dearest smaller size. Still optimistic where the cost bends
-    upward (a size is then tried once and learnt), but an 8-request batch no longer takes 40 drafted rows for the
-    price of 8: with the dearest-smaller rule alone, every unseen size looked free, and the server at 8 clients
-    spent its steps exploring (`pld` batched 53.7 against 63.5 tok/s after, the 1.5B on a Zen 5). The cheapest
-    measured size when none is that small; 1.0 while nothing is measured."""
+    """Seconds of a forward of num_new tokens, from the measured (size, seconds) sorted by size.
+
+    Each measured size stands for the cheapest measured size at or above it: a step of more rows costs no less, and
+    noise only slows a step, so every larger size's seconds bound a smaller one's too (a 5-row step slowed by another
+    process is priced as the 6-row step measured after it). An unseen size: between two measured sizes, the line
+    through them; past the largest, the line through the two largest (a row costs at least what the last measured
+    rows cost each), so an 8-request batch does not take 40 drafted rows for the price of 8 (with unseen sizes priced
+    as the nearest smaller one, the server at 8 clients spent its steps exploring: `pld` batched 53.7 against 63.5
+    tok/s after, the 1.5B on a Zen 5). Below the smallest measured size: its price. 1.0 while nothing is measured."""
     if not measured:
         return 1.0
-    below = [(n, s) for n, s in measured if n <= num_new]
-    if not below:
-        return min(s for _, s in measured)
-    floor = max(s for _, s in below)
-    n0, s0 = below[-1]
+    envelope, cheapest = [], float("inf")
+    for size, seconds in reversed(measured):
+        cheapest = min(cheapest, seconds)
+        envelope.append((size, cheapest))
+    envelope.reverse()
+    at = bisect.bisect_right([size for size, _ in envelope], num_new)       # measured sizes <= num_new
+    if at == 0:
+        return envelope[0][1]
+    n0, s0 = envelope[at - 1]
     if n0 == num_new:
-        return floor
-    if len(below) < len(measured):
-        n1, s1 = measured[len(below)]
-        return max(floor, s0 + (s1 - s0) * (num_new - n0) / (n1 - n0))
-    if len(below) < 2:
-        return floor
-    na, sa = below[-2]
-    return max(floor, s0 + max(0.0, (s0 - sa) / (n0 - na)) * (num_new - n0))
+        return s0
+    if at < len(envelope):
+        n1, s1 = envelope[at]
+        return s0 + (s1 - s0) * (num_new - n0) / (n1 - n0)
+    if at < 2:
+        return s0
+    na, sa = envelope[at - 2]
+    return s0 + (s0 - sa) / (n0 - na) * (num_new - n0)
 
 
 _costs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
