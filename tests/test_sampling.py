@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import multidraft
-from multidraft.sampling import SamplingParams, logits_to_probs
+from multidraft.errors import NumericalError
+from multidraft.sampling import SamplingParams, argmax_index, argmax_rows, check_finite, logits_to_probs
 
 
 def test_top_k_and_top_p_keep_the_right_tokens():
@@ -24,6 +25,35 @@ def test_top_k_and_top_p_keep_the_right_tokens():
     torch.testing.assert_close(probs, torch.tensor([1.0, 0, 0, 0]))
     greedy = logits_to_probs(logits, SamplingParams())
     torch.testing.assert_close(greedy, torch.tensor([1.0, 0, 0, 0]))
+
+
+def test_argmax_rows_is_torch_argmax_ties_included():
+    """The greedy token of every row, numpy's argmax on a CPU float32 tensor: the same first index on a tie as
+    torch.argmax, for rows full of ties, -0.0 against 0.0, a 1-D row, strided views and other dtypes."""
+    gen = torch.Generator().manual_seed(0)
+    tied = torch.randint(0, 4, (64, 1000), generator=gen).float()          # every row ties 3 at many places
+    signed_zeros = torch.zeros(3, 50)
+    signed_zeros[:, ::2] = -0.0
+    cases = [tied, torch.randn(8, 151936, generator=gen), signed_zeros, tied[5], tied[:, ::3], tied.t(),
+             tied.to(torch.bfloat16), tied.double(), torch.full((2, 7), float("-inf"))]
+    for logits in cases:
+        expected = logits.argmax(-1)
+        assert argmax_rows(logits) == (expected.tolist() if logits.dim() == 2 else [int(expected)])
+        assert torch.equal(argmax_index(logits), expected)
+        assert torch.equal(logits_to_probs(logits, SamplingParams()),
+                           torch.nn.functional.one_hot(expected, logits.shape[-1]).float())
+
+
+def test_check_finite_catches_nan_and_both_infinities_anywhere():
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        for at in ((0, 0), (3, 151935), (7, 12345)):
+            logits = torch.randn(8, 151936)
+            logits[at] = bad
+            with pytest.raises(NumericalError, match="NaN or infinite"):
+                check_finite(logits)
+    check_finite(torch.randn(8, 151936))
+    check_finite(torch.empty(0, 5))
+    check_finite(torch.randn(4, 10).to(torch.bfloat16))
 
 
 def exact_sequence_law(lm, prompt_ids, length, temperature):

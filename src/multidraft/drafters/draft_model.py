@@ -22,7 +22,7 @@ import torch
 from multidraft.drafters.base import LoopState
 from multidraft.drafters.draft_session import DraftLMDrafter
 from multidraft.models.runner import LM
-from multidraft.sampling import SamplingParams, draw, logits_to_probs
+from multidraft.sampling import SamplingParams, argmax_rows, draw, logits_to_probs
 from multidraft.types import Draft
 from multidraft.verify.mtad import joint_law_params
 from multidraft.verify.multi_draft import DraftChains
@@ -78,7 +78,7 @@ class DraftModelDrafter(DraftLMDrafter):
                 chain_parent = current[k]
                 law = level_probs[params][row_of_node[chain_parent]]
                 if params.greedy:
-                    token = int(law.argmax())
+                    token = argmax_rows(law)[0]
                 else:
                     token = draw(law, state.sampler.generator(first_position + depth, DRAFT_STREAM + k))
                 node = created.get((current[k], token))

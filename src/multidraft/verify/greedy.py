@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from multidraft.sampling import argmax_rows
 from multidraft.verify.base import Verifier
 from multidraft.types import Verdict
 
@@ -13,7 +14,7 @@ class GreedyVerifier(Verifier):
         return False           # the target's argmax, drafted or not
 
     def verify(self, draft, target_logits, sampler, first_position):
-        choices = target_logits.argmax(-1).tolist()   # choices[row] = target's token after that row's node
+        choices = argmax_rows(target_logits)   # choices[row] = the target's token after that row's node
         children = _children_by_token(draft)
         node, path = -1, []
         while True:
