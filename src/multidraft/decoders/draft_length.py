@@ -75,8 +75,8 @@ class ForwardCosts:
         measured, one = self._snapshot()
         if one is None:
             return [1.0] * (largest + 1)
-        base = _cost(measured, 1)
-        return [_cost(measured, n) / base for n in range(largest + 1)]
+        costs = _costs_of(measured, range(max(largest, 1) + 1))
+        return [cost / costs[1] for cost in costs[: largest + 1]]
 
     def cost(self, num_new: int) -> float:
         """Seconds of a forward of num_new tokens (see _cost); 1.0 while nothing is measured."""
@@ -84,8 +84,7 @@ class ForwardCosts:
 
     def costs_up_to(self, largest: int) -> list[float]:
         """[n] = cost(n) for n = 0..largest, from one snapshot."""
-        measured = self._snapshot()[0]
-        return [_cost(measured, n) for n in range(largest + 1)]
+        return _costs_of(self._snapshot()[0], range(largest + 1))
 
     def _snapshot(self) -> tuple[list[tuple[int, float]], Optional[float]]:
         """The measured (size, seconds) sorted by size, each uncertain size priced optimistically, and a 1-token
@@ -103,7 +102,8 @@ def _optimistic(measured: list[tuple[int, float]], certain: set) -> list[tuple[i
     anchors = [(n, s) for n, s in measured if n in certain]
     if not anchors or len(anchors) == len(measured):
         return measured
-    return [(n, s if n in certain else min(s, _cost(anchors, n))) for n, s in measured]
+    capped = _costs_of(anchors, [n for n, _ in measured])
+    return [(n, s if n in certain else min(s, cap)) for (n, s), cap in zip(measured, capped)]
 
 
 def _cost(measured: list[tuple[int, float]], num_new: int) -> float:
@@ -116,14 +116,24 @@ def _cost(measured: list[tuple[int, float]], num_new: int) -> float:
     rows cost each), so an 8-request batch does not take 40 drafted rows for the price of 8 (with unseen sizes priced
     as the nearest smaller one, the server at 8 clients spent its steps exploring: `pld` batched 53.7 against 63.5
     tok/s after, the 1.5B on a Zen 5). Below the smallest measured size: its price. 1.0 while nothing is measured."""
+    return _costs_of(measured, [num_new])[0]
+
+
+def _costs_of(measured: list[tuple[int, float]], sizes) -> list[float]:
+    """_cost of each of `sizes`, the envelope built once (a step's draft-length choice prices dozens of sizes)."""
     if not measured:
-        return 1.0
+        return [1.0 for _ in sizes]
     envelope, cheapest = [], float("inf")
     for size, seconds in reversed(measured):
         cheapest = min(cheapest, seconds)
         envelope.append((size, cheapest))
     envelope.reverse()
-    at = bisect.bisect_right([size for size, _ in envelope], num_new)       # measured sizes <= num_new
+    points = [size for size, _ in envelope]
+    return [_on_envelope(envelope, bisect.bisect_right(points, n), n) for n in sizes]
+
+
+def _on_envelope(envelope: list[tuple[int, float]], at: int, num_new: int) -> float:
+    """The price of num_new on the envelope, `at` = the measured sizes <= num_new."""
     if at == 0:
         return envelope[0][1]
     n0, s0 = envelope[at - 1]
