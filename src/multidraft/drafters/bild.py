@@ -42,11 +42,11 @@ class BiLDDrafter(DraftLMDrafter):
             confidence_law = logits_to_probs(row, SamplingParams(1.0) if self.params.greedy else self.params)
             if float(confidence_law.max()) < self.fallback_threshold:
                 break
-            law = logits_to_probs(row, self.params)
-            if self.params.greedy:
-                token = argmax_rows(law)[0]
+            if self.params.greedy:             # the one-hot law's argmax is the row's own
+                token = argmax_rows(row)[0]
             else:
-                token = draw(law, state.sampler.generator(first_position + depth, BILD_STREAM))
+                token = draw(logits_to_probs(row, self.params), state.sampler.generator(first_position + depth,
+                                                                                        BILD_STREAM))
             tokens.append(token)
             if depth + 1 < length:
                 logits, created = yield from self.session.extend([token], [nodes[-1] if nodes else -1])
