@@ -24,14 +24,15 @@ from multidraft.types import Draft
 
 # Defaults tuned on counts (issue 34; benchmarks/results/2026-11-26-agentic-tuning): qwen2.5-coder-1.5b's greedy
 # answers on the agent episodes' validation split (4 episodes, 18 steps, <= 256 tokens each), suffix replayed
-# exactly on them (eval/drafter_replay.py) and each verify priced with the quantized-q8 runner's measured cost
-# curve (8 new tokens cost 4.4x one on a 2-core AVX2 CPU). A draft token must then be likely, not merely possible:
-# min_token_prob 0.7 and alpha 0.5 (draft at most half the match length; Arctic's default is 1) predict 1.59x
-# greedy at acceptance length 4.4, against 1.10x for the earlier 16 / 4 / 0.1 (which drafted 6.9 tokens a step
-# for 4.5). The optimum is flat (1.58-1.60x for alpha 0.35-0.5, min_token_prob 0.7-0.85, 24-32 tokens); at
-# min_token_prob >= 0.5 a node has at most one child, so tree and chain draft alike.
-DEFAULT_MAX_DRAFT_TOKENS = 32
-DEFAULT_ALPHA = 0.5
+# exactly on them (eval/drafter_replay.py). A draft token must be likely, not merely possible: min_token_prob 0.7 (a
+# node then has at most one child, so tree and chain draft alike). alpha and max_draft_tokens retuned for the
+# adaptive draft length, the default since (benchmarks/results/2026-12-03-zen4-draft-confidence): it cuts each draft
+# to what pays on the machine's measured forward costs, so the drafter may offer more. Replayed through the policy
+# with two cost curves (this 2-core Zen 4's avx512-vnni forward, 8 rows 2.2x one; issue 42's AMX goal, 8 rows 1.3x),
+# alpha 2 / 64 tokens against the earlier 0.5 / 32 predicts +3% / +8% on the validation steps and +2% / +7% on the
+# test split's 26 steps (never tuned on); alpha 1-4 and min_token_prob 0.2-0.7 are within 1-2% of it.
+DEFAULT_MAX_DRAFT_TOKENS = 64
+DEFAULT_ALPHA = 2.0
 DEFAULT_MIN_TOKEN_PROB = 0.7
 MATCH_WINDOW = 64          # the global match is started from the prompt's last 64 tokens (longer gains nothing)
 
