@@ -90,6 +90,21 @@ def test_http_bounds_and_caps_come_from_the_rows():
         request_options("superposed", {"num_drafts": 2}, CONFIG)
 
 
+def test_a_servers_cap_lowers_the_defaults_above_it():
+    """`serve --max-draft-tokens 16` bounds every request's drafts, also one that takes suffix's default (64)."""
+    suffix, pld_plus = METHODS["suffix"], METHODS["pld_plus"]
+    capped = ServerConfig(max_draft_tokens=16).validate().bounds()
+    assert suffix.options["max_draft_tokens"] > 16
+    assert suffix.resolve_options({}, capped)["max_draft_tokens"] == 16
+    assert suffix.resolve_options({})["max_draft_tokens"] == suffix.options["max_draft_tokens"]   # the library's
+    assert suffix.resolve_options({"max_draft_tokens": 8}, capped)["max_draft_tokens"] == 8
+    with pytest.raises(ServerLimitError, match="serve --max-draft-tokens"):
+        suffix.resolve_options({"max_draft_tokens": 17}, capped)
+    tight = ServerConfig(max_draft_tokens=2).validate().bounds()
+    options = pld_plus.resolve_options({}, tight)           # 16 and 4 lowered to 2, still a valid pair
+    assert options["num_draft_tokens"] == options["short_draft_tokens"] == 2
+
+
 def test_suffix_row_checks_its_options_before_anything_runs():
     suffix = METHODS["suffix"]
     for bad, fragment in [({"alpha": 0}, "alpha"), ({"max_draft_tokens": 0}, "max_draft_tokens"),

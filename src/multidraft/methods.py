@@ -145,7 +145,7 @@ class Method:
             valid = ", ".join(sorted(self.specs)) or "none"
             raise InvalidOptionError(f"method {self.name!r} has no option {', '.join(map(repr, unknown))}; "
                                      f"its options are: {valid}")
-        options = {**self.options, **given}
+        options = {**self.options, **_defaults_within_caps(self, given, bounds), **given}
         try:
             if self.check_options is not None:
                 self.check_options(options)
@@ -159,6 +159,21 @@ class Method:
         """The option a check's message starts with ("rank_by must be ..."), for a server's answer, or None."""
         first = message.split(" ", 1)[0]
         return first if first in self.specs else None
+
+
+def _defaults_within_caps(row, given: dict, bounds: Optional[ServerBounds]) -> dict:
+    """The defaults a server's caps lower: a request that names no draft depth gets at most `serve
+    --max-draft-tokens` too (suffix's 64-token default on a server capped at 16 drafts 16), as one that names it must."""
+    if bounds is None:
+        return {}
+    lowered = {}
+    for name, opt in row.specs.items():
+        cap = bounds.limit(opt.cap)
+        default = row.options.get(name)
+        if name not in given and cap is not None and isinstance(default, int) and not isinstance(default, bool) \
+                and default > cap:
+            lowered[name] = cap
+    return lowered
 
 
 def _with_draft_model(method: str) -> Callable:
