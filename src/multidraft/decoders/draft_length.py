@@ -68,7 +68,10 @@ class ForwardCosts:
     def relative(self, num_new: int) -> float:
         """cost(num_new) / cost(1); 1.0 while a 1-token forward is not measured. Non-decreasing in num_new."""
         measured, one = self._snapshot()
-        return 1.0 if one is None else _cost(measured, num_new) / _cost(measured, 1)
+        if one is None:
+            return 1.0
+        cost, cost_of_one = _costs_of(measured, [num_new, 1])
+        return cost / cost_of_one
 
     def relatives_up_to(self, largest: int) -> list[float]:
         """[n] = relative(n) for n = 0..largest, from one snapshot (a step's draft-length choice reads dozens)."""
