@@ -1,17 +1,23 @@
 """Agent-style episodes (eval/agentic.py) and the count replay that tunes suffix on them (eval/drafter_replay.py)."""
 
+import argparse
+import json
+
 import pytest
 
 import multidraft
 from multidraft import data
+from multidraft.decoders import loop
 from multidraft.drafters.prompt_lookup import PromptLookupDrafter
 from multidraft.drafters.suffix import SuffixDrafter
 from multidraft.errors import InvalidOptionError
 from multidraft.eval import agentic, tasks
 from multidraft.eval.bench import check_tasks
-from multidraft.eval.drafter_replay import cost_curve, replay
+from multidraft.eval.drafter_replay import FixedCosts, adaptive_policy, cost_curve, replay
+from multidraft.eval.presets import agentic as agentic_preset
 from multidraft.eval.tasks import load_task
 from multidraft.suffix import SuffixStore
+from multidraft.tokenizer_identity import model_vocab_fingerprint
 from tests.test_tasks import need
 
 
@@ -111,6 +117,52 @@ def test_replay_counts_equal_the_loop(tiny_lm, options):
         gen = multidraft.generate(tiny_lm, prompt, method="pld", max_new_tokens=24, draft_length="fixed")
         counts = replay(PromptLookupDrafter(), tiny_lm, prompt, list(gen.token_ids), 24)
         assert (counts["calls"], counts["drafted"]) == (gen.stats.verification_calls, gen.stats.draft_tokens_proposed)
+
+
+def test_adaptive_replay_counts_equal_the_loop(tiny_lm, monkeypatch):
+    """On a fixed cost curve the adaptive draft length is a function of the tokens alone: the replay's calls and
+    verified draft tokens are the loop's, for both cuttable drafters, and a steeper curve verifies fewer."""
+    prompts = [[5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6], [7, 8, 9, 5, 6, 7, 8], [30, 31, 32, 30, 31]]
+    drafted = {}
+    for name, table in (("flat", {1: 1.0, 2: 1.05, 4: 1.1, 8: 1.2, 16: 1.4}), ("steep", {1: 1.0, 2: 1.9, 4: 3.6})):
+        monkeypatch.setattr(loop, "forward_costs", lambda lm, table=table: FixedCosts(table))
+        loop_store, replay_store = SuffixStore(lm=tiny_lm), SuffixStore(lm=tiny_lm)
+        drafted[name] = 0
+        for prompt in prompts:
+            for method in ("suffix", "pld"):
+                suffix = method == "suffix"
+                gen = multidraft.generate(tiny_lm, prompt, method=method, max_new_tokens=24, draft_length="adaptive",
+                                          **({"store": loop_store, "alpha": 4.0} if suffix else {}))
+                drafter = SuffixDrafter(tiny_lm, store=replay_store, alpha=4.0) if suffix else PromptLookupDrafter()
+                counts = replay(drafter, tiny_lm, prompt, list(gen.token_ids), 24, policy=adaptive_policy(table))
+                assert (counts["calls"], counts["drafted"]) == (gen.stats.verification_calls,
+                                                                gen.stats.draft_tokens_proposed), (name, method, prompt)
+                drafted[name] += counts["drafted"]
+    assert drafted["steep"] < drafted["flat"]
+
+
+def test_tune_replays_recorded_steps_under_both_draft_lengths(tiny_lm, tmp_path):
+    """`multidraft bench agentic tune` end to end on recorded steps (a stand-in model: EOS ids and the vocabulary's
+    fingerprint from meta.json): one row per grid point, pld, and the best without the store."""
+    rows = []
+    for episode, prompt in enumerate([[5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6], [30, 31, 32, 30, 31]]):
+        gen = multidraft.generate(tiny_lm, prompt, method="greedy", max_new_tokens=24)
+        rows.append({"task": "agent_fix", "id": f"agent_fix/{episode}", "step": 0, "prompt_ids": prompt,
+                     "tokens": list(gen.token_ids)})
+    (tmp_path / "steps.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (tmp_path / "meta.json").write_text(json.dumps({"eos_token_ids": sorted(tiny_lm.eos_token_ids),
+                                                    "fingerprint": model_vocab_fingerprint(tiny_lm)}))
+    results = {}
+    for mode in ("adaptive", "fixed"):
+        args = argparse.Namespace(data=str(tmp_path), cost='{"1": 1.0, "2": 1.9, "4": 3.6}', top=5,
+                                  grid="[[12], [1.0, 4.0], [0.7], [true]]", max_new_tokens=24, draft_length=mode)
+        agentic_preset.tune(args)
+        results[mode] = json.loads((tmp_path / "tune.json").read_text())
+        total = sum(len(row["tokens"]) for row in rows)
+        assert len(results[mode]) == 2 + 1 + 2 and all(r["tokens"] == total for r in results[mode])
+        assert sum(1 for r in results[mode] if r.get("pld")) == 1
+    drafted = {mode: sum(r["drafted_per_call"] for r in found) for mode, found in results.items()}
+    assert drafted["adaptive"] < drafted["fixed"]      # the steep curve cuts drafts that "fixed" verifies
 
 
 def test_cost_curve_interpolates_and_extrapolates():

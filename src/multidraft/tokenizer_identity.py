@@ -32,6 +32,12 @@ def model_vocab_fingerprint(lm) -> str:
     return fingerprint
 
 
+def remember_fingerprint(stand_in, fingerprint: str) -> None:
+    """Give an object without a tokenizer (a replay's stand-in for a model) the vocabulary fingerprint its recorded
+    steps carry, so a suffix store binds to it as to that model."""
+    _MODEL_FINGERPRINTS[stand_in] = fingerprint
+
+
 def vocab_family(lm) -> str:
     """The vocabulary family of a loaded model: the registry's name for it, else its tokenizer's fingerprint."""
     family = getattr(getattr(lm, "info", None), "vocab_family", None)

@@ -18,8 +18,10 @@ tokens / target calls after the prefill; "= greedy" counts steps whose tokens eq
 
 `tune` replays a lossless drafter on recorded greedy outputs (its output is fixed, so its drafts and the verifier's
 acceptance follow from the tokens alone): acceptance length, target calls per token, and the forward cost those
-steps would take priced with a measured cost curve (`--cost`, n new tokens -> cost relative to 1; the default is the
-quantized-q8 curve of benchmarks/results/2026-11-26-cpu-quantized-q8-6x128/forward_cost.txt). It times nothing.
+steps would take priced with a measured cost curve (`--cost`, n new tokens -> cost relative to 1, e.g. from
+`multidraft bench forward-cost`; the default is the quantized-q8 curve of
+benchmarks/results/2026-11-26-cpu-quantized-q8-6x128/forward_cost.txt), under the adaptive draft length on that
+curve as the loop runs it by default (`--draft-length fixed`: every drafted token verified). It times nothing.
 """
 
 from __future__ import annotations
@@ -40,18 +42,19 @@ from multidraft.eval.bench_args import add_model_options, load_from_args
 from multidraft.eval.bench_methods import resolve_methods
 from multidraft.eval.bench_run import _hf_generate
 from multidraft.eval.bootstrap import bootstrap_ci, pooled_ratio_ci, ratio_of_sums
-from multidraft.eval.drafter_replay import cost_curve, replay
+from multidraft.eval.drafter_replay import adaptive_policy, cost_curve, replay
 from multidraft.eval.tasks import load_task
 from multidraft.eval.timing import Span
 from multidraft.suffix import SuffixStore
+from multidraft.tokenizer_identity import remember_fingerprint
 
 ROWS = ("greedy", "suffix", "suffix_req", "pld_plus", "pld", "hf_prompt_lookup", llama_cpp_peer.GREEDY,
         llama_cpp_peer.PROMPT_LOOKUP)
 PEERS = ("hf_prompt_lookup", llama_cpp_peer.GREEDY, llama_cpp_peer.PROMPT_LOOKUP)
 MIN_EPISODES_FOR_CI = 5
-# The second (final) tuning pass around the first pass's best; the first pass was
-# [[8, 16, 24, 32, 48], [0.5, 1.0, 1.5, 2.0, 4.0], [0.1, 0.3, 0.5, 0.7], [true, false]].
-GRID = [[16, 24, 32, 48], [0.25, 0.35, 0.5, 0.75], [0.5, 0.7, 0.85], [True, False]]
+# max_draft_tokens x alpha x min_token_prob x tree around the defaults (2026-12-03, with the adaptive draft length:
+# benchmarks/results/2026-12-03-zen4-draft-confidence; the fixed-length passes of 2026-11-26 chose 32 / 0.5 / 0.7).
+GRID = [[32, 64], [0.5, 1.0, 2.0, 4.0], [0.4, 0.7, 0.85], [True, False]]
 Q8_COST = {1: 1.00, 2: 1.40, 4: 2.33, 8: 4.37, 16: 7.71}     # quantized-q8, 2 threads, idle (issue 29)
 
 
@@ -106,7 +109,7 @@ class _Tokenizer:
 
     def __init__(self, eos_token_ids, fingerprint):
         self.eos_token_ids = list(eos_token_ids)
-        self._multidraft_vocab_digest = fingerprint
+        remember_fingerprint(self, fingerprint)
         self.name = "replay"
 
 
@@ -114,7 +117,9 @@ def tune(args) -> None:
     rows = [json.loads(line) for line in (Path(args.data) / "steps.jsonl").read_text().splitlines()]
     meta = json.loads((Path(args.data) / "meta.json").read_text())
     tokenizer = _Tokenizer(meta["eos_token_ids"], meta["fingerprint"])
-    cost = cost_curve({int(k): float(v) for k, v in json.loads(args.cost).items()} if args.cost else Q8_COST)
+    table = {int(k): float(v) for k, v in json.loads(args.cost).items()} if args.cost else Q8_COST
+    cost = cost_curve(table)
+    args.policy_table = table if args.draft_length == "adaptive" else None
     grid = [dict(zip(("max_draft_tokens", "alpha", "min_token_prob", "tree"), values), shared=True)
             for values in itertools.product(*json.loads(args.grid))]
     results = [evaluate(config, rows, tokenizer, cost, args) for config in grid + [{"pld": True}]]
@@ -148,8 +153,9 @@ def evaluate(config, rows, tokenizer, cost, args) -> dict:
     for row in rows:
         drafter = (PromptLookupDrafter() if config.get("pld")
                    else SuffixDrafter(tokenizer, store=store, **options))
+        policy = None if args.policy_table is None else adaptive_policy(args.policy_table)     # one per request
         counts = replay(drafter, tokenizer, row["prompt_ids"], row["tokens"],
-                        row.get("max_new_tokens", args.max_new_tokens), cost)
+                        row.get("max_new_tokens", args.max_new_tokens), cost, policy)
         acc = per_episode.setdefault(row["id"], [0, 0, 0.0, 0])
         for i, key in enumerate(("tokens", "calls", "cost", "drafted")):
             acc[i] += counts[key]
@@ -305,6 +311,9 @@ def add_arguments(parser) -> None:
     t.add_argument("--data", required=True)
     t.add_argument("--cost", help='JSON {"n new tokens": cost relative to 1}, default: the quantized-q8 curve')
     t.add_argument("--top", type=int, default=15)
+    t.add_argument("--draft-length", default="adaptive", choices=("fixed", "adaptive"),
+                   help="replay the adaptive draft length on the --cost curve (the loop's default) or verify every "
+                        "drafted token")
     t.add_argument("--grid", default=json.dumps(GRID), help="JSON [max_draft_tokens values, alpha values, "
                    "min_token_prob values, tree values]; every combination is replayed with the shared store")
     t.add_argument("--max-new-tokens", type=int, default=256, help="for steps files that do not record it")
