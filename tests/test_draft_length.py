@@ -13,6 +13,7 @@ from multidraft.decoders.draft_length import DraftLength, ForwardCosts, forward_
 from multidraft.methods import METHODS
 from multidraft.verify.multi_draft import MultiDraftVerifier
 from multidraft.decoders.output import OutputCollector
+from multidraft.eval.drafter_replay import FixedCosts as FrozenCosts     # a test decides what the machine costs
 from multidraft.drafters.draft_model import DraftModelDrafter
 from multidraft.sampling import PositionSampler, SamplingParams
 from multidraft.types import DecodeStats
@@ -30,17 +31,6 @@ def expected_tokens(rate: float, depth: int) -> float:
     if rate >= 1.0:
         return float(depth + 1)
     return (1.0 - rate ** (depth + 1)) / (1.0 - rate)
-
-
-class FrozenCosts(ForwardCosts):
-    """A fixed cost curve: records are ignored, so a test decides what the machine costs."""
-
-    def __init__(self, seconds):
-        super().__init__()
-        self.seconds = dict(seconds)
-
-    def record(self, num_new, seconds):
-        pass
 
 
 STEEP = FrozenCosts({1: 1.0, 2: 2.0, 3: 2.6, 4: 2.9, 8: 3.7, 16: 5.0})   # an AVX2 CPU with MKL (fast_path.md)
