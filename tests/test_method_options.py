@@ -96,7 +96,8 @@ def test_a_servers_cap_lowers_the_defaults_above_it():
     capped = ServerConfig(max_draft_tokens=16).validate().bounds()
     assert suffix.options["max_draft_tokens"] > 16
     assert suffix.resolve_options({}, capped)["max_draft_tokens"] == 16
-    assert suffix.resolve_options({})["max_draft_tokens"] == suffix.options["max_draft_tokens"]   # the library's
+    library = suffix.resolve_options({})                    # no server: the library's own default
+    assert library["max_draft_tokens"] == suffix.options["max_draft_tokens"]
     assert suffix.resolve_options({"max_draft_tokens": 8}, capped)["max_draft_tokens"] == 8
     with pytest.raises(ServerLimitError, match="serve --max-draft-tokens"):
         suffix.resolve_options({"max_draft_tokens": 17}, capped)

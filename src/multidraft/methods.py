@@ -163,7 +163,7 @@ class Method:
 
 def _defaults_within_caps(row, given: dict, bounds: Optional[ServerBounds]) -> dict:
     """The defaults a server's caps lower: a request that names no draft depth gets at most `serve
-    --max-draft-tokens` too (suffix's 64-token default on a server capped at 16 drafts 16), as one that names it must."""
+    --max-draft-tokens` too (suffix's 64-token default on a server capped at 16 drafts 16), as one naming it must."""
     if bounds is None:
         return {}
     lowered = {}
