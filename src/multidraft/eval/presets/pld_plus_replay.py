@@ -23,6 +23,7 @@ import torch
 import multidraft
 from multidraft.drafters.prompt_lookup import lookup
 from multidraft.eval.bench_args import add_model_options, load_from_args
+from multidraft.eval.drafter_replay import adaptive_policy
 from multidraft.eval.tasks import INPUT_GUIDED_TASKS, VALIDATION_TASKS, load_task
 from multidraft.pldplus import calibration as heads_mod
 from multidraft.pldplus.ranking import candidates, rank_attention, rank_hidden
@@ -146,16 +147,6 @@ def cost_of(num_tokens: int, costs: dict[int, float]) -> float:
     return costs[points[-1]] * num_tokens / points[-1]
 
 
-def adaptive_policy(costs: dict[int, float]):
-    """The library's adaptive draft length (decoders/draft_length.py), priced with the fixed cost table instead of
-    measured seconds, so the replay stays deterministic."""
-    from multidraft.decoders.draft_length import DraftLength, ForwardCosts
-    table = ForwardCosts()
-    for num_new in range(1, 65):
-        table.record(num_new, cost_of(num_new, costs))
-    return DraftLength(table)
-
-
 def replay_one(record, drafter, options, costs) -> tuple[int, int, float]:
     """(tokens, steps, cost) of one recorded greedy output under one drafter; `adaptive` in the options runs the
     library's adaptive draft length on top (it asks for, and verifies, only the depth that pays)."""
@@ -163,7 +154,10 @@ def replay_one(record, drafter, options, costs) -> tuple[int, int, float]:
     end = len(seq)
     n, steps, cost, copying = start, 0, 0.0, False
     options = dict(options)
-    policy = adaptive_policy(costs) if options.pop("adaptive", False) else None
+    # The library's adaptive draft length priced with the fixed cost table (its curve at every size up to 64), not
+    # measured seconds, so the replay stays deterministic.
+    policy = (adaptive_policy({num_new: cost_of(num_new, costs) for num_new in range(1, 65)})
+              if options.pop("adaptive", False) else None)
     while n < end:
         budget = end - n - 1           # the loop never drafts past max_new_tokens
         if policy is not None and budget > 0:
