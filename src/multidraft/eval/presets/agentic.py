@@ -119,14 +119,14 @@ def tune(args) -> None:
     tokenizer = _Tokenizer(meta["eos_token_ids"], meta["fingerprint"])
     table = {int(k): float(v) for k, v in json.loads(args.cost).items()} if args.cost else Q8_COST
     cost = cost_curve(table)
-    args.policy_table = table if args.draft_length == "adaptive" else None
+    policy_table = table if args.draft_length == "adaptive" else None      # None: every drafted token verified
     grid = [dict(zip(("max_draft_tokens", "alpha", "min_token_prob", "tree"), values), shared=True)
             for values in itertools.product(*json.loads(args.grid))]
-    results = [evaluate(config, rows, tokenizer, cost, args) for config in grid + [{"pld": True}]]
+    results = [evaluate(config, rows, tokenizer, cost, policy_table, args) for config in grid + [{"pld": True}]]
     # The best few again without the shared store: what the store adds.
     best = sorted((r for r in results if not r.get("pld")), key=lambda r: -r["predicted_speedup"])[:3]
     results += [evaluate({**{k: r[k] for k in ("max_draft_tokens", "alpha", "min_token_prob", "tree")}, "shared": False},
-                         rows, tokenizer, cost, args) for r in best]
+                         rows, tokenizer, cost, policy_table, args) for r in best]
     results.sort(key=lambda r: -r["predicted_speedup"])
     out = Path(args.data) / "tune.json"
     out.write_text(json.dumps(results, indent=1))
@@ -145,15 +145,16 @@ def tune(args) -> None:
     print("\n".join(lines))
 
 
-def evaluate(config, rows, tokenizer, cost, args) -> dict:
-    """Replay one drafter configuration over every recorded step, in order (the shared store grows as it would)."""
+def evaluate(config, rows, tokenizer, cost, policy_table, args) -> dict:
+    """Replay one drafter configuration over every recorded step, in order (the shared store grows as it would);
+    `policy_table` (new tokens -> cost): the adaptive draft length on that curve, None: every drafted token verified."""
     options = {k: v for k, v in config.items() if k not in ("shared", "pld")}
     store = SuffixStore(200_000) if config.get("shared") else None
     per_episode: dict[str, list[int | float]] = {}
     for row in rows:
         drafter = (PromptLookupDrafter() if config.get("pld")
                    else SuffixDrafter(tokenizer, store=store, **options))
-        policy = None if args.policy_table is None else adaptive_policy(args.policy_table)     # one per request
+        policy = None if policy_table is None else adaptive_policy(policy_table)     # one per request
         counts = replay(drafter, tokenizer, row["prompt_ids"], row["tokens"],
                         row.get("max_new_tokens", args.max_new_tokens), cost, policy)
         acc = per_episode.setdefault(row["id"], [0, 0, 0.0, 0])
