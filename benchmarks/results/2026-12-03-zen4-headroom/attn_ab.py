@@ -1,16 +1,18 @@
-"""The attention op alone (the 1.5B's shape: 12 query heads, 2 KV heads, 128 wide; 2 threads): 1 and 8 query rows over
-300 / 700 / 3000 cached keys, min of 40 calls, us per layer, one line per process. Run trees alternately:
-PYTHONPATH=<tree>/src python attn_ab.py"""
+"""The attention op alone (the 1.5B's shape: 12 query heads, 2 KV heads, 128 wide; 2 threads): query rows over cached
+keys, min of 40 calls, us per layer, one line per process. Run trees alternately:
+PYTHONPATH=<tree>/src python attn_ab.py [KEYS [ROWS]]      (defaults 300,700,3000 and 1,8)"""
 import sys, time, torch
 from multidraft.models import gguf_kernels as g
 g.load(progress=False)
 torch.set_num_threads(2)
 gen = torch.Generator().manual_seed(0)
 H, KVH, D = 12, 2, 128
+keys = [int(s) for s in (sys.argv[1] if len(sys.argv) > 1 else "300,700,3000").split(",")]
+rows = [int(t) for t in (sys.argv[2] if len(sys.argv) > 2 else "1,8").split(",")]
 out = []
-for S in (300, 700, 3000):
+for S in keys:
     k = torch.randn(1, KVH, S + 64, D, generator=gen); v = torch.randn(1, KVH, S + 64, D, generator=gen)
-    for T in (1, 8):
+    for T in rows:
         q = torch.randn(H, T, D, generator=gen)
         vis = torch.zeros(T, S + T, dtype=torch.bool); vis[:, :S] = True
         for t in range(T): vis[t, S:S + t + 1] = True
