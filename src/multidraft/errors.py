@@ -33,6 +33,10 @@ class UnknownMethodError(InvalidOptionError):
     """A `method=` name that no decoder implements."""
 
 
+class OutputPathError(MultidraftError, ValueError):
+    """An output path that cannot take the file: an existing folder, or a place that cannot be written."""
+
+
 class PromptError(MultidraftError, ValueError):
     """An empty prompt, or one longer than the model's context."""
 

@@ -23,6 +23,8 @@ import signal
 import tempfile
 from pathlib import Path
 
+from multidraft.errors import OutputPathError
+
 CRASH_ENV = "MULTIDRAFT_CRASH_AT"
 # The steps of one atomic write: the new version written and synced (old untouched), the old folder moved aside
 # (folders only), the new version renamed in (the aside copy not yet removed).
@@ -184,6 +186,24 @@ def recover(final_path) -> None:
         _remove(aside)
 
 
+def check_output_file(path, what: str = "the output") -> Path:
+    """Refuse, before any work, a file output that `atomic_path` could not put in place: an existing folder (which a
+    file would replace) or a place where no file can be created. Creates the missing parent folders."""
+    path = Path(path)
+    if str(path) in ("", "."):
+        raise OutputPathError(f"{what} needs a file name; got an empty path")
+    if _is_real_dir(path):
+        raise OutputPathError(f"{what} {path} is an existing folder; name a file (inside it, or elsewhere)")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(prefix=f".{path.name}.", suffix=".probe", dir=path.parent):
+            pass
+    except OSError as error:
+        raise OutputPathError(f"{what} {path} cannot be written ({error.strerror or error}); choose another "
+                              f"place") from None
+    return path
+
+
 @contextlib.contextmanager
 def atomic_path(final_path):
     """Yield a temporary path beside `final_path`; move it into place only if the block succeeds.
@@ -193,9 +213,13 @@ def atomic_path(final_path):
     """
     final_path = Path(final_path)
     parent = final_path.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    recover(final_path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final_path.name}.", suffix=".partial", dir=parent))
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        recover(final_path)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final_path.name}.", suffix=".partial", dir=parent))
+    except OSError as error:
+        raise OutputPathError(f"{final_path} cannot be written ({error.strerror or error}); choose another "
+                              f"place") from None
     target = tmp / final_path.name
     aside = None
     held = _hold(tmp)            # released in the finally below, after the temporary is gone
@@ -203,6 +227,8 @@ def atomic_path(final_path):
         yield target
         if not target.exists():
             raise FileNotFoundError(f"atomic_path: nothing was written at {target}")
+        if not target.is_dir() and _is_real_dir(final_path):      # a file never replaces a folder and its files
+            raise OutputPathError(f"{final_path} is an existing folder; a file cannot replace it: name a file")
         fsync_tree(target)
         crash_point("atomic.written")
         with _folder_lock(parent):

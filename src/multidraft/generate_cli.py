@@ -80,6 +80,11 @@ def run_generate(args) -> int:
         prompt = read_stdin_prompt()
     else:
         validation.text("the prompt argument", prompt)   # invalid UTF-8 in argv arrives as lone surrogates
+    if args.json and args.stream:
+        raise InvalidOptionError("--json and --stream cannot go together (the streamed text would break the JSON "
+                                 "on stdout); drop one of them")
+    if prompt == "" and not args.chat:                   # refused before the model loads
+        raise PromptError("the prompt is empty; give some text to continue")
     options = parse_options(args.option, args.method)
     dtype = dtype_choice(args.dtype)
     # One Request, validated before loading a model: method options, sampling parameters, stop strings, budget.

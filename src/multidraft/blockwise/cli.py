@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from multidraft.fsutil import check_output_file
 from multidraft.models.device import add_device_argument
 
 
@@ -52,6 +53,8 @@ def _train(args) -> int:
         raise InvalidOptionError(f"--tokens must be >= 1024, got {args.tokens}")
     config = TrainConfig(num_heads=args.num_heads, ffn_size=args.ffn_size, shortlist_size=args.shortlist,
                          labels=args.labels, lr=args.lr, batch_size=args.batch_size, minutes=args.minutes).validate()
+    if args.out:
+        check_output_file(args.out, "--out")
     torch.set_num_threads(max(1, args.threads))
     lm = load_model(args.model, dtype=args.dtype, device=args.device)
     corpora = list(args.corpus)

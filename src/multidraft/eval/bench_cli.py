@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from typing import Optional
 
 from multidraft import validation
@@ -115,6 +116,17 @@ def check_out_dir(out: str) -> None:
         raise InvalidOptionError(f"--out {out!r}: {parent!r} is a file, so no folder can be made there")
 
 
+def make_out_dir(out: str) -> None:
+    """The --out folder made and written once before the model loads: a place that cannot take files fails here,
+    not after the run."""
+    try:
+        os.makedirs(out, exist_ok=True)
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as error:
+        raise InvalidOptionError(f"--out {out!r} cannot be written ({error.strerror or error}); choose another "
+                                 "folder") from None
+
+
 def _split(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
@@ -128,6 +140,8 @@ def run_bench_command(args) -> int:
         raise InvalidOptionError("--workers sets the number of Ray workers and needs --ray (ADDRESS or local); "
                                  "without --ray the bench runs in this process")
     workers = 2 if args.workers is None else args.workers
+    if args.out is not None and not args.out.strip():
+        raise InvalidOptionError("--out is empty; give a folder path (or leave --out out for bench-results/MODEL)")
     out = args.out or os.path.join(DEFAULT_OUT, os.path.basename(os.path.normpath(args.model)))
     check_out_dir(out)
     apply_threads(args.threads)
@@ -143,6 +157,7 @@ def run_bench_command(args) -> int:
                                    baseline=config.baseline)
     for name, reason in skipped.items():
         print(f"skipping {name}: {reason}", file=sys.stderr)
+    make_out_dir(out)
     print(f"bench: {config.model} on {', '.join(config.tasks)} -> {out} (load average "
           f"{os.getloadavg()[0]:.1f})", file=sys.stderr)
     path = run_bench(config, out, progress=not args.no_progress, ray_address=args.ray, workers=workers,

@@ -27,7 +27,7 @@ import torch
 
 import multidraft
 from multidraft.errors import InvalidOptionError
-from multidraft.fsutil import atomic_path
+from multidraft.fsutil import atomic_path, check_output_file
 from multidraft.models.runner import LM
 from multidraft.models.runner_choice import QUANTIZED_RUNNERS
 
@@ -178,6 +178,10 @@ def stage_timer():
     exit."""
     from multidraft.models import gguf_kernels
     spent: dict = {}
+    if not hasattr(torch.ops.multidraft_gguf, "stage_times"):    # the kernels never loaded (HF runners only)
+        yield spent
+        spent.update({"linears": 0.0, "attention": 0.0, "layer steps": 0.0})
+        return
     gguf_kernels.stage_times(True)
     try:
         yield spent
@@ -275,7 +279,20 @@ def runner_labels(runners: list[str], isa: str) -> list[str]:
     return labels
 
 
+def check_args(args) -> None:
+    """The numbers and names a run needs, refused before any model loads or any timing."""
+    for name, low in (("reps", 1), ("prefix", 0), ("threads", 1), ("layers", 1)):
+        value = getattr(args, name)
+        if value < low:
+            raise InvalidOptionError(f"--{name} must be an integer >= {low}, got {value}")
+    if args.dtype not in ("float32", "bfloat16", "float16"):
+        raise InvalidOptionError(f"--dtype must be float32, bfloat16 or float16, got {args.dtype!r}")
+    if args.json:
+        check_output_file(args.json, "--json")
+
+
 def run(args) -> int:
+    check_args(args)
     torch.set_num_threads(args.threads)
     print("load:", os.popen("uptime").read().strip(), flush=True)
     if args.linear:
@@ -285,6 +302,9 @@ def run(args) -> int:
         raise InvalidOptionError("bench forward-cost needs --model NAME or --random SHAPE (or --linear)")
     runners = runner_labels([r.strip() for r in args.runners.split(",") if r.strip()], args.isa)
     shapes = forward_shapes(args.chains, args.trees)          # checked before a model loads
+    if args.random and any(is_gguf_runner(r) for r in runners):
+        raise InvalidOptionError("--random builds HF-format random weights, which only the eager and fast runners "
+                                 "run; use --runners eager,fast (the GGUF runners need --model)")
     if args.random:
         lm = random_model(args.random, args.layers, args.dtype, args.device or "cpu")
     else:

@@ -54,7 +54,7 @@ def _parse_lines(data: bytes, path: Path) -> list[dict]:
 def read_results(path) -> tuple[dict, list[dict]]:
     """(header, rows) of a results.jsonl. Raises BenchConfigError when it is not a bench results file."""
     path = Path(path)
-    if path.is_dir():
+    if path.is_dir() or (not path.exists() and path.suffix != ".jsonl"):     # a bench folder, made or not yet
         path = path / RESULTS_NAME
     if not path.exists():
         raise BenchConfigError(f"no bench results at {path}; run `multidraft bench --out {path.parent}` first")

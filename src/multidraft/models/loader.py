@@ -22,7 +22,7 @@ from multidraft.fsutil import sha256_file
 from multidraft.models import integrity, model_store, registry
 from multidraft.models.device import configure_cuda, parse_device
 from multidraft.models.offline import offline_env
-from multidraft.models.pulling import convert_gguf, pull  # noqa: F401  (pull is part of this module's API)
+from multidraft.models.pulling import check_gguf_file, convert_gguf, pull  # noqa: F401  (pull is part of this module's API)
 from multidraft.models.registry import ModelSpec
 from multidraft.tokenizer_identity import vocab_fingerprint
 
@@ -76,6 +76,7 @@ def resolve(name_or_path: Union[str, os.PathLike]) -> ResolvedModel:
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise ModelNotFoundError(f"{path} is a file but not a .gguf model; give a .gguf file or an HF folder")
+        check_gguf_file(path)
         return ResolvedModel(name, "gguf", path.resolve())
     snapshot = _hf_cache_snapshot(name) if _HF_ID.match(name) else None
     if snapshot is not None:

@@ -29,7 +29,7 @@ from typing import Optional
 
 from tqdm.auto import tqdm
 
-from multidraft.errors import CorruptCacheError, MultidraftError
+from multidraft.errors import CorruptCacheError, ModelNotFoundError, MultidraftError
 from multidraft.fsutil import atomic_path, sha256_file
 from multidraft.models import model_store
 from multidraft.models.offline import offline_env
@@ -180,13 +180,31 @@ def convert_gguf(gguf: Path, dest: Path, gguf_sha256: str, progress: bool = True
         total=3, desc=f"convert {gguf.name}", unit="step", disable=not progress, file=sys.stderr
     ) as bar:
         tmp.mkdir()
-        extra = _convert_into(gguf, tmp, bar)
+        try:
+            extra = _convert_into(gguf, tmp, bar)
+        except (ValueError, OSError, EOFError, KeyError, IndexError) as error:   # gguf-py / transformers on bad bytes
+            raise ModelNotFoundError(f"{gguf} is not a GGUF file multidraft can read ({type(error).__name__}: "
+                                     f"{str(error)[:200]}); a truncated download? fetch it again") from error
         if keep_gguf:
             os.replace(gguf, tmp / model_store.SOURCE_GGUF)     # same filesystem (both under the models root)
         if timings is not None:
             timings["convert_s"] = round(time.perf_counter() - started, 1)
         model_store.write_marker(tmp, source_sha256=gguf_sha256, **extra, **(details or {}))
     return Path(dest)
+
+
+def check_gguf_file(gguf: Path) -> None:
+    """Refuse, before any work, a .gguf path that is not a GGUF file: missing, a folder, empty, or not starting with
+    the format's magic bytes."""
+    gguf = Path(gguf)
+    if not gguf.is_file():
+        raise ModelNotFoundError(f"{gguf} is not a file")
+    with open(gguf, "rb") as handle:
+        magic = handle.read(4)
+    if magic != b"GGUF":
+        what = "is empty" if not magic else "does not start with the GGUF magic bytes"
+        raise ModelNotFoundError(f"{gguf} {what}, so it is not a GGUF model file; name a .gguf model (or an alias: "
+                                 f"`multidraft models list`)")
 
 
 def _convert_into(gguf: Path, folder: Path, bar) -> dict:

@@ -68,20 +68,36 @@ def add_threads_argument(parser, help_text: str = "CPU threads (auto: the cores 
                          "default: auto on the quantized runners, whose results do not depend on it, else torch's, "
                          "all cores)") -> None:
     """The --threads option of generate, serve (this help) and bench (its own help: bench keeps torch's count)."""
-    parser.add_argument("--threads", type=parse_threads, default=None, metavar="N|auto", help=help_text)
+    parser.add_argument("--threads", type=_threads_option, default=None, metavar="N|auto", help=help_text)
+
+
+def max_threads() -> int:
+    """The most threads a run may ask for: 4 per CPU (more only makes OpenMP's workers wait for cores; 10,000 of
+    them hung the process)."""
+    return 4 * (os.cpu_count() or 1)
 
 
 def parse_threads(text: str) -> Union[int, str]:
-    """The --threads value: a positive integer or 'auto'."""
+    """The --threads value: a positive integer up to max_threads(), or 'auto'."""
     if text == "auto":
         return text
     try:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 1:
-        raise InvalidOptionError(f"--threads must be a positive integer or 'auto', got {text!r}")
+    if not 1 <= value <= max_threads():
+        raise InvalidOptionError(f"--threads must be a positive integer or 'auto', at most {max_threads()} on this "
+                                 f"machine ({os.cpu_count()} CPUs), got {text!r}")
     return value
+
+
+def _threads_option(text: str) -> Union[int, str]:
+    """parse_threads for argparse, whose error line then carries its message (not 'invalid ... value')."""
+    import argparse
+    try:
+        return parse_threads(text)
+    except InvalidOptionError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def measure_default_threads(threads: Union[int, str, None]) -> Union[int, str, None]:

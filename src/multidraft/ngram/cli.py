@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from multidraft.errors import InvalidOptionError
+from multidraft.fsutil import check_output_file
 
 
 def parse_orders(text: str) -> list[int]:
@@ -35,6 +36,7 @@ def _build(args) -> int:
 
     orders = parse_orders(args.orders)
     out = Path(args.out) if args.out else _default_out(args.tokenizer, args.corpus, orders)
+    check_output_file(out, "--out")
     tokenizer = load_tokenizer(args.tokenizer)
     vocab_size = len(tokenizer)
 
@@ -62,6 +64,8 @@ def _build(args) -> int:
 def _build_default(args) -> int:
     from multidraft.ngram.defaults import DEFAULT_CORPORA, build_default
 
+    if args.out:
+        check_output_file(args.out, "--out")
     for model in args.model:
         build_default(model, args.corpus or DEFAULT_CORPORA, args.out, args.force, progress=not args.quiet)
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from multidraft.fsutil import check_output_file
 from multidraft.models.device import add_device_argument
 
 
@@ -58,6 +59,8 @@ def _calibrate(args) -> int:
              for item in load_task(task.strip(), limit=args.prompts, split=args.split)]
     if not items:
         raise InvalidOptionError("--task names no task; give e.g. --task code_edit,text_edit,summarize")
+    if args.output:
+        check_output_file(args.output, "--output")
     lm = multidraft.load_model(args.model, dtype=args.dtype, device=args.device, attn_implementation="eager")
     record = induction.calibrate(lm, [item.input for item in items], gen_len=args.gen_len, top_k=args.top_k,
                              sweep=not args.no_layer_sweep, progress=print, labels=[item.task for item in items],
@@ -80,6 +83,7 @@ def _merge(args) -> int:
     from multidraft.errors import InvalidOptionError
     from multidraft.pldplus import calibration, induction
 
+    check_output_file(args.output, "--output")
     records = []
     for name in args.inputs:
         try:

@@ -79,6 +79,9 @@ def parse(group: str, name: str, argv: list[str]) -> argparse.Namespace:
 
 def run(group: str, name: str, argv: list[str]) -> int:
     args = parse(group, name, argv)
+    if isinstance(getattr(args, "json", None), str):   # refused before the work, not after it
+        from multidraft.fsutil import check_output_file
+        check_output_file(args.json, "--json")
     print(f"{prog(group, name)}: load average {os.getloadavg()[0]:.1f}", file=sys.stderr)
     return int(module(group, name).run(args) or 0)
 

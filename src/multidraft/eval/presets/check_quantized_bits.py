@@ -101,5 +101,15 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from multidraft.errors import InvalidOptionError
+    if args.action == "check" and not args.folder.is_dir():
+        raise InvalidOptionError(f"{args.folder} is not a folder; first `multidraft check quantized-bits write "
+                                 f"{args.folder}` (on any machine), then check it here")
+    if args.action == "write":
+        try:
+            args.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise InvalidOptionError(f"{args.folder} cannot be made ({error.strerror or error}); choose another "
+                                     "folder") from None
     (write if args.action == "write" else check)(args.folder)
 

@@ -12,14 +12,12 @@ prompt equally. Rows that failed are left out. Each pooled ratio carries a 95 % 
 the algorithm's own share on one runner, apart from the kernel's share `greedy/hf_greedy`).
 """
 
-import json
 import math
 import statistics
 from collections import defaultdict
-from pathlib import Path
 
 from multidraft.eval.bootstrap import pooled_ratio_ci
-from multidraft.eval.results import baseline_of
+from multidraft.eval.results import baseline_of, read_results
 
 
 def add_arguments(parser) -> None:
@@ -31,9 +29,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    lines = Path(args.run, "results.jsonl").read_text().splitlines()
-    rows = [json.loads(line) for line in lines if line.strip()]
-    baseline = baseline_of(next((row for row in rows if row.get("kind") == "header"), {}))
+    header, rows = read_results(args.run)            # a clear error for a missing folder or a file of another kind
+    baseline = baseline_of(header)
     by_prompt = defaultdict(dict)
     for row in rows:
         if row.get("kind") == "row" and not row.get("error"):
