@@ -149,3 +149,13 @@ def test_check_quantized_bits_folder_errors(tmp_path, capsys):
     code, err = _run(["check", "quantized-bits", "write", str(blocker / "below")], capsys)
     assert code == 2 and "cannot be made" in err
     assert not os.path.exists(blocker / "below")
+
+
+def test_heads_and_ngram_readers_say_a_folder_is_not_their_file(tmp_path):
+    from multidraft.blockwise.heads_store import read_meta
+    from multidraft.errors import DataNotFoundError
+    from multidraft.ngram.fileformat import read_header
+    with pytest.raises(ModelNotFoundError, match="is a folder, not a heads file"):
+        read_meta(tmp_path)
+    with pytest.raises(DataNotFoundError, match="is a folder, not an n-gram file"):
+        read_header(tmp_path)

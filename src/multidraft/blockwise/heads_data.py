@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from multidraft import paths
+from multidraft.errors import InvalidOptionError
 from multidraft.fsutil import atomic_path
 from multidraft.blockwise.heads import model_fingerprint
 
@@ -85,9 +86,14 @@ def hidden_rows(lm, sequences: Sequence[Sequence[int]], first_seq_id: int = 0) -
 def build_hidden_cache(lm, corpora: Sequence[str], num_tokens: int = 32768, seq_len: int = 256,
                        log=print) -> Path:
     """Run the base over the corpus once (resumable) and return the shard folder."""
+    if seq_len < MIN_SEQUENCE:
+        raise InvalidOptionError(f"--seq-len must be at least {MIN_SEQUENCE} tokens, got {seq_len}")
+    sequences = plan_sequences(corpora, lm.tokenizer, num_tokens, seq_len)
+    if not sequences:
+        raise InvalidOptionError(f"the corpus {', '.join(corpora)} holds no sequence of {MIN_SEQUENCE} tokens or more to "
+                                 "train on; give a larger corpus")
     folder = cache_dir(lm, corpora, num_tokens, seq_len)
     folder.mkdir(parents=True, exist_ok=True)
-    sequences = plan_sequences(corpora, lm.tokenizer, num_tokens, seq_len)
     shards = [sequences[i:i + SHARD_SEQUENCES] for i in range(0, len(sequences), SHARD_SEQUENCES)]
     started, done_tokens = time.perf_counter(), 0
     for index, shard in enumerate(shards):

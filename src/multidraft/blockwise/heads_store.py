@@ -56,6 +56,9 @@ def read_meta(path) -> dict:
 
 
 def _read(path) -> dict:
+    if Path(path).is_dir():
+        raise ModelNotFoundError(f"{path} is a folder, not a heads file; name the .pt file (`multidraft heads "
+                                 "list` shows them)")
     try:
         blob = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:

@@ -96,6 +96,8 @@ def read_header(path) -> tuple[dict, int]:
     if not path.is_file():
         from multidraft.errors import DataNotFoundError
 
+        if path.is_dir():
+            raise DataNotFoundError(f"{path} is a folder, not an n-gram file; name the .ngram file in it")
         raise DataNotFoundError(f"no n-gram file at {path}; build one with `multidraft ngram build`")
     size = path.stat().st_size
     with open(path, "rb") as handle:
