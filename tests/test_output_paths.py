@@ -159,3 +159,11 @@ def test_heads_and_ngram_readers_say_a_folder_is_not_their_file(tmp_path):
         read_meta(tmp_path)
     with pytest.raises(DataNotFoundError, match="is a folder, not an n-gram file"):
         read_header(tmp_path)
+
+
+@pytest.mark.parametrize("extra, match", [(["--batches", "abc"], "--batches takes positive integers"),
+                                          (["--batches", "4,0"], "--batches takes positive integers"),
+                                          (["--prompts", "0"], "--prompts must be a positive integer")])
+def test_check_batch_bits_refuses_bad_values_before_loading(extra, match, capsys):
+    code, err = _run(["check", "batch-bits", "--model", NOT_A_MODEL, *extra], capsys)
+    assert code == 2 and match in err

@@ -24,8 +24,19 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     import multidraft
+    from multidraft.errors import InvalidOptionError
     from multidraft.eval.tasks import load_task
 
+    try:                                               # checked before the model loads, not after the first runs
+        sizes = [int(b) for b in args.batches.split(",") if b.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise InvalidOptionError(f"--batches takes positive integers separated by commas (e.g. 4,16), got "
+                                 f"{args.batches!r}")
+    for name in ("prompts", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            raise InvalidOptionError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
     lm = load_from_args(args, dtype="float32")
     prompts = [t.prompt or t.messages for t in load_task("humaneval", limit=args.prompts)] + \
               [t.messages for t in load_task("code_edit", limit=args.prompts)]
@@ -35,7 +46,7 @@ def run(args) -> int:
     for method in ("greedy", "pld"):
         requests = [multidraft.Request.build(p, method, max_new_tokens=args.max_new_tokens) for p in prompts]
         alone = [multidraft.generate_request(lm, r).token_ids for r in requests]
-        for size in (int(b) for b in args.batches.split(",")):
+        for size in sizes:
             got = [g.token_ids for g in multidraft.generate_batch(lm, requests, max_num_seqs=size)]
             print(f"{method} batch {size}: identical {sum(a == b for a, b in zip(alone, got))}/{len(requests)}")
     return 0
