@@ -110,7 +110,7 @@ def test_bench_out_that_takes_no_file_fails_before_the_model(tmp_path, capsys):
     code, err = _run(["bench", "--model", NOT_A_MODEL, "--tasks", "code_edit", "--methods", "pld", "--limit", "1",
                       "--out", ""], capsys)
     assert code == 2 and "--out is empty" in err
-    with pytest.raises(InvalidOptionError, match="cannot be written"):
+    with pytest.raises(OutputPathError, match="cannot be written"):
         from multidraft.eval.bench_cli import make_out_dir
         make_out_dir(str(blocker / "below"))
 
@@ -135,7 +135,7 @@ def test_suffix_store_folder_that_takes_no_file_is_refused_at_start(tmp_path):
     from multidraft.suffix.registry import StoreRegistry
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
-    with pytest.raises(InvalidOptionError, match="cannot be written"):
+    with pytest.raises(OutputPathError, match="cannot be written"):
         StoreRegistry(1000, False).load(blocker / "stores", lm=None)
     fresh = tmp_path / "stores"
     assert StoreRegistry(1000, False).load(fresh, lm=None) == 0 and fresh.is_dir()
@@ -147,7 +147,7 @@ def test_check_quantized_bits_folder_errors(tmp_path, capsys):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
     code, err = _run(["check", "quantized-bits", "write", str(blocker / "below")], capsys)
-    assert code == 2 and "cannot be made" in err
+    assert code == 2 and "cannot be written" in err
     assert not os.path.exists(blocker / "below")
 
 

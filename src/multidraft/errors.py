@@ -25,16 +25,16 @@ class InvalidOptionError(MultidraftError, ValueError):
         self.param = param
 
 
+class OutputPathError(InvalidOptionError):
+    """An output path that cannot take the output: an existing folder for a file, or a place that cannot be written."""
+
+
 class ServerLimitError(InvalidOptionError):
     """A value the library allows but past a server's cap (serve --max-beams, ...): the operator can raise it."""
 
 
 class UnknownMethodError(InvalidOptionError):
     """A `method=` name that no decoder implements."""
-
-
-class OutputPathError(MultidraftError, ValueError):
-    """An output path that cannot take the file: an existing folder, or a place that cannot be written."""
 
 
 class PromptError(MultidraftError, ValueError):

@@ -204,6 +204,19 @@ def check_output_file(path, what: str = "the output") -> Path:
     return path
 
 
+def check_output_folder(path, what: str = "the output folder") -> Path:
+    """Make the folder an output goes into (if missing) and write a file there once: a place that takes no file
+    fails now, before the work, not when the results are saved."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as error:
+        raise OutputPathError(f"{what} {path} cannot be written ({error.strerror or error}); choose another "
+                              "folder") from None
+    return path
+
+
 @contextlib.contextmanager
 def atomic_path(final_path):
     """Yield a temporary path beside `final_path`; move it into place only if the block succeeds.

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from typing import Optional
 
 from multidraft import validation
@@ -13,6 +12,7 @@ from multidraft.errors import InvalidOptionError
 from multidraft.eval import forward_cost_cli, presets
 from multidraft.eval.bench_args import add_model_argument
 from multidraft.eval.results import BASELINE, BASELINES
+from multidraft.fsutil import check_output_folder
 from multidraft.decoders.draft_length import add_draft_length_argument
 from multidraft.models.runner_choice import add_dtype_argument, add_runner_argument, dtype_choice
 from multidraft.models.device import add_device_argument
@@ -119,12 +119,7 @@ def check_out_dir(out: str) -> None:
 def make_out_dir(out: str) -> None:
     """The --out folder made and written once before the model loads: a place that cannot take files fails here,
     not after the run."""
-    try:
-        os.makedirs(out, exist_ok=True)
-        tempfile.TemporaryFile(dir=out).close()
-    except OSError as error:
-        raise InvalidOptionError(f"--out {out!r} cannot be written ({error.strerror or error}); choose another "
-                                 "folder") from None
+    check_output_folder(out, "--out")
 
 
 def _split(text: str) -> list[str]:

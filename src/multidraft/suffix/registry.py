@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tempfile
 import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Optional
 
 from multidraft.errors import InvalidOptionError
-from multidraft.fsutil import remove_stale_partials
+from multidraft.fsutil import check_output_folder, remove_stale_partials
 from multidraft.suffix.store import SuffixStore
 
 ANONYMOUS = "anonymous"
@@ -83,12 +82,7 @@ class StoreRegistry:
         if folder.exists() and not folder.is_dir():
             raise InvalidOptionError(f"the suffix store path {folder} is a file; give a folder (the server keeps "
                                      "one file per store in it)")
-        try:                            # the saves at shutdown must land: a place that takes no file fails now
-            folder.mkdir(parents=True, exist_ok=True)
-            tempfile.TemporaryFile(dir=folder).close()
-        except OSError as error:
-            raise InvalidOptionError(f"the suffix store path {folder} cannot be written ({error.strerror or error}); "
-                                     "choose another folder") from None
+        check_output_folder(folder, "the suffix store path")   # the saves at shutdown must land: fail now if not
         remove_stale_partials(folder, f"*{SUFFIX}")     # what a save killed mid-write left (a live one's stays)
         wanted = _KEY_FILE if self.isolation else re.compile(re.escape(ANONYMOUS + SUFFIX))
         files = sorted((f for f in folder.iterdir() if f.is_file() and wanted.fullmatch(f.name)),

@@ -106,10 +106,7 @@ def run(args) -> int:
         raise InvalidOptionError(f"{args.folder} is not a folder; first `multidraft check quantized-bits write "
                                  f"{args.folder}` (on any machine), then check it here")
     if args.action == "write":
-        try:
-            args.folder.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise InvalidOptionError(f"{args.folder} cannot be made ({error.strerror or error}); choose another "
-                                     "folder") from None
+        from multidraft.fsutil import check_output_folder
+        check_output_folder(args.folder)
     (write if args.action == "write" else check)(args.folder)
 
