@@ -111,8 +111,8 @@ def test_bench_out_that_takes_no_file_fails_before_the_model(tmp_path, capsys):
                       "--out", ""], capsys)
     assert code == 2 and "--out is empty" in err
     with pytest.raises(OutputPathError, match="cannot be written"):
-        from multidraft.eval.bench_cli import make_out_dir
-        make_out_dir(str(blocker / "below"))
+        from multidraft.fsutil import check_output_folder
+        check_output_folder(str(blocker / "below"), "--out")
 
 
 def test_bench_paired_on_a_missing_folder(tmp_path, capsys):

@@ -194,13 +194,7 @@ def check_output_file(path, what: str = "the output") -> Path:
         raise OutputPathError(f"{what} needs a file name; got an empty path")
     if _is_real_dir(path):
         raise OutputPathError(f"{what} {path} is an existing folder; name a file (inside it, or elsewhere)")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(prefix=f".{path.name}.", suffix=".probe", dir=path.parent):
-            pass
-    except OSError as error:
-        raise OutputPathError(f"{what} {path} cannot be written ({error.strerror or error}); choose another "
-                              f"place") from None
+    check_output_folder(path.parent, f"{what} {path}: its folder")
     return path
 
 

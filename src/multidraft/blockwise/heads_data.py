@@ -90,8 +90,8 @@ def build_hidden_cache(lm, corpora: Sequence[str], num_tokens: int = 32768, seq_
         raise InvalidOptionError(f"--seq-len must be at least {MIN_SEQUENCE} tokens, got {seq_len}")
     sequences = plan_sequences(corpora, lm.tokenizer, num_tokens, seq_len)
     if not sequences:
-        raise InvalidOptionError(f"the corpus {', '.join(corpora)} holds no sequence of {MIN_SEQUENCE} tokens or more to "
-                                 "train on; give a larger corpus")
+        raise InvalidOptionError(f"the corpus {', '.join(corpora)} holds no sequence of {MIN_SEQUENCE} tokens or "
+                                 "more to train on; give a larger corpus")
     folder = cache_dir(lm, corpora, num_tokens, seq_len)
     folder.mkdir(parents=True, exist_ok=True)
     shards = [sequences[i:i + SHARD_SEQUENCES] for i in range(0, len(sequences), SHARD_SEQUENCES)]

@@ -116,12 +116,6 @@ def check_out_dir(out: str) -> None:
         raise InvalidOptionError(f"--out {out!r}: {parent!r} is a file, so no folder can be made there")
 
 
-def make_out_dir(out: str) -> None:
-    """The --out folder made and written once before the model loads: a place that cannot take files fails here,
-    not after the run."""
-    check_output_folder(out, "--out")
-
-
 def _split(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
@@ -152,7 +146,7 @@ def run_bench_command(args) -> int:
                                    baseline=config.baseline)
     for name, reason in skipped.items():
         print(f"skipping {name}: {reason}", file=sys.stderr)
-    make_out_dir(out)
+    check_output_folder(out, "--out")                  # made and written once before the model loads
     print(f"bench: {config.model} on {', '.join(config.tasks)} -> {out} (load average "
           f"{os.getloadavg()[0]:.1f})", file=sys.stderr)
     path = run_bench(config, out, progress=not args.no_progress, ray_address=args.ray, workers=workers,

@@ -35,8 +35,9 @@ def run(args) -> int:
         raise InvalidOptionError(f"--batches takes positive integers separated by commas (e.g. 4,16), got "
                                  f"{args.batches!r}")
     for name in ("prompts", "max_new_tokens"):
-        if getattr(args, name) < 1:
-            raise InvalidOptionError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+        value = getattr(args, name)
+        if value < 1:
+            raise InvalidOptionError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
     lm = load_from_args(args, dtype="float32")
     prompts = [t.prompt or t.messages for t in load_task("humaneval", limit=args.prompts)] + \
               [t.messages for t in load_task("code_edit", limit=args.prompts)]
