@@ -74,7 +74,8 @@ def test_forward_cost_refuses_an_unknown_path():
 
 @pytest.mark.parametrize("chains, trees, message", [("1,0", "", "--chains"), ("1,x", "", "--chains"),
                                                      ("1", "0", "--trees"), ("1", "2x", "--trees"),
-                                                     ("1", "2x0", "--trees")])
+                                                     ("1", "2x0", "--trees"), ("100000", "", "at most 1024"),
+                                                     ("1", "64x64", "lower --chains or --trees")])
 def test_forward_cost_refuses_bad_shapes_before_loading_a_model(monkeypatch, capsys, chains, trees, message):
     def no_load(*args, **kwargs):
         raise AssertionError("a model was loaded for a command that was going to fail")

@@ -136,6 +136,19 @@ def test_cli_build_and_info(tmp_path, capsys, monkeypatch):
     assert main(["ngram", "build", "--tokenizer", str(folder), "--corpus", str(corpus), "--orders", "0-x",
                  "--out", str(out)]) == 2
 
+    # A corpus without text is refused and writes nothing (it wrote a 0-token model, exit 0); so is a binary file.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "blank.txt").write_text("")
+    binary = tmp_path / "weights.bin"
+    binary.write_bytes(b"def x\0\x01\x02" * 100)
+    for corpus_spec, message in ((empty, "no text to count"), (binary, "binary file")):
+        nothing = tmp_path / "nothing.ngram"
+        capsys.readouterr()
+        assert main(["ngram", "build", "--tokenizer", str(folder), "--corpus", str(corpus_spec), "--out",
+                     str(nothing), "--quiet"]) != 0
+        assert message in capsys.readouterr().err and not nothing.exists()
+
 
 @pytest.mark.real_model
 def test_cli_build_default(tmp_path, capsys):

@@ -50,6 +50,25 @@ def test_parse_and_apply():
         torch.set_num_threads(before)
 
 
+def test_every_thread_count_is_capped():
+    """The library's threads= and the commands that take a plain number refuse a count that would hang the machine."""
+    too_many = threads.max_threads() + 1
+    for bad in (too_many, 0, True, "x"):
+        with pytest.raises(InvalidOptionError, match="at most"):
+            threads.apply_threads(bad)
+    with pytest.raises(InvalidOptionError, match="--threads must be a positive integer, at most"):
+        threads.check_thread_count(too_many, auto=False)
+
+
+@pytest.mark.parametrize("argv", [["bench", "forward-cost", "--random", "qwen2.5-1.5b", "--threads", "{n}"],
+                                  ["heads", "train", "--model", "x", "--corpus", "y", "--threads", "{n}"]])
+def test_commands_with_a_plain_thread_number_refuse_a_huge_one(argv, capsys):
+    from multidraft.cli import main
+    argv = [a.format(n=threads.max_threads() + 1) for a in argv]
+    assert main(argv) != 0
+    assert "at most" in capsys.readouterr().err
+
+
 def test_cli_refuses_a_bad_thread_count(capsys):
     from multidraft.cli import main
     with pytest.raises(SystemExit) as exit_info:

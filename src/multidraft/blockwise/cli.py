@@ -48,6 +48,7 @@ def _train(args) -> int:
     from multidraft.blockwise.heads_store import default_heads_path
     from multidraft.blockwise.heads_train import TrainConfig, train_heads
     from multidraft.models.loader import load_model
+    from multidraft.models.threads import check_thread_count
 
     if args.tokens < 1024:
         raise InvalidOptionError(f"--tokens must be >= 1024, got {args.tokens}")
@@ -55,7 +56,7 @@ def _train(args) -> int:
                          labels=args.labels, lr=args.lr, batch_size=args.batch_size, minutes=args.minutes).validate()
     if args.out:
         check_output_file(args.out, "--out")
-    torch.set_num_threads(max(1, args.threads))
+    torch.set_num_threads(check_thread_count(args.threads, auto=False))
     lm = load_model(args.model, dtype=args.dtype, device=args.device)
     corpora = list(args.corpus)
     folder = build_hidden_cache(lm, corpora, args.tokens, args.seq_len)

@@ -27,6 +27,7 @@ import torch
 
 import multidraft
 from multidraft.errors import InvalidOptionError
+from multidraft.models.threads import check_thread_count
 from multidraft.fsutil import atomic_path, check_output_file
 from multidraft.models.runner import LM
 from multidraft.models.runner_choice import QUANTIZED_RUNNERS
@@ -281,7 +282,8 @@ def runner_labels(runners: list[str], isa: str) -> list[str]:
 
 def check_args(args) -> None:
     """The numbers and names a run needs, refused before any model loads or any timing."""
-    for name, low in (("reps", 1), ("prefix", 0), ("threads", 1), ("layers", 1)):
+    check_thread_count(args.threads, auto=False)
+    for name, low in (("reps", 1), ("prefix", 0), ("layers", 1)):
         value = getattr(args, name)
         if value < low:
             raise InvalidOptionError(f"--{name} must be an integer >= {low}, got {value}")
@@ -323,6 +325,9 @@ def run(args) -> int:
     return 0
 
 
+MAX_SHAPE_TOKENS = 1024
+
+
 def forward_shapes(chains: str, trees: str) -> list:
     """(label, parents) per shape: a chain of n new tokens per --chains value, a k x d tree per --trees value, and
     the 1-token chain every ratio is taken against; InvalidOptionError naming the bad value otherwise."""
@@ -340,6 +345,10 @@ def forward_shapes(chains: str, trees: str) -> list:
         shapes.append((f"tree {k}x{d} ({len(tree_parents(k, d))} nodes)", tree_parents(k, d)))
     if "chain 1" not in [label for label, _ in shapes]:
         shapes.insert(0, ("chain 1", [-1]))
+    too_big = [label for label, parents in shapes if len(parents) > MAX_SHAPE_TOKENS]
+    if too_big:
+        raise InvalidOptionError(f"a timed forward takes at most {MAX_SHAPE_TOKENS} new tokens (a prefill's size); "
+                                 f"got {too_big[0]}: lower --chains or --trees")
     return shapes
 
 

@@ -77,18 +77,22 @@ def max_threads() -> int:
     return 4 * (os.cpu_count() or 1)
 
 
+def check_thread_count(value, option: str = "--threads", auto: bool = True) -> int:
+    """A thread count as given (an int, or its text): a positive integer up to max_threads(), else a clear error."""
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        count = 0
+    if isinstance(value, bool) or not 1 <= count <= max_threads():
+        either = " or 'auto'" if auto else ""
+        raise InvalidOptionError(f"{option} must be a positive integer{either}, at most {max_threads()} on this "
+                                 f"machine ({os.cpu_count()} CPUs), got {value!r}")
+    return count
+
+
 def parse_threads(text: str) -> Union[int, str]:
     """The --threads value: a positive integer up to max_threads(), or 'auto'."""
-    if text == "auto":
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= max_threads():
-        raise InvalidOptionError(f"--threads must be a positive integer or 'auto', at most {max_threads()} on this "
-                                 f"machine ({os.cpu_count()} CPUs), got {text!r}")
-    return value
+    return text if text == "auto" else check_thread_count(text)
 
 
 def _threads_option(text: str) -> Union[int, str]:
@@ -119,5 +123,5 @@ def apply_threads(threads: Union[int, str, None]) -> int:
     if threads == "auto":
         threads = auto_threads()
     if threads is not None:
-        torch.set_num_threads(int(threads))
+        torch.set_num_threads(check_thread_count(threads, "threads"))
     return torch.get_num_threads()

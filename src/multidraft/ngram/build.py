@@ -151,10 +151,11 @@ def _parent_totals(keys, counts, parent_base, parent_count, vocab_size):
 def build(token_docs: Iterable, vocab_size: int, out_path, max_order: int = 6, *, orders=None,
           tokenizer_name: str = "", tokenizer_fingerprint: str = "", corpora=(), extra_header=None,
           chunk_tokens: int = 1 << 22, merge_limit: int = 1 << 24, workdir=None, progress: bool = False,
-          total_tokens_hint=None) -> BuildStats:
+          total_tokens_hint=None, allow_empty: bool = True) -> BuildStats:
     """Count n-grams of orders 1..max_order over `token_docs` (iterable of int arrays) and write `out_path`.
 
-    Documents are separate: no n-gram crosses a document boundary. Returns BuildStats with timings.
+    Documents are separate: no n-gram crosses a document boundary. Returns BuildStats with timings. With
+    allow_empty=False a corpus without a token is an error and nothing is written.
     """
     if max_order < 1 or max_order > 15:
         raise InvalidOptionError(f"max_order must be in 1..15, got {max_order}")
@@ -174,6 +175,9 @@ def build(token_docs: Iterable, vocab_size: int, out_path, max_order: int = 6, *
         token_file = tmp_root / "tokens.u32"
         stats.num_tokens, stats.num_documents, corpus_sha = spool_tokens(token_docs, token_file, vocab_size, tick)
         stats.seconds_spool = time.perf_counter() - t0
+        if not stats.num_tokens and not allow_empty:
+            raise InvalidOptionError(f"the corpus has no text to count ({stats.num_documents} empty documents): "
+                                     "give a data set name, a text file or a folder of text files")
         if bar is not None:
             bar.close()
             bar = tqdm(total=(stats.num_tokens + stats.num_documents) * max(1, max_order - 1),

@@ -48,7 +48,7 @@ def _build(args) -> int:
     stats = build(tokenize_documents(texts(), tokenizer, batch_size=args.batch_size), vocab_size, out,
                   max_order=max(orders), orders=orders, tokenizer_name=args.tokenizer,
                   tokenizer_fingerprint=vocab_fingerprint(tokenizer), corpora=args.corpus,
-                  chunk_tokens=args.chunk_tokens, progress=not args.quiet)
+                  chunk_tokens=args.chunk_tokens, progress=not args.quiet, allow_empty=False)
     elapsed = time.perf_counter() - started
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     size_mb = out.stat().st_size / 2**20

@@ -5,7 +5,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from multidraft.errors import DataNotFoundError
+from multidraft.errors import DataNotFoundError, InvalidOptionError
 from multidraft.tokenizer_identity import vocab_fingerprint as tokenizer_fingerprint  # noqa: F401  (the old name here)
 
 TEXT_SUFFIXES = {".py", ".txt", ".rst", ".md", ".c", ".h", ".js", ".ts", ".json", ".jsonl", ".html", ".tex", ".rs",
@@ -23,6 +23,9 @@ def iter_corpus_texts(spec: str) -> Iterator[str]:
         return
     path = Path(spec).expanduser()
     if path.is_file():
+        with open(path, "rb") as handle:
+            if b"\0" in handle.read(8192):         # a text file has no NUL byte; counting a binary's bytes is noise
+                raise InvalidOptionError(f"corpus {spec!r} is a binary file, not text: give a text file or folder")
         yield path.read_text(encoding="utf-8", errors="replace")
     elif path.is_dir():
         for file in sorted(path.rglob("*")):

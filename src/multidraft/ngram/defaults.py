@@ -81,7 +81,7 @@ def build_default(model: str, corpora: Sequence[str] = DEFAULT_CORPORA, out=None
                   orders=list(DEFAULT_ORDERS), tokenizer_name=model,
                   tokenizer_fingerprint=vocab_fingerprint(tokenizer), corpora=list(corpora),
                   extra_header={"holdout": f"documents with index % {HOLDOUT} == 0 left out (SPD eval prefixes)"},
-                  progress=progress)
+                  progress=progress, allow_empty=False)
     print(f"wrote {path}: {stats.num_tokens:,} tokens in {stats.num_documents:,} documents "
           f"(spool {stats.seconds_spool:.0f}s, count {stats.seconds_count:.0f}s)")
     return path

@@ -25,6 +25,7 @@ from typing import Optional, Sequence
 import torch
 
 from multidraft.eval.metrics import best_of_k, draft_perplexities, mean, self_bleu, unique_ngram_ratios
+from multidraft.models.threads import check_thread_count
 
 NUCLEUS = {"temperature": 0.6, "top_p": 0.9}
 
@@ -208,9 +209,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     try:
+        if args.threads is not None:
+            torch.set_num_threads(check_thread_count(args.threads, auto=False))
         return _main(args)
     except MultidraftError as exc:
         print(f"error: {exc}", file=sys.stderr)
