@@ -157,9 +157,16 @@ class Engine:
         """Admit what fits, run one packed forward for every running request and verify, then one forward of each
         request with its own decoder; returns the ids that finished (or failed, or were cancelled) in this step."""
         finished = self.scheduler.drop_cancelled()
-        self.scheduler.admit(finished, self._start_solo)
-        if self.scheduler.running:
-            self.plan.run(finished)
+        try:
+            self.scheduler.admit(finished, self._start_solo)
+            if self.scheduler.running:
+                self.plan.run(finished)
+        except BaseException:
+            # Only an interrupt gets here (a request's own error fails that request alone). The step stopped half-way,
+            # so the batch's KV and its requests' bookkeeping may disagree: decoding on would give wrong tokens. End
+            # them as cancelled (their tokens so far were verified); waiting requests are untouched.
+            self.scheduler.cancel_running()
+            raise
         for entry in list(self.scheduler.solo):
             if entry.solo.advance():
                 self.scheduler.solo.remove(entry)

@@ -77,6 +77,13 @@ class Scheduler:
             finished.append(entry.id)
         return finished
 
+    def cancel_running(self) -> None:
+        """After an interrupt half-way through a step: end the batch's requests as cancelled, their regions freed."""
+        for entry in list(self.running):
+            if not entry.finished:
+                self._end_cancelled(entry, entry.decoding.started)
+            self.release(entry)
+
     @staticmethod
     def _end_cancelled(entry: Entry, started: float) -> None:
         entry.prepared.output.cancel()

@@ -92,20 +92,26 @@ class SoloRun:
             entry.result = generate_request(self.lm, entry.request, on_token, p.prompt_ids, self.artifacts)
             self.metrics.generation_tokens_total += len(entry.result.token_ids)
         except StopSolo:
-            p.stats.generated_tokens, p.stats.stop_reason = len(tokens), "cancelled"
-            p.stats.total_time = time.perf_counter() - started
-            entry.result = Generation(text=self.lm.decode(tokens), token_ids=tokens, stats=p.stats)
+            self._cancelled(tokens, started)
         except BaseException as error:
-            entry.error = error
             try:
                 reraise_fatal(error)
-            except BaseException as fatal:
-                self._fatal = fatal
+                entry.error = error
+            except BaseException as fatal:      # an interrupt: the engine raises it; the request ends as cancelled,
+                self._fatal = fatal             # as the batch's requests do (Engine.step)
+                self._cancelled(tokens, started)
         finally:
             for handle in self._handles:
                 handle.remove()
             self.done = True
             self._rest.release()
+
+
+    def _cancelled(self, tokens: list[int], started: float) -> None:
+        p = self.entry.prepared
+        p.stats.generated_tokens, p.stats.stop_reason = len(tokens), "cancelled"
+        p.stats.total_time = time.perf_counter() - started
+        self.entry.result = Generation(text=self.lm.decode(tokens), token_ids=tokens, stats=p.stats)
 
 
 def check_solo(entry: Entry) -> None:
