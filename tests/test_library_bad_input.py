@@ -38,3 +38,18 @@ def test_an_interrupt_mid_step_leaves_the_engine_usable(tiny_llama, method):
     again = engine.submit(Request.build(prompt, method, max_new_tokens=6))
     engine.run()
     assert engine.take(again).token_ids == alone
+
+
+@pytest.mark.parametrize("prompt_ids,match", [([999], "outside the vocabulary"), ([-1], "outside the vocabulary"),
+                                              ([], "non-empty list"), ("abc", "non-empty list"),
+                                              ([3.5], "non-empty list"), ([3] * 300, "context")])
+def test_prompt_ids_given_by_the_caller_are_checked(tiny_llama, prompt_ids, match):
+    """generate_request(prompt_ids=...) and Engine.submit(prompt_ids=...) used to skip the prompt checks: an
+    IndexError from torch's embedding, or a float id silently truncated."""
+    request = Request.build("the cat", "pld", max_new_tokens=2)
+    with pytest.raises(multidraft.PromptError, match=match):
+        multidraft.generate_request(tiny_llama, request, prompt_ids=prompt_ids)
+    engine = Engine(tiny_llama, kv_slots=512)
+    with pytest.raises(multidraft.PromptError, match=match):
+        engine.submit(request, prompt_ids=prompt_ids)
+    assert not engine.has_work()

@@ -9,7 +9,8 @@ from typing import Callable, Optional, Sequence, Union
 from multidraft.artifacts import Artifacts, artifacts_or_new
 from multidraft.decoders.output import OutputCollector
 from multidraft.decoders.loop import draft_and_verify
-from multidraft.errors import InvalidOptionError
+from multidraft import validation
+from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.methods import Method
 from multidraft.prefix_cache import PrefixCache, check_prefix_cache
 from multidraft.request import Request
@@ -116,6 +117,11 @@ def prepare_request(model, request: Request, on_token: Optional[Callable[[int], 
     """Bind a validated request to `model` (see generate_request for the arguments)."""
     if prompt_ids is None:
         prompt_ids = request.prompt_ids(model)
+    else:       # the caller's own encoding (a server's, an Engine user's): the checks a token-id prompt gets
+        if not validation.is_token_id_list(prompt_ids):
+            raise PromptError(f"prompt_ids must be a non-empty list of token ids (integers), got {prompt_ids!r:.80}")
+        prompt_ids = validation.token_ids(prompt_ids, model.vocab_size)
+        model.check_prompt_length(len(prompt_ids), request.max_new_tokens)
     spec: Method = request.row                 # the method row: drafter x verifier, or its own decoder
     options = request.options
     if spec.load_artifacts is not None:        # draft model, calibration...: ready objects before any factory runs
