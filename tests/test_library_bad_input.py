@@ -53,3 +53,16 @@ def test_prompt_ids_given_by_the_caller_are_checked(tiny_llama, prompt_ids, matc
     with pytest.raises(multidraft.PromptError, match=match):
         engine.submit(request, prompt_ids=prompt_ids)
     assert not engine.has_work()
+
+
+def test_more_beams_than_tokens(tiny_llama):
+    """num_beams past the vocabulary was torch's "selected index k out of range"."""
+    with pytest.raises(multidraft.InvalidOptionError, match="num_beams=100 is more than the 64 tokens"):
+        multidraft.generate(tiny_llama, "the cat", method="beam", num_beams=100, max_new_tokens=2)
+
+
+@pytest.mark.parametrize("options", [[1, 2], "num_draft_tokens=3", 5])
+def test_request_options_must_be_a_dict(options):
+    """A list or a string was a TypeError / ValueError from dict()."""
+    with pytest.raises(multidraft.InvalidOptionError, match="options must be a dict"):
+        Request.build("the cat", "pld", options=options)

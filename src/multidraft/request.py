@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from multidraft import validation
 from multidraft.decoders.draft_length import DEFAULT_MODE as DEFAULT_DRAFT_LENGTH, check_mode as check_draft_length
@@ -50,6 +50,8 @@ class Request:
             raise InvalidOptionError(f"method must be a method name (see multidraft.available_methods()), "
                                      f"got {method!r}")
         row = get_method(method)
+        if options is not None and not isinstance(options, Mapping):
+            raise InvalidOptionError(f"options must be a dict of method options (name -> value), got {options!r:.80}")
         resolved = row.resolve_options(dict(options or {}), bounds)
         if temperature is None:
             temperature = 1.0 if method == "sample" else 0.0

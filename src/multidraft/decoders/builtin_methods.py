@@ -13,6 +13,9 @@ def run_beam(lm, prompt_ids, sampler, output, stats, options):
     num_beams, length_penalty = options["num_beams"], options["length_penalty"]
     if not sampler.params.greedy:
         raise InvalidOptionError("beam search is deterministic; use temperature=0 (or method='sample')")
+    if num_beams > lm.vocab_size:          # the first step keeps num_beams distinct tokens (torch's topk)
+        raise InvalidOptionError(f"num_beams={num_beams} is more than the {lm.vocab_size} tokens of {lm.name}'s "
+                                 f"vocabulary; use at most {lm.vocab_size}")
     hypotheses = beam_search(lm, prompt_ids, num_beams, float(length_penalty), output, stats)
     return [Generation(lm.decode(ids), ids, stats, score=score) for ids, score in hypotheses]
 
