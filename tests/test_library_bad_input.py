@@ -66,3 +66,48 @@ def test_request_options_must_be_a_dict(options):
     """A list or a string was a TypeError / ValueError from dict()."""
     with pytest.raises(multidraft.InvalidOptionError, match="options must be a dict"):
         Request.build("the cat", "pld", options=options)
+
+
+@pytest.mark.parametrize("prompt,match", [
+    (["the cat", "the dog"], "generate_batch"),
+    ([3.0, 4.0], "item 0 is 3.0 \\(float\\)"),
+    ([3, "cat"], "item 1 is 'cat'"),
+    ([[3, 4]], "item 0 is \\[3, 4\\]"),
+])
+def test_a_list_that_is_neither_token_ids_nor_messages(tiny_llama, prompt, match):
+    """Such lists were reported as bad chat messages ("message 0 must be a {'role': ...} dict, got 3.0")."""
+    with pytest.raises(multidraft.PromptError, match=match):
+        multidraft.generate(tiny_llama, prompt, max_new_tokens=2)
+
+
+def test_a_tensor_prompt_says_tolist(tiny_llama):
+    import numpy as np
+    import torch
+    for ids in (torch.tensor([3, 4, 5]), np.array([3, 4, 5])):
+        with pytest.raises(multidraft.PromptError, match="ids.tolist()"):
+            multidraft.generate(tiny_llama, ids, max_new_tokens=2)
+
+
+@pytest.mark.parametrize("call,match", [
+    (dict(method="PLD"), "unknown method 'PLD' \\(did you mean 'pld'\\?\\)"),
+    (dict(method="pld-plus"), "did you mean 'pld_plus'"),
+    (dict(method="speculatve"), "did you mean 'speculative'"),
+    (dict(max_tokens=8), "no option 'max_tokens' \\(did you mean 'max_new_tokens'\\?\\)"),
+    (dict(temprature=0.5), "did you mean 'temperature'"),
+    (dict(method="pld", num_draft_token=3), "did you mean 'num_draft_tokens'"),
+])
+def test_a_misspelled_name_is_named_right(tiny_llama, call, match):
+    with pytest.raises(multidraft.InvalidOptionError, match=match):
+        multidraft.generate(tiny_llama, "the cat", **call)
+
+
+def test_generate_batch_takes_a_list_and_method_options(tiny_llama):
+    """A string was decoded character by character; method options as keywords were a TypeError."""
+    with pytest.raises(multidraft.InvalidOptionError, match="for one prompt use multidraft.generate"):
+        multidraft.generate_batch(tiny_llama, "the cat sat")
+    one = multidraft.generate(tiny_llama, "the cat sat", method="pld", num_draft_tokens=3, max_new_tokens=4)
+    [batched] = multidraft.generate_batch(tiny_llama, ["the cat sat"], method="pld", num_draft_tokens=3,
+                                          max_new_tokens=4)
+    assert batched.token_ids == one.token_ids
+    with pytest.raises(multidraft.InvalidOptionError, match="did you mean 'method'"):
+        multidraft.generate_batch(tiny_llama, ["the cat sat"], methd="pld")

@@ -14,7 +14,7 @@ define factories; nothing registers itself on import. To add a method: import it
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 # Leaf modules only (never the package root `multidraft`, which imports api -> this module).
 from multidraft.blockwise import artifacts as blockwise_artifacts
@@ -42,7 +42,7 @@ from multidraft.types import DRAFT_FIELDS
 from multidraft.verify import GreedyVerifier, SampleMatchVerifier
 from multidraft.verify.base import Verifier
 from multidraft.verify.bild import BiLDVerifier
-from multidraft.validation import MIN_TEMPERATURE, ServerBounds
+from multidraft.validation import MIN_TEMPERATURE, ServerBounds, did_you_mean
 from multidraft.verify.mtad import THRESHOLD_SEMANTICS, MTADVerifier
 from multidraft.verify.multi_draft import SELECTION_SCHEMES, MultiDraftVerifier
 
@@ -133,18 +133,20 @@ class Method:
         """The options that name an `artifact` (e.g. "draft_model")."""
         return [name for name, opt in self.specs.items() if opt.artifact == artifact]
 
-    def resolve_options(self, given: dict[str, Any], bounds: Optional[ServerBounds] = None) -> dict[str, Any]:
+    def resolve_options(self, given: dict[str, Any], bounds: Optional[ServerBounds] = None,
+                        arguments: Sequence[str] = ()) -> dict[str, Any]:
         """The defaults with `given` on top, checked (`bounds`: a server's, for the values an HTTP request gave; see
-        method_options.check_value)."""
+        method_options.check_value). `arguments`: the caller's own parameters, which a misspelled option may have
+        meant (generate's max_new_tokens for max_tokens)."""
         renamed = sorted(set(given) & set(self.renamed_options))
         if renamed:
             raise InvalidOptionError(f"method {self.name!r} has no option {renamed[0]!r} any more: it is now "
                                      f"{self.renamed_options[renamed[0]]!r}")
-        unknown = sorted(set(given) - set(self.specs))
+        unknown = sorted(set(given) - set(self.specs), key=str)
         if unknown:
             valid = ", ".join(sorted(self.specs)) or "none"
-            raise InvalidOptionError(f"method {self.name!r} has no option {', '.join(map(repr, unknown))}; "
-                                     f"its options are: {valid}")
+            names = ", ".join(repr(name) + did_you_mean(name, [*self.specs, *arguments]) for name in unknown)
+            raise InvalidOptionError(f"method {self.name!r} has no option {names}; its options are: {valid}")
         options = {**self.options, **_defaults_within_caps(self, given, bounds), **given}
         try:
             if self.check_options is not None:
@@ -363,7 +365,8 @@ if len(METHODS) != len(_ROWS):
 
 def get_method(name: str) -> Method:
     if name not in METHODS:
-        raise UnknownMethodError(f"unknown method {name!r}; choose one of: {', '.join(sorted(METHODS))}")
+        raise UnknownMethodError(f"unknown method {name!r}{did_you_mean(name, METHODS)}; choose one of: "
+                                 f"{', '.join(sorted(METHODS))}")
     return METHODS[name]
 
 

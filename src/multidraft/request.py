@@ -14,12 +14,13 @@ choices, a batch); `with_seed` gives a copy for another choice. Bind it to a mod
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from multidraft import validation
 from multidraft.decoders.draft_length import DEFAULT_MODE as DEFAULT_DRAFT_LENGTH, check_mode as check_draft_length
-from multidraft.errors import InvalidOptionError, PromptError
+from multidraft.errors import InvalidOptionError
 from multidraft.methods import Method, get_method
 from multidraft.sampling import SamplingParams
 
@@ -52,7 +53,7 @@ class Request:
         row = get_method(method)
         if options is not None and not isinstance(options, Mapping):
             raise InvalidOptionError(f"options must be a dict of method options (name -> value), got {options!r:.80}")
-        resolved = row.resolve_options(dict(options or {}), bounds)
+        resolved = row.resolve_options(dict(options or {}), bounds, BUILD_ARGUMENTS)
         if temperature is None:
             temperature = 1.0 if method == "sample" else 0.0
         params = SamplingParams(temperature, top_k, top_p, seed).validate(bounds is not None)
@@ -99,6 +100,12 @@ class Request:
         return ids
 
 
+# Request.build's own parameters: generate() passes every other keyword as a method option, so a misspelled one
+# (max_tokens, temprature) is refused as an option, with the parameter it resembles named.
+BUILD_ARGUMENTS = tuple(name for name in inspect.signature(Request.build).parameters
+                        if name not in ("prompt", "options", "bounds"))
+
+
 def _prompt_shape(prompt):
     """Text (valid Unicode), token ids, or chat messages; the checks that need the model (vocabulary, the chat
     template's roles) come in prompt_ids()."""
@@ -106,5 +113,4 @@ def _prompt_shape(prompt):
         return validation.text("the prompt", prompt)
     if isinstance(prompt, (list, tuple)):
         return list(prompt)
-    raise PromptError(f"a prompt must be text, a list of chat messages or token ids, "
-                                 f"not {type(prompt).__name__}")
+    raise validation.not_a_prompt(prompt)

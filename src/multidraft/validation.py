@@ -11,6 +11,7 @@ all say the same thing. Rules shared by every check:
 from __future__ import annotations
 
 import contextlib
+import difflib
 import math
 import numbers
 import re
@@ -37,6 +38,15 @@ def _is_int(value) -> bool:
 
 def _is_number(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def did_you_mean(name, candidates: Iterable[str]) -> str:
+    """' (did you mean 'x'?)' when a misspelled name is close to one of `candidates` (case and - vs _ aside)."""
+    if not isinstance(name, str):
+        return ""
+    folded = {candidate.lower().replace("-", "_"): candidate for candidate in candidates}
+    match = difflib.get_close_matches(name.lower().replace("-", "_"), list(folded), n=1)
+    return f" (did you mean {folded[match[0]]!r}?)" if match else ""
 
 
 def integer(name: str, value, *, minimum: Optional[int] = None, maximum: Optional[int] = None,
@@ -314,9 +324,26 @@ def prompt(value, vocab_size: int, tokenizer=None):
         return token_ids(value, vocab_size)
     if isinstance(value, (list, tuple)) and not value:
         raise PromptError("the prompt is empty: it holds no token ids and no chat messages")
+    if isinstance(value, (list, tuple)) and not any(isinstance(item, dict) for item in value):
+        raise PromptError(_neither_ids_nor_messages(value))
     if isinstance(value, (list, tuple)):
         return messages(value, tokenizer)
-    raise PromptError(f"a prompt must be text, a list of chat messages or token ids, not {type(value).__name__}")
+    raise not_a_prompt(value)
+
+
+def not_a_prompt(value) -> PromptError:
+    """The error for a prompt of a type generate() does not take (a tensor or an array: its .tolist() is)."""
+    return PromptError(f"a prompt must be text, a list of chat messages or a list of token ids, not "
+                       f"{type(value).__name__}{'; pass ids.tolist()' if hasattr(value, 'tolist') else ''}")
+
+
+def _neither_ids_nor_messages(value: Sequence) -> str:
+    if all(isinstance(item, str) for item in value):
+        return ("a list of strings is several prompts: generate() takes one (a string); for many, use "
+                "multidraft.generate_batch(lm, prompts)")
+    index, item = next((i, t) for i, t in enumerate(value) if not isinstance(t, numbers.Integral))
+    return (f"a list prompt holds token ids (integers) or chat messages ({{'role': ..., 'content': ...}} dicts); "
+            f"item {index} is {item!r:.40} ({type(item).__name__})")
 
 
 # ---------------------------------------------------------------- command line (argparse types)

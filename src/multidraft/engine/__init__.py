@@ -48,6 +48,7 @@ its drafter's own length, so a seed fixes its tokens alone, in any batch and in 
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable, Iterable, Optional
 
 from multidraft.api import check_model, prepare_request
@@ -201,12 +202,21 @@ class Engine:
         self.close()
 
 
+_BUILD_ARGUMENTS = set(inspect.signature(Request.build).parameters) - {"cls", "prompt"}
+
+
 def generate_batch(lm, requests: Iterable, *, artifacts: Optional[Artifacts] = None, max_num_seqs: int = 8,
                    kv_slots: int = 8192, prefill_chunk: int = 256, prefill_alone: Optional[bool] = None,
                    prefix_cache: Optional[PrefixCache] = None, **build) -> list[Generation]:
     """Decode many requests together (offline): each item a `multidraft.Request`, or a prompt built with
-    `Request.build(prompt, **build)` (e.g. method="pld", max_new_tokens=64). Results in the given order; the first
-    failed request's error is raised after all have run."""
+    `Request.build(prompt, **build)` (e.g. method="pld", max_new_tokens=64; a method's options too, as in
+    `generate`). Results in the given order; the first failed request's error is raised after all have run."""
+    if isinstance(requests, str) or not isinstance(requests, Iterable):
+        raise InvalidOptionError(f"generate_batch takes a list of prompts or multidraft.Requests, got "
+                                 f"{type(requests).__name__}; for one prompt use multidraft.generate")
+    options = {name: build.pop(name) for name in list(build) if name not in _BUILD_ARGUMENTS}
+    if options:            # method options as keywords, as generate() takes them
+        build["options"] = {**(build.get("options") or {}), **options}
     engine = Engine(lm, max_num_seqs=max_num_seqs, kv_slots=kv_slots, prefill_chunk=prefill_chunk,
                     artifacts=artifacts, prefill_alone=prefill_alone, prefix_cache=prefix_cache)
     ids = []
