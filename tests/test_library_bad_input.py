@@ -111,3 +111,51 @@ def test_generate_batch_takes_a_list_and_method_options(tiny_llama):
     assert batched.token_ids == one.token_ids
     with pytest.raises(multidraft.InvalidOptionError, match="did you mean 'method'"):
         multidraft.generate_batch(tiny_llama, ["the cat sat"], methd="pld")
+
+
+@pytest.mark.parametrize("document", ["the cat", None, 5, [1.5, 2.7], [[1, 2], [3, 4]], [2 ** 70]])
+def test_a_suffix_store_document_is_token_ids(document):
+    """A string was int()'s ValueError, None and 5 a TypeError, floats were truncated to ids."""
+    store = multidraft.SuffixStore()
+    with pytest.raises(multidraft.InvalidOptionError, match="list of token ids"):
+        store.add(document)
+    assert store.num_tokens == 0
+
+
+def test_a_suffix_store_with_ids_past_the_vocabulary(tiny_llama):
+    """Ids added without a model became drafts: a ValueError from deep in the loop ("Draft holds a token id outside
+    the model's vocabulary"). Now the store is refused when the model binds it."""
+    store = multidraft.SuffixStore()
+    ids = tiny_llama.encode("the cat sat on")
+    store.add(ids + [1000, 1001])
+    with pytest.raises(multidraft.TokenizerMismatchError, match="token id 1001, beyond tiny-llama's vocabulary"):
+        multidraft.generate(tiny_llama, ids, method="suffix", store=store, max_new_tokens=4)
+    with pytest.raises(multidraft.TokenizerMismatchError, match="beyond"):
+        multidraft.SuffixStore().add([1000], lm=tiny_llama)
+    store.clear()
+    store.add(ids)
+    multidraft.generate(tiny_llama, ids, method="suffix", store=store, max_new_tokens=4)
+
+
+@pytest.mark.parametrize("bad", [{"header": {"max_tokens": "x"}}, {"header": {"low_water": -1}},
+                                 {"tokens": [1.5, 2.0]}])
+def test_a_damaged_suffix_store_file(tmp_path, bad):
+    """A header with a bad value was int()'s ValueError; float token ids were truncated and loaded."""
+    import io
+    import json
+
+    import numpy as np
+    header = {"format": "multidraft-suffix-store", "version": 1, **bad.get("header", {})}
+    buffer = io.BytesIO()
+    np.savez(buffer, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
+             tokens=np.array(bad.get("tokens", [1, 2])), lengths=np.array([2]))
+    path = tmp_path / "store.npz"
+    path.write_bytes(buffer.getvalue())
+    with pytest.raises(multidraft.CorruptCacheError, match="store.npz"):
+        multidraft.SuffixStore.load(path)
+
+
+@pytest.mark.parametrize("kwargs", [{"low_water": True}, {"lm": "smollm2-135m"}])
+def test_suffix_store_arguments(kwargs):
+    with pytest.raises(multidraft.InvalidOptionError):
+        multidraft.SuffixStore(**kwargs)

@@ -19,6 +19,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
+from multidraft import validation
 from multidraft.errors import CorruptCacheError, InvalidOptionError, TokenizerMismatchError
 from multidraft.fsutil import atomic_path
 from multidraft.suffix.automaton import MAX_TOKEN_ID, SEPARATOR, SuffixAutomaton
@@ -34,15 +35,12 @@ class SuffixStore:
     """Earlier token sequences (documents) in one suffix automaton, bounded in tokens, for one tokenizer."""
 
     def __init__(self, max_tokens: int = DEFAULT_MAX_TOKENS, lm=None, low_water: float = DEFAULT_LOW_WATER):
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise InvalidOptionError(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
-        if not isinstance(low_water, (int, float)) or not 0 < low_water <= 1:
-            raise InvalidOptionError(f"low_water must be in (0, 1], got {low_water!r}")
-        self.max_tokens = max_tokens
-        self.low_water = float(low_water)
+        self.max_tokens = validation.positive_int("max_tokens", max_tokens)
+        self.low_water = validation.number("low_water", low_water, above=0, maximum=1)
         self.fingerprint: Optional[str] = None
         self.documents: deque = deque()             # array-like int32 token lists, oldest first
         self.num_tokens = 0
+        self.largest_id = -1                        # of the kept documents: checked against a model's vocabulary
         self.evicted_documents = 0
         self.automaton = SuffixAutomaton()
         self.version = 0                            # bumps on every change; drafters re-match when it moves
@@ -52,7 +50,11 @@ class SuffixStore:
 
     # ----- identity -----
     def bind(self, lm) -> None:
-        """Tie the store to `lm`'s tokenizer, or check that it already is."""
+        """Tie the store to `lm`'s tokenizer, or check that it already is; every kept id must be in its vocabulary
+        (documents added without `lm` are checked here, before they could become drafts the model cannot read)."""
+        if not hasattr(lm, "tokenizer") or not hasattr(lm, "vocab_size"):
+            raise InvalidOptionError(f"a suffix store binds to a model from multidraft.load_model(...), got "
+                                     f"{type(lm).__name__}")
         fingerprint = model_vocab_fingerprint(lm)
         with self._lock:
             if self.fingerprint is None:
@@ -61,21 +63,30 @@ class SuffixStore:
                 raise TokenizerMismatchError(
                     f"this suffix store holds tokens of another tokenizer ({self.fingerprint}) than {lm.name}'s "
                     f"({fingerprint}); use a store made with this model (SuffixStore(lm=...)) or an empty one")
+            _check_ids(self.largest_id, lm)
 
     # ----- contents -----
     def add(self, tokens: Iterable[int], lm=None) -> None:
         """Add one document (a prompt with its output, say). A document longer than max_tokens keeps its tail."""
         if lm is not None:
             self.bind(lm)
-        document = np.asarray(list(tokens), dtype=np.int64)
-        if document.size == 0:
+        try:
+            document = np.asarray(list(tokens))
+        except (TypeError, ValueError, OverflowError):      # not iterable, ragged, past int64
+            document = None
+        if document is not None and document.size == 0:
             return
-        if document.ndim != 1 or document.min() < 0 or document.max() > MAX_TOKEN_ID:
-            raise InvalidOptionError(f"a suffix-store document must be token ids in 0..{MAX_TOKEN_ID}")
+        if (document is None or document.dtype.kind not in "iu" or document.ndim != 1 or document.min() < 0
+                or document.max() > MAX_TOKEN_ID):
+            raise InvalidOptionError(f"a suffix-store document must be a list of token ids (integers in "
+                                     f"0..{MAX_TOKEN_ID}), got {tokens!r:.60}")
+        if lm is not None:
+            _check_ids(int(document.max()), lm)
         document = document[-self.max_tokens:].astype(np.int32)
         with self._lock:
             self.documents.append(document)
             self.num_tokens += len(document)
+            self.largest_id = max(self.largest_id, int(document.max()))
             if self.num_tokens > self.max_tokens:
                 self._evict()
             else:
@@ -94,6 +105,7 @@ class SuffixStore:
             self.documents[0] = self.documents[0][-self.max_tokens:]
             self.num_tokens = len(self.documents[0])
         self.automaton = self._build(self.documents)
+        self.largest_id = max((int(d.max()) for d in self.documents if d.size), default=-1)
 
     @staticmethod
     def _build(documents) -> SuffixAutomaton:
@@ -109,6 +121,7 @@ class SuffixStore:
         with self._lock:
             self.documents.clear()
             self.num_tokens = 0
+            self.largest_id = -1
             self.automaton = SuffixAutomaton()
             self.version += 1
 
@@ -161,22 +174,33 @@ class SuffixStore:
         if header.get("version") != VERSION:
             raise CorruptCacheError(f"{path} is a suffix store of format version {header.get('version')!r}; this "
                                     f"multidraft reads version {VERSION}: save it again with this version")
-        if (tokens.ndim != 1 or lengths.ndim != 1 or int(lengths.sum()) != tokens.size or (lengths < 0).any()
+        if (tokens.dtype.kind not in "iu" or lengths.dtype.kind not in "iu" or tokens.ndim != 1 or lengths.ndim != 1
+                or int(lengths.sum()) != tokens.size or (lengths < 0).any()
                 or (tokens.size and (tokens.min() < 0 or tokens.max() > MAX_TOKEN_ID))):
             raise CorruptCacheError(f"{path}: the suffix store's token arrays are inconsistent; delete it")
-        store = cls(max_tokens or int(header.get("max_tokens", DEFAULT_MAX_TOKENS)),
-                    low_water=float(header.get("low_water", DEFAULT_LOW_WATER)))
+        try:
+            store = cls(int(header.get("max_tokens", DEFAULT_MAX_TOKENS)),
+                        low_water=float(header.get("low_water", DEFAULT_LOW_WATER)))
+        except (TypeError, ValueError, OverflowError):     # InvalidOptionError included: the file's values are bad
+            raise CorruptCacheError(f"{path}: the suffix store's header holds a bad max_tokens or low_water; delete "
+                                    "it or save the store again") from None
+        if max_tokens is not None:
+            store = cls(max_tokens, low_water=store.low_water)
         store.fingerprint = header.get("fingerprint")
-        if lm is not None:
-            store.bind(lm)
-        if tokens.size and int(tokens.max()) >= _vocab_bound(lm):
-            raise TokenizerMismatchError(f"{path} holds token ids beyond {lm.name}'s vocabulary")
         start = 0
         for length in lengths.tolist():
             store.add(tokens[start:start + length])
             start += length
+        if lm is not None:
+            try:
+                store.bind(lm)
+            except TokenizerMismatchError as exc:
+                raise TokenizerMismatchError(f"{path}: {exc}") from None
         return store
 
 
-def _vocab_bound(lm) -> int:
-    return MAX_TOKEN_ID + 1 if lm is None else int(lm.vocab_size)
+def _check_ids(largest_id: int, lm) -> None:
+    if largest_id >= lm.vocab_size:
+        raise TokenizerMismatchError(f"this suffix store holds token id {largest_id}, beyond {lm.name}'s vocabulary "
+                                     f"(ids 0..{lm.vocab_size - 1}): its documents are another model's token ids; use "
+                                     "a store filled with this model's ids, or an empty one")
