@@ -292,7 +292,7 @@ BAD_VALUES = [
     ('{"prompt": "a", "method": "pld", "max_ngram": true}', "max_ngram", "an integer"),
     ('{"prompt": "a", "method": "pld_plus", "theta": NaN}', None, "not valid JSON"),
     ('{"prompt": "a", "method": "pld_plus", "induction_heads": [[0, "x"]]}', "induction_heads", "integer pairs"),
-    ('{"prompt": "a", "method": "pld_plus", "heads": [[0, 1]]}', "method", "it is now 'induction_heads'"),
+    ('{"prompt": "a", "method": "pld_plus", "heads": [[0, 1]]}', "heads", "it is now 'induction_heads'"),
     ('{"prompt": [1, 2, 3, 9223372036854775808]}', None, "outside the vocabulary"),
     ('{"prompt": [-1]}', None, "outside the vocabulary"),
     ('{"messages": [{"role": "user", "content": "\\ud800"}]}', "messages", "lone surrogate"),

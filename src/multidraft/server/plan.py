@@ -16,7 +16,8 @@ from typing import Optional
 
 from multidraft import validation
 from multidraft.api import generate_request
-from multidraft.errors import InvalidOptionError, PromptError, ServerLimitError
+from multidraft.errors import InvalidOptionError, PromptError, ServerLimitError, UnknownMethodError
+from multidraft.method_options import check_value
 from multidraft.methods import Method, available_methods, get_method
 from multidraft.request import Request
 from multidraft.server.config import ServerConfig
@@ -98,12 +99,13 @@ class Outcome:
 
 
 def build_plan(request, config: ServerConfig, draft_lm=None, suffix_store=None, named=None, *,
-               suffix_stores=None, client: Optional[str] = None) -> Plan:
+               suffix_stores=None, client: Optional[str] = None, library_draft: bool = True) -> Plan:
     """Check a request before it is queued; raises ApiError(400). The library builds and checks the `Request`s with
     the server's bounds (Request.build(bounds=...): sampling, max_tokens and every option within the HTTP bounds and
     caps, in the library's words); the server adds only what is HTTP's: the request's shape, its allow-list, its
     artifacts (`named`: kind -> {name: value}, default config.artifacts), products of options, and its suffix store
-    (`suffix_store`, or the one of `suffix_stores` for `client` when the method drafts from one)."""
+    (`suffix_store`, or the one of `suffix_stores` for `client` when the method drafts from one). `library_draft`:
+    the library has a default draft model for the served one (used when the operator gave none)."""
     named = config.artifacts if named is None else named
     chat = isinstance(request, ChatRequest)
     prompts, max_tokens = _prompts_and_budget(request, config, chat)
@@ -114,11 +116,13 @@ def build_plan(request, config: ServerConfig, draft_lm=None, suffix_store=None, 
         raise ApiError(400, f"'stop' holds {len(stop)} strings; at most {MAX_STOP_STRINGS} are allowed", param="stop")
     if any(isinstance(s, str) and len(s) > MAX_STOP_LENGTH for s in stop):
         raise ApiError(400, f"a stop string is longer than {MAX_STOP_LENGTH} characters", param="stop")
-    method = request.method or config.default_method          # the one place the default method is chosen
+    # the one place the default method is chosen ("" is a name no method has, not the default)
+    method = request.method if request.method is not None else config.default_method
     if suffix_stores is not None:
         suffix_store = suffix_store_for(method, suffix_stores, client)
     options = _options(request, method, config, draft_lm, suffix_store, named)
     try:
+        _check_int_options(get_method(method), options, config)
         requests = [Request.build(prompt, method, max_new_tokens=max_tokens, temperature=request.temperature,
                                   top_p=request.top_p, top_k=request.top_k, seed=request.seed, stop=stop,
                                   chat=chat, draft_length=config.draft_length, options=options,
@@ -129,7 +133,24 @@ def build_plan(request, config: ServerConfig, draft_lm=None, suffix_store=None, 
     except InvalidOptionError as exc:    # an option, sampling, max_tokens, the temperature rules: the library's words
         raise _api_error(exc, request) from None
     check_sizes(requests[0].row, requests[0].options, config, request.n)
+    if not library_draft and any(name not in options for name in requests[0].row.artifact_options("draft_model")):
+        # the library's words ("needs draft_model=: an LM (multidraft.load_model(...))") are for its Python callers
+        raise ApiError(400, f"method {method!r} needs a draft model and this server has none; its operator gives one "
+                            f"with `multidraft serve --draft MODEL` (a model with the same tokenizer), or use a method "
+                            f"without one (pld, suffix)", param="method", code="no_draft_model")
     return Plan(requests, chat, request.n, request.stream)
+
+
+def _check_int_options(row: Method, options: dict, config: ServerConfig) -> None:
+    """A request's integer options within the server's bounds before the row's own checks, which may size lists by
+    them: multi_draft's check built [1.0] * num_drafts (2**70: a 500; 10**9: 8 GB) before its cap was checked."""
+    for name, value in options.items():
+        opt = row.specs.get(name)
+        if opt is not None and opt.kind == "int" and opt.http and not opt.outputs:
+            try:
+                check_value(name, value, opt, config.bounds())
+            except InvalidOptionError as exc:      # the row's own wording: "method 'x': num_drafts must be ..."
+                raise type(exc)(f"method {row.name!r}: {exc}", param=exc.param or name) from None
 
 
 def _api_error(exc: InvalidOptionError, request) -> ApiError:
@@ -161,14 +182,16 @@ def _prompts_and_budget(request, config: ServerConfig, chat: bool) -> tuple[list
 def _options(request, method: str, config: ServerConfig, draft_lm, suffix_store, named) -> dict:
     """The method options a request may set (the allow-list, caps, artifact names) plus what the server supplies:
     its draft model, n as the number of one pass's outputs, its suffix store."""
+    unknown = {}
     try:
         spec = get_method(method)
         given = dict(request.model_extra or {})
         unknown = {name: value for name, value in given.items() if name not in spec.specs}
         if unknown:                                  # the library's message lists the method's options
             spec.resolve_options(unknown)
-    except InvalidOptionError as exc:
-        raise ApiError(400, str(exc), param="method" if "method" in str(exc) else None) from None
+    except InvalidOptionError as exc:          # the field at fault: the unknown option, else the method
+        param = min(unknown) if unknown and not isinstance(exc, UnknownMethodError) else "method"
+        raise ApiError(400, str(exc), param=param) from None
     options = request_options(method, given, config, named)
     for name in spec.artifact_options("draft_model"):   # the operator's draft model unless the request named one
         if name not in options:

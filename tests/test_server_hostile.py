@@ -1,0 +1,66 @@
+"""Hostile requests found by a sweep of the server that the other server tests did not cover: each got a 500, a
+message that did not say what to do, or was accepted when it should not be."""
+
+import json
+
+import httpx
+import pytest
+
+from multidraft.server import ServerConfig, ServerThread, create_app
+from tests.tiny_models import make_tiny_lm, perturbed_copy
+
+PROMPT = "the cat sat on the mat"
+
+
+@pytest.fixture(scope="module")
+def server():
+    lm = make_tiny_lm("llama", seed=3)
+    app = create_app(lm, ServerConfig(max_tokens=16, max_num_seqs=1), draft_lm=perturbed_copy(lm, 0.1))
+    with ServerThread(app) as running:
+        running.app = app
+        yield running
+
+
+@pytest.fixture()
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        yield http
+
+
+def error_of(response, status: int) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    return error
+
+
+def post(client, body, path="/v1/completions"):
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return client.post(path, content=content, headers={"Content-Type": "application/json"})
+
+
+def test_a_huge_integer_option_is_refused_before_anything_is_sized_by_it(client):
+    # multi_draft's own check built [1.0] * num_drafts before the cap was checked: 2**70 was a 500 (OverflowError),
+    # 10**9 an 8 GB list.
+    for value in (2 ** 70, -2 ** 70):
+        error = error_of(post(client, {"prompt": PROMPT, "method": "multi_draft", "num_drafts": value}), 400)
+        assert error["param"] == "num_drafts" and "serve --max-drafts" in error["message"]
+    assert post(client, {"prompt": PROMPT, "max_tokens": 2}).status_code == 200
+
+
+@pytest.mark.parametrize("path,body,param,words", [
+    ("/v1/completions", {"prompt": PROMPT, "method": "pld", "max_ngrams": 3}, "max_ngrams", "max_ngram"),
+    ("/v1/completions", {"prompt": PROMPT, "method": ""}, "method", "unknown method ''"),
+], ids=["unknown-option-is-the-param", "empty-method"])
+def test_messages_name_the_field_and_what_it_takes(client, path, body, param, words):
+    error = error_of(post(client, body, path), 400)
+    assert error["param"] == param and words in error["message"], error
+
+
+def test_a_draft_method_on_a_server_without_a_draft_model_says_how_to_give_one():
+    # The library's words were for its Python callers: "needs draft_model=: an LM (multidraft.load_model(...))".
+    with ServerThread(create_app(make_tiny_lm("llama", seed=3), ServerConfig(max_num_seqs=1))) as running, \
+            httpx.Client(base_url=running.url, timeout=60) as client:
+        for method in ("speculative", "multi_draft", "mtad", "bild"):
+            error = error_of(post(client, {"prompt": PROMPT, "method": method, "max_tokens": 2}), 400)
+            assert error["code"] == "no_draft_model" and "multidraft serve --draft MODEL" in error["message"]
