@@ -159,3 +159,21 @@ def test_a_damaged_suffix_store_file(tmp_path, bad):
 def test_suffix_store_arguments(kwargs):
     with pytest.raises(multidraft.InvalidOptionError):
         multidraft.SuffixStore(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"threads": 2}, "no argument 'threads'.*torch.set_num_threads"),
+    ({"dtyp": "fp32"}, "did you mean 'dtype'"),
+    ({"dtype": "torch.int8"}, "unknown dtype"),
+])
+def test_load_model_arguments(tiny_folder, kwargs, match):
+    """An unknown keyword was load_hf_model()'s TypeError."""
+    with pytest.raises(multidraft.InvalidOptionError, match=match):
+        multidraft.load_model(tiny_folder, **kwargs)
+
+
+def test_load_model_with_an_integer_torch_dtype(tiny_folder):
+    """torch.int8 reached transformers, whose refusal was reported as a damaged folder ("save it again")."""
+    import torch
+    with pytest.raises(multidraft.InvalidOptionError, match="not a floating-point type"):
+        multidraft.load_model(tiny_folder, dtype=torch.int8, runner="eager")

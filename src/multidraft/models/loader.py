@@ -193,6 +193,8 @@ def parse_dtype(dtype, device: str) -> "torch.dtype":  # noqa: F821
     if dtype is None or dtype == "auto":
         return default_dtype(device)
     if isinstance(dtype, torch.dtype):
+        if not dtype.is_floating_point:      # else transformers' refusal, reported as a damaged model folder
+            raise InvalidOptionError(f"dtype {dtype} is not a floating-point type; use bf16, fp16 or fp32")
         return dtype
     name = _DTYPE_NAMES.get(str(dtype).lower().removeprefix("torch."))
     if name is None:
@@ -232,6 +234,7 @@ def load_model(name_or_path, dtype=None, device=None, runner: str = "auto", **kw
     from transformers.utils import logging as hf_logging
 
     from multidraft.models.runner import LM    # here, not at the top: `multidraft.models` stays light to import
+    _check_load_arguments(kwargs)
     hf_logging.disable_progress_bar()          # our own progress bars cover the long steps (pull, convert)
     if _wants_quantized(name_or_path, dtype, device, runner, kwargs):
         loaded = _load_quantized(name_or_path, runner, device, kwargs.get("progress", True))
@@ -241,6 +244,18 @@ def load_model(name_or_path, dtype=None, device=None, runner: str = "auto", **kw
         runner = "auto"
     model, tokenizer, info = load_hf_model(name_or_path, dtype=dtype, device=device, **kwargs)
     return LM(model, tokenizer, name=getattr(info, "name", str(name_or_path)), info=info, runner=runner)
+
+
+def _check_load_arguments(kwargs) -> None:
+    """load_model's keywords beyond dtype, device and runner (else load_hf_model's TypeError, after the lookup)."""
+    from multidraft.validation import did_you_mean
+
+    known = ("dtype", "device", "runner", "attn_implementation", "progress")
+    for name in kwargs:
+        if name not in known:
+            hint = "; set threads with torch.set_num_threads(N)" if "thread" in name else ""
+            raise InvalidOptionError(f"load_model() has no argument {name!r}{did_you_mean(name, known)}; it takes "
+                                     f"{', '.join(known)}{hint}")
 
 
 def _wants_quantized(name_or_path, dtype, device, runner: str, kwargs) -> bool:
