@@ -177,3 +177,18 @@ def test_load_model_with_an_integer_torch_dtype(tiny_folder):
     import torch
     with pytest.raises(multidraft.InvalidOptionError, match="not a floating-point type"):
         multidraft.load_model(tiny_folder, dtype=torch.int8, runner="eager")
+
+
+def test_engine_take_says_what_to_do(tiny_llama):
+    """Was a bare KeyError('no request 0') / RuntimeError('request 0 is not finished')."""
+    engine = Engine(tiny_llama, kv_slots=512)
+    request_id = engine.submit(Request.build("the cat sat", "pld", max_new_tokens=2))
+    with pytest.raises(multidraft.InvalidOptionError, match=r"not finished: call engine.step\(\) until"):
+        engine.take(request_id)
+    assert engine.cancel(request_id) and engine.cancel(request_id)      # cancelling twice is harmless
+    engine.run()
+    assert engine.take(request_id).stats.stop_reason == "cancelled"
+    assert not engine.cancel(request_id)
+    for unknown in (request_id, 99, "0"):
+        with pytest.raises(multidraft.InvalidOptionError, match="taken already"):
+            engine.take(unknown)

@@ -12,7 +12,7 @@ import torch
 from multidraft.decoders.loop import Decoding
 from multidraft.engine.entry import Entry
 from multidraft.engine.metrics import EngineMetrics
-from multidraft.errors import reraise_fatal
+from multidraft.errors import InvalidOptionError, reraise_fatal
 from multidraft.models.packed import SegmentOutput
 from multidraft.prefix_cache import PrefixCache, begin_reuse
 
@@ -56,9 +56,11 @@ class Scheduler:
         with self.lock:
             entry = self.entries.get(request_id)
             if entry is None:
-                raise KeyError(f"no request {request_id}")
+                raise InvalidOptionError(f"no request {request_id!r} to take: never submitted, or taken already (each "
+                                         "result is taken once)")
             if not entry.finished:
-                raise RuntimeError(f"request {request_id} is not finished")
+                raise InvalidOptionError(f"request {request_id} is not finished: call engine.step() until "
+                                         f"engine.done({request_id}), or engine.run()")
             del self.entries[request_id]
         return entry
 
