@@ -48,13 +48,45 @@ def test_a_huge_integer_option_is_refused_before_anything_is_sized_by_it(client)
     assert post(client, {"prompt": PROMPT, "max_tokens": 2}).status_code == 200
 
 
+def test_a_message_never_echoes_a_huge_value_whole(client):
+    for body in ({"prompt": PROMPT, "method": "x" * 500_000}, {"prompt": PROMPT, "model": "x" * 500_000},
+                 {"prompt": PROMPT, "method": "pld", "variant": "x" * 500_000}):
+        error = error_of(post(client, body), 404 if "model" in body else 400)
+        assert len(error["message"]) < 1100 and "characters cut" in error["message"]
+    error = error_of(post(client, {"prompt": PROMPT, "method": "x" * 500_000}), 400)
+    assert error["message"].endswith("superposed")        # the end says what to do: the methods on offer
+
+
+def test_an_unexpected_error_is_one_500_and_the_connection_is_kept(server, client, monkeypatch):
+    def broken(*_args):
+        raise RuntimeError("boom at /srv/secret")
+
+    monkeypatch.setattr(server.app.state.service, "plan", broken)
+    error = error_of(post(client, {"prompt": PROMPT}), 500)
+    assert "RuntimeError" in error["message"] and "secret" not in error["message"]
+    monkeypatch.undo()
+    # The same keep-alive connection answers the next request (it was dropped after the 500).
+    assert post(client, {"prompt": PROMPT, "max_tokens": 2}).status_code == 200
+
+
 @pytest.mark.parametrize("path,body,param,words", [
+    ("/v1/completions", {"prompt": [1.5]}, "prompt", "a list of token ids"),
+    ("/v1/completions", {"prompt": None}, "prompt", "a string, a list of strings"),
+    ("/v1/completions", {"prompt": PROMPT, "stop": [1]}, "stop", "a string or a list of strings"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, "messages", "a list of text parts"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "prompt": "hi"}, "prompt",
+     "/v1/chat/completions takes 'messages'"),
+    ("/v1/completions", {"messages": [{"role": "user", "content": "hi"}]}, "messages",
+     "/v1/completions takes 'prompt'"),
+    ("/v1/completions", {"prompt": PROMPT, "max_completion_tokens": 4}, "max_completion_tokens", "takes 'max_tokens'"),
     ("/v1/completions", {"prompt": PROMPT, "method": "pld", "max_ngrams": 3}, "max_ngrams", "max_ngram"),
     ("/v1/completions", {"prompt": PROMPT, "method": ""}, "method", "unknown method ''"),
-], ids=["unknown-option-is-the-param", "empty-method"])
+], ids=["prompt-floats", "prompt-null", "stop-ints", "content-int", "prompt-on-chat", "messages-on-completions",
+        "max-completion-tokens-on-completions", "unknown-option-is-the-param", "empty-method"])
 def test_messages_name_the_field_and_what_it_takes(client, path, body, param, words):
     error = error_of(post(client, body, path), 400)
     assert error["param"] == param and words in error["message"], error
+    assert ".str'" not in error["message"] and "multidraft.load_model" not in error["message"]
 
 
 def test_a_draft_method_on_a_server_without_a_draft_model_says_how_to_give_one():
@@ -64,3 +96,10 @@ def test_a_draft_method_on_a_server_without_a_draft_model_says_how_to_give_one()
         for method in ("speculative", "multi_draft", "mtad", "bild"):
             error = error_of(post(client, {"prompt": PROMPT, "method": method, "max_tokens": 2}), 400)
             assert error["code"] == "no_draft_model" and "multidraft serve --draft MODEL" in error["message"]
+
+
+def test_json_problems_are_said_in_json_terms(client):
+    error = error_of(post(client, b'{"prompt": "a", "seed": 1' + b"0" * 5000 + b"}"), 400)
+    assert "4300 digits" in error["message"] and "sys." not in error["message"]
+    assert "not an array" in error_of(post(client, b"[1]"), 400)["message"]
+    assert "not null" in error_of(post(client, b"null"), 400)["message"]

@@ -132,11 +132,23 @@ def _add_info_routes(app: FastAPI, service: GenerationService, static) -> None:
 def _add_generation_routes(app: FastAPI, service: GenerationService) -> None:
     @app.post("/v1/completions")
     async def completions(request: Request):
-        return await _generate(service, request, CompletionRequest)
+        return await _answer(service, request, CompletionRequest)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        return await _generate(service, request, ChatRequest)
+        return await _answer(service, request, ChatRequest)
+
+
+async def _answer(service: GenerationService, request: Request, model_cls):
+    """An unexpected error is a 500 answered here: left to the handler of Exception, Starlette's outermost middleware
+    answers it, then re-raises, so uvicorn logs a second traceback and drops the client's keep-alive connection."""
+    try:
+        return await _generate(service, request, model_cls)
+    except ApiError:
+        raise
+    except Exception as exc:
+        log.exception("unexpected error")
+        return JSONResponse(_internal_error(exc).body(), status_code=500)
 
 
 async def _generate(service: GenerationService, request: Request, model_cls):

@@ -37,15 +37,28 @@ class ApiError(Exception):
 
     def __init__(self, status: int, message: str, param: Optional[str] = None, code: Optional[str] = None,
                  error_type: Optional[str] = None):
+        message = _shortened(message)
         super().__init__(message)
         self.status = status
         self.message = message
-        self.param = param
+        self.param = param if param is None or len(param) <= 100 else param[:100] + "..."
         self.code = code
         self.error_type = error_type or _error_type(status)
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.error_type, "param": self.param, "code": self.code}}
+
+
+MAX_MESSAGE_CHARS = 1000
+
+
+def _shortened(message: str) -> str:
+    """A message that quotes a huge value from the request (a 900 kB method name) keeps its start and its end, which
+    says what to do, instead of echoing the whole body back."""
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    cut = len(message) - 800
+    return f"{message[:500]}... [{cut} characters cut] ...{message[-300:]}"
 
 
 def _error_type(status: int) -> str:
@@ -127,14 +140,33 @@ class ChatRequest(_Sampling):
     max_completion_tokens: Optional[int] = None
 
 
+# Fields that take several shapes: pydantic names only the first shape it tried ("'prompt.str': Input should be a
+# valid string" for a list of floats), so the message names them all.
+UNION_SHAPES = {"prompt": "a string, a list of strings, a list of token ids or a list of token-id lists",
+                "stop": "a string or a list of strings",
+                "content": "a string, null or a list of text parts ({'type': 'text', 'text': ...})"}
+# A field of the other endpoint: said so, instead of "method 'greedy' has no option 'prompt'".
+OTHER_ENDPOINT = {"CompletionRequest": {"messages": "/v1/chat/completions takes 'messages'; /v1/completions takes "
+                                                    "'prompt'",
+                                        "max_completion_tokens": "/v1/completions takes 'max_tokens'"},
+                  "ChatRequest": {"prompt": "/v1/completions takes 'prompt'; /v1/chat/completions takes 'messages'"}}
+JSON_TYPES = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number",
+              bool: "a boolean", type(None): "null"}
+
+
 def parse_body(raw: bytes, model_cls: type[_Strict]) -> _Strict:
     """Bytes -> a validated request, or ApiError(400) saying what is wrong and where."""
     try:
         data = json.loads(raw, parse_constant=_no_constant)
     except (UnicodeDecodeError, json.JSONDecodeError, ValueError, RecursionError) as exc:
+        if "digits" in str(exc):      # Python's advice for it (sys.set_int_max_str_digits) is not the client's
+            raise ApiError(400, "the request body holds a number of over 4300 digits, which no field takes") from None
         raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise ApiError(400, f"the request body must be a JSON object, not {type(data).__name__}")
+        raise ApiError(400, f"the request body must be a JSON object, not {JSON_TYPES.get(type(data), 'that')}")
+    for name, hint in OTHER_ENDPOINT.get(model_cls.__name__, {}).items():
+        if name in data:
+            raise ApiError(400, f"'{name}' is not a field of this endpoint: {hint}", param=name)
     for key, value in data.items():
         if not _encodable(key) or not _encodable(value):
             raise ApiError(400, f"'{key[:40] if _encodable(key) else 'body'}' holds a lone surrogate (an unpaired "
@@ -144,8 +176,11 @@ def parse_body(raw: bytes, model_cls: type[_Strict]) -> _Strict:
         request = model_cls.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "body"
-        problem = first["msg"]
+        loc = first["loc"]
+        union = next((i for i, part in enumerate(loc[:-1]) if part in UNION_SHAPES and isinstance(loc[i + 1], str)),
+                     None)
+        where = ".".join(str(part) for part in (loc if union is None else loc[:union + 1])) or "body"
+        problem = first["msg"] if union is None else f"it must be {UNION_SHAPES[loc[union]]}"
         if first["type"] == "missing":
             problem = "this field is required"
         got = f" (got {json.dumps(first['input'])[:80]})" if first["type"] != "missing" and "input" in first else ""
