@@ -2,6 +2,7 @@
 message that did not say what to do, or was accepted when it should not be."""
 
 import json
+import socket
 
 import httpx
 import pytest
@@ -67,6 +68,36 @@ def test_an_unexpected_error_is_one_500_and_the_connection_is_kept(server, clien
     monkeypatch.undo()
     # The same keep-alive connection answers the next request (it was dropped after the 500).
     assert post(client, {"prompt": PROMPT, "max_tokens": 2}).status_code == 200
+
+
+def raw_status(url: str, headers: list[tuple[str, str]]) -> str:
+    body = json.dumps({"prompt": PROMPT, "max_tokens": 2}).encode()
+    head = "".join(f"{name}: {value}\r\n" for name, value in headers)
+    request = (f"POST /v1/completions HTTP/1.1\r\n{head}Content-Length: {len(body)}\r\n"
+               f"Connection: close\r\n\r\n").encode("latin-1") + body
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer.split(b"\r\n", 1)[0].decode()
+
+
+JSON = ("Content-Type", "application/json")
+
+
+@pytest.mark.parametrize("headers", [
+    [("Host", "127.0.0.1:80:evil.example"), JSON],
+    [("Host", "[::1]evil.example"), JSON],
+    [("Host", "localhost:8\u00b2"), JSON],                                # "²" is a digit to str.isdigit
+    [("Host", "127.0.0.1"), ("Host", "evil.example"), JSON],             # which one counts would be a guess
+    [("Host", "127.0.0.1"), ("Origin", "http://127.0.0.1"), ("Origin", "https://evil.example"), JSON],
+    [("Host", "127.0.0.1"), JSON, ("Content-Type", "text/plain")],
+], ids=["port-then-more", "v6-then-name", "unicode-port", "two-hosts", "two-origins", "two-content-types"])
+def test_host_and_single_headers_are_checked_strictly(server, headers):
+    assert raw_status(server.url, headers).split(" ")[1] == "400"
+    assert raw_status(server.url, [("Host", "LOCALHOST:8000"), JSON]).endswith("200 OK")
 
 
 @pytest.mark.parametrize("path,body,param,words", [

@@ -43,6 +43,10 @@ class SecurityMiddleware:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = _headers(scope)
+        twice = _repeated(scope)
+        if twice:          # which copy counts would be a guess (a proxy in front may have checked the other one)
+            return await _refuse(send, ApiError(400, f"the request has more than one {twice} header; send one",
+                                                code="repeated_header"))
         host = headers.get("host", "")
         if not self._host_allowed(host):
             shown = host[:80] or "(none)"
@@ -150,12 +154,28 @@ def _headers(scope) -> dict[str, str]:
     return found
 
 
+SINGLE_HEADERS = (b"host", b"origin", b"authorization", b"content-type")
+
+
+def _repeated(scope) -> Optional[str]:
+    """The first of SINGLE_HEADERS the request sends more than once, or None."""
+    names = [name.lower() for name, _ in scope.get("headers", [])]
+    return next((name.decode().title() for name in SINGLE_HEADERS if names.count(name) > 1), None)
+
+
 def _host_name(host: str) -> str:
-    """`name[:port]` or `[v6]:port` -> the name, lower-cased (brackets kept for IPv6 literals)."""
+    """`name[:port]` or `[v6]:port` -> the name, lower-cased (brackets kept for IPv6 literals); "" when what follows
+    the name is not a port (`127.0.0.1:80:x`, `[::1]x`), which no browser sends."""
     host = host.strip().lower()
     if host.startswith("["):
-        return host[:host.find("]") + 1] if "]" in host else host
-    return host.split(":", 1)[0].rstrip(".")
+        end = host.find("]") + 1
+        name, port = (host[:end], host[end:]) if end else (host, "")
+    else:
+        name, colon, port = host.partition(":")
+        name, port = name.rstrip("."), colon + port
+    if port and not (port[0] == ":" and port[1:].isascii() and port[1:].isdigit()):
+        return ""
+    return name
 
 
 def _same_origin(origin: str, host: str) -> bool:
