@@ -192,3 +192,15 @@ def test_engine_take_says_what_to_do(tiny_llama):
     for unknown in (request_id, 99, "0"):
         with pytest.raises(multidraft.InvalidOptionError, match="taken already"):
             engine.take(unknown)
+
+
+def test_a_draft_model_with_a_shorter_context_is_refused_up_front(tiny_llama):
+    """The draft's own forward refused half-way ("the sequence would reach 64 tokens"), after tokens had streamed."""
+    from tests.tiny_models import make_tiny_lm
+    short = make_tiny_lm("llama", seed=5, max_position_embeddings=64)
+    streamed = []
+    with pytest.raises(multidraft.PromptError, match="context of the draft model tiny-llama \\(64 tokens\\)"):
+        multidraft.generate(tiny_llama, [3] * 60, method="speculative", draft_model=short, max_new_tokens=10,
+                            on_token=streamed.append)
+    assert streamed == []
+    multidraft.generate(tiny_llama, [3] * 54, method="speculative", draft_model=short, max_new_tokens=10)
