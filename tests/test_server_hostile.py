@@ -112,8 +112,13 @@ def test_host_and_single_headers_are_checked_strictly(server, headers):
     ("/v1/completions", {"prompt": PROMPT, "max_completion_tokens": 4}, "max_completion_tokens", "takes 'max_tokens'"),
     ("/v1/completions", {"prompt": PROMPT, "method": "pld", "max_ngrams": 3}, "max_ngrams", "max_ngram"),
     ("/v1/completions", {"prompt": PROMPT, "method": ""}, "method", "unknown method ''"),
+    ("/v1/completions", {"prompt": PROMPT, "stream_options": {"include_usage": True}}, "stream_options",
+     "without a stream"),
+    ("/v1/completions", {"prompt": PROMPT, "stream": True, "stream_options": {"continuous_usage_stats": True}},
+     "stream_options", '{"include_usage": true or false}'),
 ], ids=["prompt-floats", "prompt-null", "stop-ints", "content-int", "prompt-on-chat", "messages-on-completions",
-        "max-completion-tokens-on-completions", "unknown-option-is-the-param", "empty-method"])
+        "max-completion-tokens-on-completions", "unknown-option-is-the-param", "empty-method",
+        "stream-options-without-a-stream", "stream-option-not-honoured"])
 def test_messages_name_the_field_and_what_it_takes(client, path, body, param, words):
     error = error_of(post(client, body, path), 400)
     assert error["param"] == param and words in error["message"], error

@@ -185,6 +185,13 @@ def parse_body(raw: bytes, model_cls: type[_Strict]) -> _Strict:
             problem = "this field is required"
         got = f" (got {json.dumps(first['input'])[:80]})" if first["type"] != "missing" and "input" in first else ""
         raise ApiError(400, f"invalid value for '{where}': {problem}{got}", param=str(first["loc"][0])) from None
+    options = request.stream_options
+    if options is not None and (not request.stream or set(options) - {"include_usage"}
+                                or not all(isinstance(v, bool) for v in options.values())):
+        # as OpenAI and vLLM: only with a stream, and no option this server would silently not honour
+        raise ApiError(400, f"'stream_options' is {{\"include_usage\": true or false}}, and only with \"stream\": true; "
+                            f"got {json.dumps(options)[:80]}{'' if request.stream else ' without a stream'}",
+                       param="stream_options")
     for name in list(request.model_extra or {}):
         value = request.model_extra[name]
         if name in IGNORED_FIELDS:
