@@ -189,8 +189,8 @@ def parse_body(raw: bytes, model_cls: type[_Strict]) -> _Strict:
     if options is not None and (not request.stream or set(options) - {"include_usage"}
                                 or not all(isinstance(v, bool) for v in options.values())):
         # as OpenAI and vLLM: only with a stream, and no option this server would silently not honour
-        raise ApiError(400, f"'stream_options' is {{\"include_usage\": true or false}}, and only with \"stream\": true; "
-                            f"got {json.dumps(options)[:80]}{'' if request.stream else ' without a stream'}",
+        raise ApiError(400, f"'stream_options' is {{\"include_usage\": true or false}}, and only with \"stream\": "
+                            f"true; got {json.dumps(options)[:80]}{'' if request.stream else ' without a stream'}",
                        param="stream_options")
     for name in list(request.model_extra or {}):
         value = request.model_extra[name]
