@@ -204,3 +204,33 @@ def test_a_draft_model_with_a_shorter_context_is_refused_up_front(tiny_llama):
                             on_token=streamed.append)
     assert streamed == []
     multidraft.generate(tiny_llama, [3] * 54, method="speculative", draft_model=short, max_new_tokens=10)
+
+
+def _context_end_runs(lm):
+    """Methods whose draft trees go past the context's last slot, on a request that fits: greedy's tokens (lossless
+    rows) or max_new_tokens tokens (mtad, multi_draft). The forward refused a tree by cache slots, not positions."""
+    prompt = [3 + i % 40 for i in range(lm.context_length - 6)]
+    greedy = multidraft.generate(lm, prompt, max_new_tokens=6).token_ids
+    assert len(greedy) == 6
+    for method, options in (("mtad", {"draft_model": lm}), ("multi_draft", {"draft_model": lm, "seed": 1,
+                                                                              "temperature": 1.0}),
+                            ("speculative", {"draft_model": lm}), ("pld", {}), ("suffix", {})):
+        tokens = multidraft.generate(lm, prompt, method=method, max_new_tokens=6, **options).token_ids
+        assert len(tokens) == 6, method
+        if method not in ("mtad", "multi_draft"):
+            assert tokens == greedy, method
+    with pytest.raises(multidraft.PromptError, match="exceeds the context"):
+        multidraft.generate(lm, prompt, method="mtad", draft_model=lm, max_new_tokens=7)
+
+
+def test_tree_methods_run_to_the_context_end_on_hf_modules(tiny_llama):
+    _context_end_runs(tiny_llama)
+
+
+def test_tree_methods_run_to_the_context_end_on_the_native_forward():
+    from multidraft.models import gguf_kernels
+    from tests.tiny_gguf import tiny_gguf_lm
+
+    if not gguf_kernels.load(progress=False):
+        pytest.skip(f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
+    _context_end_runs(tiny_gguf_lm("qwen2", "Q4_K", seed=3, runner="native"))

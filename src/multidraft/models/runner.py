@@ -255,10 +255,13 @@ class LM:
             embeds = inputs_embeds.to(device=device, dtype=self.dtype)
             num_new = embeds.shape[0]
             model_inputs = {"inputs_embeds": embeds[None]}
-        if past + num_new > self.context_length:
-            raise PromptError(f"the sequence would reach {past + num_new} tokens, beyond the context of "
-                              f"{self.name} ({self.context_length}); shorten the prompt or lower max_new_tokens")
         is_tree = parents is not None and list(parents) != list(range(-1, num_new - 1))
+        # a tree's nodes take cache slots past the context's end, but positions only down to its depth (the path
+        # kept after the verify is at most that deep): only a position past the context is refused
+        reach = past + (max(tree_depths(parents)) + 1 if is_tree else num_new)
+        if visible is None and reach > self.context_length:
+            raise PromptError(f"the sequence would reach {reach} tokens, beyond the context of "
+                              f"{self.name} ({self.context_length}); shorten the prompt or lower max_new_tokens")
         if visible is not None:
             allowed, positions = visible
             if parents is not None or tuple(allowed.shape) != (num_new, past + num_new) or len(positions) != num_new:
