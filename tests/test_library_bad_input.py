@@ -234,3 +234,13 @@ def test_tree_methods_run_to_the_context_end_on_the_native_forward():
     if not gguf_kernels.load(progress=False):
         pytest.skip(f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
     _context_end_runs(tiny_gguf_lm("qwen2", "Q4_K", seed=3, runner="native"))
+
+
+def test_a_draft_model_with_fewer_token_rows_than_the_tokenizer_is_refused(tiny_llama):
+    """Same tokenizer, 48 embedding rows for 64 tokens: a prompt id >= 48 was torch's IndexError inside the draft."""
+    from tests.tiny_models import make_tiny_lm
+
+    small = make_tiny_lm("llama", seed=3, vocab_size=48)
+    with pytest.raises(multidraft.TokenizerMismatchError, match="fewer than the"):
+        multidraft.generate(tiny_llama, "the cat w50 w55 sat", method="speculative", draft_model=small,
+                            max_new_tokens=4)
