@@ -241,6 +241,6 @@ def test_a_draft_model_with_fewer_token_rows_than_the_tokenizer_is_refused(tiny_
     from tests.tiny_models import make_tiny_lm
 
     small = make_tiny_lm("llama", seed=3, vocab_size=48)
-    with pytest.raises(multidraft.TokenizerMismatchError, match="fewer than the"):
+    with pytest.raises(multidraft.TokenizerMismatchError, match="fewer than the 64 tokens"):
         multidraft.generate(tiny_llama, "the cat w50 w55 sat", method="speculative", draft_model=small,
                             max_new_tokens=4)

@@ -20,11 +20,12 @@ DEFAULT_DRAFTS = {"qwen2.5-coder-1.5b": "qwen2.5-coder-0.5b"}
 
 def check_same_vocabulary(draft: LM, target: LM) -> None:
     if same_vocabulary(draft, target):
-        if draft.vocab_size < len(target.tokenizer):        # a prompt id past its rows: torch's IndexError mid-run
+        usable = min(target.vocab_size, len(target.tokenizer))    # ids the target takes and gives
+        if draft.vocab_size < usable:                      # one past the draft's rows: torch's IndexError mid-run
             raise TokenizerMismatchError(
-                f"the draft model {draft.name!r} has {draft.vocab_size:,} token rows, fewer than the "
-                f"{len(target.tokenizer):,} tokens of {target.name!r}'s tokenizer, so some prompt tokens have no "
-                "embedding in it; pick a draft model with the target's whole vocabulary")
+                f"the draft model {draft.name!r} has {draft.vocab_size:,} token rows, fewer than the {usable:,} "
+                f"tokens {target.name!r} reads and writes, so some tokens have no embedding in it; pick a draft "
+                "model with the target's whole vocabulary")
         return
     raise TokenizerMismatchError(
         f"the draft model {draft.name!r} (vocabulary {vocab_family(draft)}, {len(draft.tokenizer):,} tokens) and the "
