@@ -134,6 +134,27 @@ def test_a_draft_method_on_a_server_without_a_draft_model_says_how_to_give_one()
             assert error["code"] == "no_draft_model" and "multidraft serve --draft MODEL" in error["message"]
 
 
+def test_a_draft_method_never_loads_the_librarys_default_draft(monkeypatch):
+    """Served as qwen2.5-coder-1.5b (whose library default draft is the 0.5b) with no --draft: a speculative request
+    made the model thread load a model the operator never named (~1 GB, every client stalled). Now a 400."""
+    from types import SimpleNamespace
+
+    from multidraft.models import draft_models
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a request loaded a draft model")
+
+    monkeypatch.setattr(draft_models, "load_model", no_load, raising=False)
+    monkeypatch.setattr(draft_models, "resolve_draft_model", no_load)
+    lm = make_tiny_lm("llama", seed=3)
+    lm.info = SimpleNamespace(name="qwen2.5-coder-1.5b")
+    assert lm.info.name in draft_models.DEFAULT_DRAFTS
+    with ServerThread(create_app(lm, ServerConfig(max_num_seqs=1))) as running, \
+            httpx.Client(base_url=running.url, timeout=60) as client:
+        error = error_of(post(client, {"prompt": PROMPT, "method": "speculative", "max_tokens": 2}), 400)
+        assert error["code"] == "no_draft_model"
+
+
 def test_json_problems_are_said_in_json_terms(client):
     error = error_of(post(client, b'{"prompt": "a", "seed": 1' + b"0" * 5000 + b"}"), 400)
     assert "4300 digits" in error["message"] and "sys." not in error["message"]

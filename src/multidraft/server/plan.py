@@ -99,13 +99,12 @@ class Outcome:
 
 
 def build_plan(request, config: ServerConfig, draft_lm=None, suffix_store=None, named=None, *,
-               suffix_stores=None, client: Optional[str] = None, library_draft: bool = True) -> Plan:
+               suffix_stores=None, client: Optional[str] = None) -> Plan:
     """Check a request before it is queued; raises ApiError(400). The library builds and checks the `Request`s with
     the server's bounds (Request.build(bounds=...): sampling, max_tokens and every option within the HTTP bounds and
     caps, in the library's words); the server adds only what is HTTP's: the request's shape, its allow-list, its
     artifacts (`named`: kind -> {name: value}, default config.artifacts), products of options, and its suffix store
-    (`suffix_store`, or the one of `suffix_stores` for `client` when the method drafts from one). `library_draft`:
-    the library has a default draft model for the served one (used when the operator gave none)."""
+    (`suffix_store`, or the one of `suffix_stores` for `client` when the method drafts from one)."""
     named = config.artifacts if named is None else named
     chat = isinstance(request, ChatRequest)
     prompts, max_tokens = _prompts_and_budget(request, config, chat)
@@ -133,8 +132,9 @@ def build_plan(request, config: ServerConfig, draft_lm=None, suffix_store=None, 
     except InvalidOptionError as exc:    # an option, sampling, max_tokens, the temperature rules: the library's words
         raise _api_error(exc, request) from None
     check_sizes(requests[0].row, requests[0].options, config, request.n)
-    if not library_draft and any(name not in options for name in requests[0].row.artifact_options("draft_model")):
-        # the library's words ("needs draft_model=: an LM (multidraft.load_model(...))") are for its Python callers
+    if any(name not in options for name in requests[0].row.artifact_options("draft_model")):
+        # never the library's default draft (a request would load a model the operator did not name, on the model
+        # thread: every client stalls for its load); and its words ("needs draft_model=: an LM") are for Python
         raise ApiError(400, f"method {method!r} needs a draft model and this server has none; its operator gives one "
                             f"with `multidraft serve --draft MODEL` (a model with the same tokenizer), or use a method "
                             f"without one (pld, suffix)", param="method", code="no_draft_model")

@@ -17,7 +17,6 @@ from typing import Any, Optional
 from multidraft.artifacts import Artifacts
 from multidraft.errors import CorruptCacheError, InvalidOptionError, MultidraftError, NumericalError
 from multidraft.methods import available_methods
-from multidraft.models.draft_models import DEFAULT_DRAFTS
 from multidraft.prefix_cache import PrefixCache
 from multidraft.server.config import ServerConfig
 from multidraft.server.engine_worker import EngineWorker
@@ -41,8 +40,6 @@ class GenerationService:
         if draft_lm is not None:                 # the --draft model is the default one, and may be named
             self.named["draft_model"] = {draft_lm.name: draft_lm, **self.named.get("draft_model", {})}
         self.model_name = config.model_name or lm.name
-        # the library's default draft for this model (1.5b: the 0.5b), used when the operator gave none
-        self.library_draft = getattr(getattr(lm, "info", None), "name", None) in DEFAULT_DRAFTS
         self.metrics = Metrics(self.model_name)
         self.artifacts = Artifacts()       # the n-gram files, heads, models requests name: loaded once, here
         self.prefix_cache = None
@@ -138,7 +135,7 @@ class GenerationService:
             raise ApiError(404, f"model {body.model!r} is not served here; this server serves {self.model_name!r}",
                            param="model", code="model_not_found")
         plan = build_plan(body, self.config, self.draft_lm, named=self.named, suffix_stores=self.suffix_stores,
-                          client=client, library_draft=self.library_draft)
+                          client=client)
         self.metrics.inc("multidraft:method_requests_total", method=plan.method)
         return plan
 
