@@ -244,3 +244,18 @@ def test_a_draft_model_with_fewer_token_rows_than_the_tokenizer_is_refused(tiny_
     with pytest.raises(multidraft.TokenizerMismatchError, match="fewer than the 64 tokens"):
         multidraft.generate(tiny_llama, "the cat w50 w55 sat", method="speculative", draft_model=small,
                             max_new_tokens=4)
+
+
+def test_a_huge_num_drafts_is_refused_before_any_list_is_built(tiny_llama, monkeypatch):
+    """The row's own checks ran before each value's: multi_draft's built [1.0] * num_drafts first (10**9: 8 GB)."""
+    from multidraft.drafters import draft_model_options
+
+    built = []
+    real = draft_model_options.draft_temperature_list
+    monkeypatch.setattr(draft_model_options, "draft_temperature_list",
+                        lambda value, num_drafts, *a, **k: built.append(num_drafts) or real(value, 1, *a, **k))
+    for num_drafts in (0, 2 ** 70, "many"):
+        with pytest.raises(multidraft.InvalidOptionError, match="num_drafts"):
+            multidraft.generate(tiny_llama, "the cat", method="multi_draft", draft_model=tiny_llama,
+                                num_drafts=num_drafts, max_new_tokens=2)
+    assert built == []

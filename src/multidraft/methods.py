@@ -149,6 +149,9 @@ class Method:
             raise InvalidOptionError(f"method {self.name!r} has no option {names}; its options are: {valid}")
         options = {**self.options, **_defaults_within_caps(self, given, bounds), **given}
         try:
+            for name, opt in self.specs.items():    # integers first: the row's own checks may size lists by them
+                if opt.kind == "int":               # (multi_draft's [1.0] * num_drafts)
+                    check_value(name, options[name], opt, bounds if name in given else None)
             if self.check_options is not None:
                 self.check_options(options)
             for name, opt in self.specs.items():
@@ -224,6 +227,7 @@ DRAFT_MODEL = Opt(None, "artifact", artifact="draft_model", help="a draft model 
 PROBABILITY = dict(kind="float", low=0.0, high=1.0)
 STOP_BELOW = Opt(0.0, **PROBABILITY)
 ADAPTIVE = Opt(False, "bool")
+MAX_DRAFT_CHAINS = 1024            # multi_draft's chains in one library call: one tree row each per depth
 SUPERPOSED_SPECS = {
     "num_drafts": Opt(SUPERPOSED_OPTIONS["num_drafts"], "int", low=1, outputs=True),
     "n_token_sample": Opt(None, "int", low=1, nullable=True, cap="max_tree_tokens"),
@@ -298,7 +302,8 @@ _ROWS = (
            description="num_drafts chains from a draft model verified as one tree in one target forward, token "
                        f"chosen by a selection scheme ({', '.join(SELECTION_SCHEMES)}; is_lp_truncated is seed 002's 'IS'); "
                        "lossless",
-           specs={"draft_model": DRAFT_MODEL, "num_drafts": Opt(2, "int", low=1, cap="max_drafts"),
+           specs={"draft_model": DRAFT_MODEL, "num_drafts": Opt(2, "int", low=1, high=MAX_DRAFT_CHAINS,
+                                                                    cap="max_drafts"),
                   "num_draft_tokens": _draft_tokens(4),
                   "selection": Opt("specinfer", "enum", choices=SELECTION_SCHEMES),
                   "draft_temperatures": Opt(None, "temperatures", nullable=True, http_high=100),

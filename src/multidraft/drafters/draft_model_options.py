@@ -29,8 +29,9 @@ def draft_temperature_list(value, num_drafts: int, target_temperature: float,
         if target_temperature == 0 and num_drafts > 1:
             return [1.0] * num_drafts
         return [float(target_temperature)] * num_drafts
-    values = [value] * num_drafts if isinstance(value, (int, float)) and not isinstance(value, bool) else value
-    if not isinstance(values, (list, tuple)) or len(values) != num_drafts:
+    scalar = isinstance(value, (int, float)) and not isinstance(value, bool)
+    values = [value] if scalar else value                   # one number checked once, copied only when valid
+    if not isinstance(values, (list, tuple)) or (not scalar and len(values) != num_drafts):
         raise InvalidOptionError(f"draft_temperatures must be a number or a list of num_drafts = {num_drafts} "
                                  f"numbers, got {value!r}", param=name)
     for temperature in values:
@@ -38,7 +39,7 @@ def draft_temperature_list(value, num_drafts: int, target_temperature: float,
                 temperature == 0 or MIN_TEMPERATURE <= temperature < float("inf")):   # floor: finite probabilities
             raise InvalidOptionError(f"draft temperatures must be numbers >= 0 (0 = argmax, else at least "
                                      f"{MIN_TEMPERATURE}), got {value!r}", param=name)
-    return [float(t) for t in values]
+    return [float(value)] * num_drafts if scalar else [float(t) for t in values]
 
 
 def _make_chain_drafter(lm, sampler, options, num_drafts, draft_temperatures):
@@ -104,7 +105,7 @@ def check_options(options: dict) -> None:
     if "selection" in options:
         _check_selection(options)
     for name in ("draft_temperature", "draft_temperatures"):
-        if name in options:
+        if options.get(name) is not None:                  # None: nothing to check (no list of num_drafts built)
             draft_temperature_list(options[name], num_drafts, 0.0, name)
     if "num_beams" in options:
         positive_int("num_beams", options["num_beams"])

@@ -17,7 +17,6 @@ from typing import Optional
 from multidraft import validation
 from multidraft.api import generate_request
 from multidraft.errors import InvalidOptionError, PromptError, ServerLimitError, UnknownMethodError
-from multidraft.method_options import check_value
 from multidraft.methods import Method, available_methods, get_method
 from multidraft.request import Request
 from multidraft.server.config import ServerConfig
@@ -121,7 +120,6 @@ def build_plan(request, config: ServerConfig, draft_lm=None, suffix_store=None, 
         suffix_store = suffix_store_for(method, suffix_stores, client)
     options = _options(request, method, config, draft_lm, suffix_store, named)
     try:
-        _check_int_options(get_method(method), options, config)
         requests = [Request.build(prompt, method, max_new_tokens=max_tokens, temperature=request.temperature,
                                   top_p=request.top_p, top_k=request.top_k, seed=request.seed, stop=stop,
                                   chat=chat, draft_length=config.draft_length, options=options,
@@ -139,18 +137,6 @@ def build_plan(request, config: ServerConfig, draft_lm=None, suffix_store=None, 
                             f"with `multidraft serve --draft MODEL` (a model with the same tokenizer), or use a method "
                             f"without one (pld, suffix)", param="method", code="no_draft_model")
     return Plan(requests, chat, request.n, request.stream)
-
-
-def _check_int_options(row: Method, options: dict, config: ServerConfig) -> None:
-    """A request's integer options within the server's bounds before the row's own checks, which may size lists by
-    them: multi_draft's check built [1.0] * num_drafts (2**70: a 500; 10**9: 8 GB) before its cap was checked."""
-    for name, value in options.items():
-        opt = row.specs.get(name)
-        if opt is not None and opt.kind == "int" and opt.http and not opt.outputs:
-            try:
-                check_value(name, value, opt, config.bounds())
-            except InvalidOptionError as exc:      # the row's own wording: "method 'x': num_drafts must be ..."
-                raise type(exc)(f"method {row.name!r}: {exc}", param=exc.param or name) from None
 
 
 def _api_error(exc: InvalidOptionError, request) -> ApiError:
