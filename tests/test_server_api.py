@@ -170,7 +170,8 @@ def sse_events(client, body, path="/v1/completions"):
 def test_streaming_equals_non_streaming(client):
     body = {"prompt": PROMPT, "max_tokens": 10, "n": 2, "method": "sample", "temperature": 1.0, "seed": 5}
     full = client.post("/v1/completions", json=body).json()
-    events = sse_events(client, {**body, "stream": True})
+    assert all(event["choices"] for event in sse_events(client, {**body, "stream": True}))  # no usage unasked
+    events = sse_events(client, {**body, "stream": True, "stream_options": {"include_usage": True}})
     texts, reasons = {0: "", 1: ""}, {}
     for event in events[:-1]:
         (choice,) = event["choices"]

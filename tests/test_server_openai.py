@@ -37,6 +37,9 @@ def test_completion_greedy_equals_library_and_streams_the_same(client, smollm):
 
     chunks = list(client.completions.create(model=smollm.name, prompt=PROMPT, max_tokens=8, temperature=0,
                                             stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == direct.text      # every chunk has a choice, as OpenAI's
+    chunks = list(client.completions.create(model=smollm.name, prompt=PROMPT, max_tokens=8, temperature=0,
+                                            stream=True, stream_options={"include_usage": True}))
     assert "".join(c.choices[0].text for c in chunks if c.choices) == direct.text
     assert chunks[-1].usage.completion_tokens == len(direct.token_ids)
 

@@ -176,7 +176,8 @@ async def _generate(service: GenerationService, request: Request, model_cls):
                 raise service.translate(payload[0])
             if plan.stream:
                 handed_over = True
-                stream = _stream(service, job, reply, plan.n * len(plan.requests), arrived, event, watcher)
+                usage = bool((body.stream_options or {}).get("include_usage"))
+                stream = _stream(service, job, reply, plan.n * len(plan.requests), arrived, event, watcher, usage)
                 return StreamingResponse(stream, media_type="text/event-stream",
                                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
             if kind == "done":
@@ -191,7 +192,9 @@ async def _generate(service: GenerationService, request: Request, model_cls):
 
 
 async def _stream(service: GenerationService, job: Job, reply: "_Reply", num_choices: int, arrived: float, first,
-                  watcher):
+                  watcher, usage: bool):
+    """The chunks, then (with stream_options.include_usage, as OpenAI) one without choices holding usage and decode
+    stats: sent to every stream, it broke clients that read chunk.choices[0]."""
     done = False
     try:
         if reply.chat:
@@ -214,7 +217,8 @@ async def _stream(service: GenerationService, job: Job, reply: "_Reply", num_cho
                 done = True
                 if kind == "done":
                     service.metrics.observe_latency(time.monotonic() - arrived)
-                    yield sse(reply.summary(payload[0]))
+                    if usage:
+                        yield sse(reply.summary(payload[0]))
                 else:
                     yield sse(service.translate(payload[0]).body())
                 yield sse("[DONE]")
@@ -260,7 +264,7 @@ class _Reply:
         return {**outcome.stats.to_dict(), "generate_calls": outcome.calls}
 
     def summary(self, outcome: Outcome) -> dict:
-        """The last streamed chunk: no choices, usage and decode stats (like OpenAI's include_usage chunk)."""
+        """The last streamed chunk when the request asks for usage: no choices, usage and decode stats."""
         kind = "chat.completion.chunk" if self.chat else "text_completion"
         return {**self._envelope(kind), "choices": [], "usage": self._usage(outcome), "method": self.method,
                 "stats": self._stats(outcome)}

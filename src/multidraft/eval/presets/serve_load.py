@@ -144,7 +144,7 @@ def run_stream_load(base_url: str, prompts: list, clients: int, per_client: int,
                 prompt = prompts[(client_index * per_client + k) % len(prompts)]
                 chat = not isinstance(prompt, str)
                 body = {"messages" if chat else "prompt": prompt, "max_tokens": max_tokens, "method": method,
-                        "stream": True}
+                        "stream": True, "stream_options": {"include_usage": True}}     # the last chunk's stats
                 if sessions:
                     body["user"] = f"client-{client_index}"
                 sent, first = read_clock(), None
