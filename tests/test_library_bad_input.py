@@ -259,3 +259,62 @@ def test_a_huge_num_drafts_is_refused_before_any_list_is_built(tiny_llama, monke
             multidraft.generate(tiny_llama, "the cat", method="multi_draft", draft_model=tiny_llama,
                                 num_drafts=num_drafts, max_new_tokens=2)
     assert built == []
+
+
+def test_an_interrupt_while_a_request_joins_the_batch_ends_it_and_frees_its_region(tiny_llama, monkeypatch):
+    """A Ctrl-C inside Scheduler._start, after the request left the queue and before it joined the batch: it was in
+    neither (take() never had a result) and its arena region was never freed."""
+    from multidraft.engine import scheduler
+
+    engine = Engine(tiny_llama, max_num_seqs=2, kv_slots=512)
+    free = engine.scheduler.arena.free_slots
+    real = scheduler.Decoding
+
+    def interrupted(*args, **kwargs):
+        monkeypatch.setattr(scheduler, "Decoding", real)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(scheduler, "Decoding", interrupted)
+    first = engine.submit(Request.build("the cat sat on the mat", "pld", max_new_tokens=6))
+    with pytest.raises(KeyboardInterrupt):
+        engine.run()
+    assert engine.take(first).stats.stop_reason == "cancelled"
+    assert engine.scheduler.arena.free_slots == free
+    again = engine.submit(Request.build("the cat sat on the mat", "pld", max_new_tokens=6))
+    engine.run()
+    assert engine.take(again).token_ids == multidraft.generate(tiny_llama, "the cat sat on the mat", method="pld",
+                                                               max_new_tokens=6).token_ids
+
+
+def test_an_interrupt_while_a_request_alone_runs_its_forward_stops_it_before_the_engine_goes_on(tiny_llama,
+                                                                                                 monkeypatch):
+    """A Ctrl-C on the engine's thread while a beam request's own thread ran a forward: that thread went on and
+    later released a turn nobody waited for, so a batch forward could run beside its next one. Now the request is
+    cancelled and its thread has stopped before the interrupt goes up."""
+    from multidraft.engine import solo
+
+    runs = []
+    real_wait = solo.SoloRun._wait_rest
+
+    def wait_interrupted_once(run):
+        runs.append(run)
+        if len(runs) == 2:                 # an advance: the decoder thread is running its forward now
+            real_acquire = run._rest.acquire
+
+            class Interrupted:
+                def acquire(self):
+                    run._rest.acquire = real_acquire
+                    raise KeyboardInterrupt
+
+            run._rest.acquire = Interrupted().acquire
+        return real_wait(run)
+
+    monkeypatch.setattr(solo.SoloRun, "_wait_rest", wait_interrupted_once)
+    engine = Engine(tiny_llama, max_num_seqs=2, kv_slots=512)
+    beam = engine.submit(Request.build("the cat sat on the mat", "beam", max_new_tokens=8))
+    with pytest.raises(KeyboardInterrupt):
+        engine.run()
+    runs[0]._thread.join(timeout=10)
+    assert not runs[0]._thread.is_alive()
+    engine.run()
+    assert engine.take(beam).stats.stop_reason == "cancelled"

@@ -60,5 +60,10 @@ class OptionalDependencyError(MultidraftError):
 def reraise_fatal(error: BaseException) -> None:
     """Where one request's error fails that request only (the engine), stops included (a server's JobCancelled
     raised by on_token is a BaseException): an interrupt of the whole process goes on up."""
-    if isinstance(error, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+    if is_interrupt(error):
         raise error
+
+
+def is_interrupt(error: BaseException) -> bool:
+    """An interrupt of the whole process (Ctrl-C, exit), not one request's failure."""
+    return isinstance(error, (KeyboardInterrupt, SystemExit, GeneratorExit))

@@ -12,7 +12,7 @@ import torch
 from multidraft.decoders.loop import Decoding
 from multidraft.engine.entry import Entry
 from multidraft.engine.metrics import EngineMetrics
-from multidraft.errors import InvalidOptionError, reraise_fatal
+from multidraft.errors import InvalidOptionError, is_interrupt, reraise_fatal
 from multidraft.models.packed import SegmentOutput
 from multidraft.prefix_cache import PrefixCache, begin_reuse
 
@@ -143,10 +143,12 @@ class Scheduler:
             elif entry.prefill_done >= len(entry.prefill_ids):      # the whole prefill came from the cache
                 self.begin(entry, SegmentOutput(torch.empty(0)))
         except BaseException as error:
-            reraise_fatal(error)
-            if entry not in self.running:          # else fail() releases its regions
+            if entry not in self.running:          # else fail() (an interrupt: Engine.step's cancel_running) frees them
                 self.arena.release(region)
                 self.release_draft_region(entry)
+                if is_interrupt(error):            # out of the queue, not in the batch: end it, or it is lost
+                    self._end_cancelled(entry, entry.submitted)
+            reraise_fatal(error)
             self.fail(entry, error, finished)
 
     def _reuse_prefix(self, entry: Entry) -> None:

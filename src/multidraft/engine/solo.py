@@ -57,7 +57,15 @@ class SoloRun:
         return self._wait_rest()
 
     def _wait_rest(self) -> bool:
-        self._rest.acquire()
+        try:
+            self._rest.acquire()
+        except BaseException:
+            # An interrupt (Ctrl-C) while the decoder thread runs its forward: it would go on and later release a
+            # rest nobody waited for, letting a batch forward run beside its next one. Cancel it (it stops at its
+            # next layer) and wait for that before the interrupt goes up.
+            self.entry.cancelled = True
+            self._rest.acquire()
+            raise
         if self._fatal is not None:             # an interrupt inside the decoder thread goes on up in the engine's
             raise self._fatal
         return self.done
