@@ -318,3 +318,10 @@ def test_an_interrupt_while_a_request_alone_runs_its_forward_stops_it_before_the
     assert not runs[0]._thread.is_alive()
     engine.run()
     assert engine.take(beam).stats.stop_reason == "cancelled"
+
+
+def test_an_engine_whose_kv_arena_cannot_fit_in_memory_is_refused_at_once(tiny_llama):
+    """kv_slots=10**12 was accepted and failed at the first forward with torch's 'can't allocate ... bytes'."""
+    with pytest.raises(multidraft.InvalidOptionError, match="lower kv_slots"):
+        Engine(tiny_llama, kv_slots=10 ** 12)
+    Engine(tiny_llama, kv_slots=1 << 20)          # a large arena that fits is still taken (allocated when used)

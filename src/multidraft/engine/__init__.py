@@ -90,6 +90,7 @@ class Engine:
                                  ("prefill_chunk", prefill_chunk, 1), ("draft_room", draft_room, 2)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise InvalidOptionError(f"{name} must be an integer >= {low}, got {value!r}")
+        check_kv_memory(lm, kv_slots)
         why_not = unsupported_reason(lm)
         if why_not is not None:
             raise InvalidOptionError(f"the engine cannot batch {lm.name}: {why_not}; use multidraft.generate")
@@ -225,3 +226,24 @@ def generate_batch(lm, requests: Iterable, *, artifacts: Optional[Artifacts] = N
         ids.append(engine.submit(request))
     engine.run()
     return [engine.take(i) for i in ids]
+
+
+def check_kv_memory(lm, kv_slots: int) -> None:
+    """Refuse an arena whose keys and values could never fit this machine's memory (the device's, on CUDA): it is
+    allocated at the first forward, where kv_slots=10**12 was torch's 'can't allocate 64000000000000 bytes'."""
+    import os
+
+    import torch
+
+    config = lm.config
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    per_slot = 2 * lm.num_layers * kv_heads * head_dim * lm.dtype.itemsize
+    if lm.device.type == "cuda":
+        memory = torch.cuda.get_device_properties(lm.device).total_memory
+    else:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if per_slot * kv_slots > memory:
+        raise InvalidOptionError(f"kv_slots={kv_slots:,} needs {per_slot * kv_slots / 2**30:,.1f} GiB of keys and "
+                                 f"values for {lm.name} ({per_slot:,} bytes a slot), more than this machine's "
+                                 f"{memory / 2**30:,.1f} GiB; lower kv_slots (at most {memory // per_slot:,})")
