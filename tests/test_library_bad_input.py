@@ -325,3 +325,13 @@ def test_an_engine_whose_kv_arena_cannot_fit_in_memory_is_refused_at_once(tiny_l
     with pytest.raises(multidraft.InvalidOptionError, match="lower kv_slots"):
         Engine(tiny_llama, kv_slots=10 ** 12)
     Engine(tiny_llama, kv_slots=1 << 20)          # a large arena that fits is still taken (allocated when used)
+
+
+def test_settings_that_would_be_ignored_are_refused(tiny_llama):
+    """chat=True on token ids, and generate_batch's build keywords beside a built Request, were silently dropped."""
+    with pytest.raises(multidraft.InvalidOptionError, match="token ids are the prompt as it is"):
+        multidraft.generate(tiny_llama, [3, 4, 5], chat=True, max_new_tokens=2)
+    request = Request.build("the cat", "greedy", max_new_tokens=2)
+    with pytest.raises(multidraft.InvalidOptionError, match="max_new_tokens apply to prompts"):
+        multidraft.generate_batch(tiny_llama, [request], max_new_tokens=8)
+    assert len(multidraft.generate_batch(tiny_llama, [request])[0].token_ids) == 2

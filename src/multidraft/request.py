@@ -65,6 +65,9 @@ class Request:
             method = "sample"          # "greedy" names the plain decoder; with a temperature it samples, and says so
         if chat is not None and not isinstance(chat, bool):
             raise InvalidOptionError(f"chat must be true, false or None (automatic), got {chat!r}")
+        if chat and isinstance(prompt, (list, tuple)) and prompt and all(isinstance(t, int) for t in prompt):
+            raise InvalidOptionError("chat=True applies the chat template to text or messages; token ids are the "
+                                     "prompt as it is (encode with lm.encode(text, chat=True), or drop chat=True)")
         draft_length = DEFAULT_DRAFT_LENGTH if draft_length is None else draft_length
         check_draft_length(draft_length)
         return cls(_prompt_shape(prompt), method, resolved, params, validation.max_new_tokens(max_new_tokens, bounds),

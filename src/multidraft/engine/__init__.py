@@ -222,6 +222,9 @@ def generate_batch(lm, requests: Iterable, *, artifacts: Optional[Artifacts] = N
                     artifacts=artifacts, prefill_alone=prefill_alone, prefix_cache=prefix_cache)
     ids = []
     for item in requests:
+        if isinstance(item, Request) and build:     # a built Request keeps its own settings: say so, never ignore
+            raise InvalidOptionError(f"generate_batch's {', '.join(sorted(build))} apply to prompts; a "
+                                     "multidraft.Request carries its own (give Request.build those settings)")
         request = item if isinstance(item, Request) else Request.build(item, **build)
         ids.append(engine.submit(request))
     engine.run()
