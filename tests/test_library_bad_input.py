@@ -165,6 +165,7 @@ def test_suffix_store_arguments(kwargs):
     ({"threads": 2}, "no argument 'threads'.*torch.set_num_threads"),
     ({"dtyp": "fp32"}, "did you mean 'dtype'"),
     ({"dtype": "torch.int8"}, "unknown dtype"),
+    ({"attn_implementation": "flash", "runner": "eager"}, "attn_implementation.*sdpa"),   # was: "save it again"
 ])
 def test_load_model_arguments(tiny_folder, kwargs, match):
     """An unknown keyword was load_hf_model()'s TypeError."""

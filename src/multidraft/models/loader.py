@@ -357,6 +357,8 @@ def _read_errors(resolved: ResolvedModel, folder: Path, tokenizer: bool = False)
         raise
     except caught as exc:
         detail = " ".join(str(exc).split())[:300]
+        if "attn_implementation" in detail:     # the caller's argument, not a damaged folder
+            raise InvalidOptionError(f"attn_implementation: {detail}") from None
         raise CorruptCacheError(f"cannot load {resolved.name} from {folder} ({type(exc).__name__}: {detail}); "
                                 f"{_repair(resolved)}") from exc
 
