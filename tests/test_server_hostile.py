@@ -155,6 +155,13 @@ def test_a_draft_method_never_loads_the_librarys_default_draft(monkeypatch):
         assert error["code"] == "no_draft_model"
 
 
+def test_a_method_whose_default_file_is_missing_says_it_is_the_servers(client):
+    """The library's advice ("train them with `multidraft heads train ...`") read as if the client could act on it."""
+    for method in ("blockwise", "superposed"):
+        error = error_of(post(client, {"prompt": PROMPT, "method": method, "max_tokens": 2}), 400)
+        assert error["code"] == "missing_artifact" and "this server lacks a file" in error["message"], error
+
+
 def test_json_problems_are_said_in_json_terms(client):
     error = error_of(post(client, b'{"prompt": "a", "seed": 1' + b"0" * 5000 + b"}"), 400)
     assert "4300 digits" in error["message"] and "sys." not in error["message"]

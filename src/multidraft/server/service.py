@@ -15,7 +15,8 @@ import time
 from typing import Any, Optional
 
 from multidraft.artifacts import Artifacts
-from multidraft.errors import CorruptCacheError, InvalidOptionError, MultidraftError, NumericalError
+from multidraft.errors import (CorruptCacheError, DataNotFoundError, InvalidOptionError, ModelNotFoundError,
+                              MultidraftError, NumericalError)
 from multidraft.methods import available_methods
 from multidraft.prefix_cache import PrefixCache
 from multidraft.server.config import ServerConfig
@@ -186,6 +187,10 @@ class GenerationService:
         if isinstance(exc, (NumericalError, CorruptCacheError)):     # the server's model or files are at fault
             log.error("generation failed: %s", exc)
             return ApiError(500, _without_paths(str(exc)))
+        if isinstance(exc, (ModelNotFoundError, DataNotFoundError)):    # a default n-gram file or heads missing
+            return ApiError(400, "this server lacks a file the method needs (a client cannot give it; choose "
+                                 f"another method); for its operator: {_without_paths(str(exc))}",
+                            code="missing_artifact")
         if isinstance(exc, MultidraftError):        # bad options, prompt, missing n-gram data for the options...
             return ApiError(400, _without_paths(str(exc)), param=_param_of(exc))
         log.error("generation failed", exc_info=exc)
