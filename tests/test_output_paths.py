@@ -63,7 +63,7 @@ def _run(argv, capsys):
 @pytest.mark.parametrize("extra, match", [
     (["--reps", "0"], "--reps must be an integer >= 1"),
     (["--prefix", "-5"], "--prefix must be an integer >= 0"),
-    (["--threads", "0"], "--threads must be an integer >= 1"),
+    (["--threads", "0"], "--threads must be a positive integer, at most"),
     (["--dtype", "bogus"], "--dtype must be float32"),
     (["--json", "FOLDER"], "is an existing folder"),
 ])

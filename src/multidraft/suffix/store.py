@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import threading
 from collections import deque
 from pathlib import Path
@@ -52,7 +53,7 @@ class SuffixStore:
     def bind(self, lm) -> None:
         """Tie the store to `lm`'s tokenizer, or check that it already is; every kept id must be in its vocabulary
         (documents added without `lm` are checked here, before they could become drafts the model cannot read)."""
-        if not hasattr(lm, "tokenizer") or not hasattr(lm, "vocab_size"):
+        if isinstance(lm, (str, bytes, os.PathLike)) or not hasattr(lm, "name"):   # replays bind stand-ins too
             raise InvalidOptionError(f"a suffix store binds to a model from multidraft.load_model(...), got "
                                      f"{type(lm).__name__}")
         fingerprint = model_vocab_fingerprint(lm)
@@ -200,7 +201,7 @@ class SuffixStore:
 
 
 def _check_ids(largest_id: int, lm) -> None:
-    if largest_id >= lm.vocab_size:
+    if largest_id >= getattr(lm, "vocab_size", MAX_TOKEN_ID + 1):      # a replay's stand-in has no weights
         raise TokenizerMismatchError(f"this suffix store holds token id {largest_id}, beyond {lm.name}'s vocabulary "
                                      f"(ids 0..{lm.vocab_size - 1}): its documents are another model's token ids; use "
                                      "a store filled with this model's ids, or an empty one")
