@@ -162,6 +162,12 @@ def test_a_method_whose_default_file_is_missing_says_it_is_the_servers(client):
         assert error["code"] == "missing_artifact" and "this server lacks a file" in error["message"], error
 
 
+def test_health_answers_a_head_probe(client):
+    head = client.head("/health")
+    assert head.status_code == 200 and head.content == b""
+    assert client.get("/health").status_code == 200
+
+
 def test_json_problems_are_said_in_json_terms(client):
     error = error_of(post(client, b'{"prompt": "a", "seed": 1' + b"0" * 5000 + b"}"), 400)
     assert "4300 digits" in error["message"] and "sys." not in error["message"]

@@ -108,7 +108,7 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 
 def _add_info_routes(app: FastAPI, service: GenerationService, static) -> None:
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])        # HEAD: load balancers' and uptime checkers' probe
     async def health():
         return service.health()
 
