@@ -126,12 +126,8 @@ def prepare_request(model, request: Request, on_token: Optional[Callable[[int], 
     options = request.options
     if spec.load_artifacts is not None:        # draft model, calibration...: ready objects before any factory runs
         options = spec.load_artifacts(model, options, artifacts_or_new(artifacts))
-    draft = options.get("draft_model")
-    if draft is not None and len(prompt_ids) + request.max_new_tokens > draft.context_length:
-        # else the draft's forward refuses half-way, after tokens were streamed
-        raise PromptError(f"prompt of {len(prompt_ids)} tokens plus max_new_tokens={request.max_new_tokens} exceeds "
-                          f"the context of the draft model {draft.name} ({draft.context_length} tokens); shorten the "
-                          "prompt, lower max_new_tokens or use a draft model with a longer context")
+    if options.get("draft_model") is not None:      # else the draft's forward refuses half-way, after tokens streamed
+        options["draft_model"].check_prompt_length(len(prompt_ids), request.max_new_tokens, "the draft model ")
     return Prepared(spec, options, list(prompt_ids), PositionSampler(request.params),
                     OutputCollector(model, request.max_new_tokens, request.stop, on_token),
                     DecodeStats(method=request.method, lossless=spec.lossless, prompt_tokens=len(prompt_ids)))

@@ -155,7 +155,8 @@ class Method:
             if self.check_options is not None:
                 self.check_options(options)
             for name, opt in self.specs.items():
-                check_value(name, options[name], opt, bounds if name in given else None)   # a request's own
+                if opt.kind != "int":
+                    check_value(name, options[name], opt, bounds if name in given else None)   # a request's own
         except InvalidOptionError as exc:     # say which method, for the bench's METHOD.NAME=VALUE options
             raise type(exc)(f"method {self.name!r}: {exc}", param=exc.param or self._option_in(str(exc))) from None
         return options

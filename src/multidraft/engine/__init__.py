@@ -48,7 +48,6 @@ its drafter's own length, so a seed fixes its tokens alone, in any batch and in 
 
 from __future__ import annotations
 
-import inspect
 from typing import Callable, Iterable, Optional
 
 from multidraft.api import check_model, prepare_request
@@ -63,7 +62,7 @@ from multidraft.engine.solo import SoloRun
 from multidraft.errors import InvalidOptionError, PromptError
 from multidraft.models.packed import KVArena, unsupported_reason
 from multidraft.prefix_cache import PrefixCache, check_prefix_cache
-from multidraft.request import Request
+from multidraft.request import BUILD_ARGUMENTS, Request
 from multidraft.types import Generation
 
 # The parts, one job each: engine/scheduler.py (queue, admission, prefill chunks, a request's end), engine/plan.py
@@ -203,9 +202,6 @@ class Engine:
         self.close()
 
 
-_BUILD_ARGUMENTS = set(inspect.signature(Request.build).parameters) - {"cls", "prompt"}
-
-
 def generate_batch(lm, requests: Iterable, *, artifacts: Optional[Artifacts] = None, max_num_seqs: int = 8,
                    kv_slots: int = 8192, prefill_chunk: int = 256, prefill_alone: Optional[bool] = None,
                    prefix_cache: Optional[PrefixCache] = None, **build) -> list[Generation]:
@@ -215,7 +211,7 @@ def generate_batch(lm, requests: Iterable, *, artifacts: Optional[Artifacts] = N
     if isinstance(requests, str) or not isinstance(requests, Iterable):
         raise InvalidOptionError(f"generate_batch takes a list of prompts or multidraft.Requests, got "
                                  f"{type(requests).__name__}; for one prompt use multidraft.generate")
-    options = {name: build.pop(name) for name in list(build) if name not in _BUILD_ARGUMENTS}
+    options = {name: build.pop(name) for name in list(build) if name not in (*BUILD_ARGUMENTS, "options", "bounds")}
     if options:            # method options as keywords, as generate() takes them
         build["options"] = {**(build.get("options") or {}), **options}
     engine = Engine(lm, max_num_seqs=max_num_seqs, kv_slots=kv_slots, prefill_chunk=prefill_chunk,
@@ -238,10 +234,12 @@ def check_kv_memory(lm, kv_slots: int) -> None:
 
     import torch
 
+    from multidraft.blockwise.cost import kv_bytes_per_position
+
     config = lm.config
     kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    per_slot = 2 * lm.num_layers * kv_heads * head_dim * lm.dtype.itemsize
+    per_slot = kv_bytes_per_position(lm.num_layers, kv_heads, head_dim, lm.dtype.itemsize)
     if lm.device.type == "cuda":
         memory = torch.cuda.get_device_properties(lm.device).total_memory
     else:

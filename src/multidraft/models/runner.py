@@ -206,11 +206,13 @@ class LM:
     def decode(self, token_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
 
-    def check_prompt_length(self, num_prompt_tokens: int, max_new_tokens: int) -> None:
+    def check_prompt_length(self, num_prompt_tokens: int, max_new_tokens: int, role: str = "") -> None:
+        """`role`: how the message names this model when it is not the one the caller chose ("the draft model ")."""
         if num_prompt_tokens + max_new_tokens > self.context_length:
             raise PromptError(
                 f"prompt of {num_prompt_tokens} tokens plus max_new_tokens={max_new_tokens} exceeds the context of "
-                f"{self.name} ({self.context_length} tokens); shorten the prompt or lower max_new_tokens")
+                f"{role}{self.name} ({self.context_length} tokens); shorten the prompt or lower max_new_tokens"
+                f"{', or use one with a longer context' if role else ''}")
 
     # ----- forward passes -----
     def new_cache(self, dynamic: bool = False) -> Union[KVCache, StaticKVCache]:
