@@ -534,6 +534,21 @@ def test_without_the_kernels_loading_falls_back_with_one_warning(monkeypatch, sm
 
 
 @pytest.mark.real_model
+def test_a_quantized_runner_named_on_a_gpu_machine_runs_on_the_cpu(monkeypatch, smollm_quantized):
+    """runner="native" without a device on a machine whose torch sees a GPU: the CPU runner, not the HF folder's
+    weights moved to the GPU (bench forward-cost --runners native timed the wrong model on an H200 host that way)."""
+    import torch
+
+    from multidraft.models import loader
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")            # no "cannot serve ... using the HF folder's weights" fallback
+        lm = loader.load_model("smollm2-135m", runner="native")
+    assert lm.runner == "native" and lm.device.type == "cpu"
+
+
+@pytest.mark.real_model
 @pytest.mark.slow
 def test_qwen_default_runner_is_q8_and_a_token_alone_equals_it_inside_a_verify():
     """The 1.5B's matrices are Q4_K / Q6_K: `auto` runs it on 8-bit activations (the CPU default), and a token's

@@ -290,7 +290,9 @@ def _load_quantized(name_or_path, runner: str, device, progress: bool):
     resolved = resolve(name_or_path)
     try:
         source = gguf_source(name_or_path)
-        if not str(parse_device(device)).startswith("cpu"):
+        # A quantized runner asked for by name runs on the CPU where no device is given, a GPU machine included
+        # (None means "cuda if torch sees one" elsewhere); an explicit other device is refused below.
+        if device is not None and not str(parse_device(device)).startswith("cpu"):
             raise QuantizedUnsupported(f"it runs on the CPU only, not {parse_device(device)}")
         folder = hf_folder(resolved, progress)
         with offline_env(), _read_errors(resolved, folder, tokenizer=True):
