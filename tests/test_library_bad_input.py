@@ -336,3 +336,22 @@ def test_settings_that_would_be_ignored_are_refused(tiny_llama):
     with pytest.raises(multidraft.InvalidOptionError, match="max_new_tokens apply to prompts"):
         multidraft.generate_batch(tiny_llama, [request], max_new_tokens=8)
     assert len(multidraft.generate_batch(tiny_llama, [request])[0].token_ids) == 2
+
+
+def test_callbacks_of_the_wrong_arity_are_refused_before_decoding(tiny_llama):
+    """on_token=lambda: ... (no argument) failed with a TypeError from inside the decoding loop, after the prompt's
+    forward; Engine.submit's check likewise. Callables that take the argument, however declared, still run."""
+    with pytest.raises(multidraft.InvalidOptionError, match="on_token must be a function of one token id"):
+        multidraft.generate(tiny_llama, "the cat", max_new_tokens=2, on_token=lambda: None)
+    engine = Engine(tiny_llama)
+    request = Request.build("the cat", "greedy", max_new_tokens=2)
+    with pytest.raises(multidraft.InvalidOptionError, match="on_token must be a function of one token id"):
+        engine.submit(request, on_token=lambda a, b: None)
+    with pytest.raises(multidraft.InvalidOptionError, match="check must be a function of no arguments"):
+        engine.submit(request, check=lambda token: None)
+    seen = []
+    got = multidraft.generate(tiny_llama, "the cat", max_new_tokens=2, on_token=lambda *ids: seen.extend(ids))
+    assert seen == got.token_ids
+    appended = []
+    multidraft.generate(tiny_llama, "the cat", max_new_tokens=2, on_token=appended.append)    # a builtin method
+    assert appended == got.token_ids

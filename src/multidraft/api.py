@@ -63,8 +63,7 @@ def generate_request(model, request: Request, on_token: Optional[Callable[[int],
     check_model(model)
     if not isinstance(request, Request):
         raise InvalidOptionError(f"generate_request() takes a multidraft.Request, got {type(request).__name__}")
-    if on_token is not None and not callable(on_token):
-        raise InvalidOptionError(f"on_token must be a function of one token id, got {type(on_token).__name__}")
+    validation.callback("on_token", on_token, (0,), "a function of one token id")
     if prefix_cache is not None:
         check_prefix_cache(prefix_cache, model)
         if request.row.run is not None:

@@ -112,6 +112,27 @@ def boolean(name: str, value) -> bool:
     return value
 
 
+def callback(name: str, value, arguments: tuple, what: str):
+    """None, or a function callable with `arguments` (placeholders of what it will get), else InvalidOptionError:
+    a callback of the wrong arity fails here, not as a TypeError from inside the decoding loop."""
+    import inspect
+
+    if value is None:
+        return None
+    if not callable(value):
+        raise InvalidOptionError(f"{name} must be {what}, got {type(value).__name__}")
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):        # some builtins and C callables have none: they are called as they are
+        return value
+    try:
+        signature.bind(*arguments)
+    except TypeError as error:
+        raise InvalidOptionError(f"{name} must be {what}; {getattr(value, '__name__', type(value).__name__)}"
+                                 f"{signature} cannot be called so ({error})") from None
+    return value
+
+
 # ---------------------------------------------------------------- a server's bounds
 
 

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Optional
 
+from multidraft import validation
 from multidraft.api import check_model, prepare_request
 from multidraft.artifacts import Artifacts
 from multidraft.batched_drafts import DraftBatch
@@ -118,9 +119,8 @@ class Engine:
         pld_plus with attention rows); what it raises (e.g. a server's timeout) ends the request with that error."""
         if not isinstance(request, Request):
             raise InvalidOptionError(f"Engine.submit takes a multidraft.Request, got {type(request).__name__}")
-        for name, value in (("on_token", on_token), ("check", check)):
-            if value is not None and not callable(value):
-                raise InvalidOptionError(f"{name} must be a function, got {type(value).__name__}")
+        validation.callback("on_token", on_token, (0,), "a function of one token id")
+        validation.callback("check", check, (), "a function of no arguments")
         prepared = prepare_request(self.lm, request, on_token, prompt_ids, self.artifacts)
         pair = prepared.loop_pair(self.lm, request)
         solo_reason = None
