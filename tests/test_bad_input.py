@@ -216,6 +216,8 @@ def test_chat_roles_follow_the_template():
     ("blockwise", {"num_heads": True}, "num_heads"),
     ("pld_plus", {"theta": float("nan")}, "theta"),
     ("pld_plus", {"induction_heads": "x"}, "induction_heads"),
+    ("pld_plus", {"induction_heads": [(0, 1)]}, "rank_by='attention' only"),      # rank_by="hidden" ignored them
+    ("pld_plus", {"induction_heads": [], "rank_by": "first"}, "would be ignored"),
     ("pld_plus", {"heads": [(0, 1)]}, "now 'induction_heads'"),
     ("pld_plus", {"num_draft_tokens": True}, "num_draft_tokens"),
     ("superposed", {"tau": float("nan"), "alpha": 0.0}, "tau"),

@@ -366,7 +366,7 @@ def test_old_head_option_names_are_refused_naming_the_new_one(eager_lm, old, new
     with pytest.raises(InvalidOptionError, match=f"no option '{old}' any more: it is now '{new}'"):
         multidraft.generate(eager_lm, PROMPTS[0], method="pld_plus", rank_by="attention", max_new_tokens=3,
                             **{old: value})
-    assert get_method("pld_plus").resolve_options({new: value})[new] == value
+    assert get_method("pld_plus").resolve_options({new: value, "rank_by": "attention"})[new] == value
 
 
 def test_the_drafter_takes_ready_heads_and_layer(eager_lm):

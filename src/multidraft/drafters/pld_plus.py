@@ -168,5 +168,9 @@ def check_options(options: dict) -> None:
             if not (isinstance(pair, (list, tuple)) and len(pair) == 2
                     and all(isinstance(x, int) and not isinstance(x, bool) for x in pair)):
                 raise InvalidOptionError(f"induction_heads must be (layer, head) integer pairs, got {pair!r:.80}")
+        if options["rank_by"] != "attention":
+            raise InvalidOptionError(f"induction_heads ranks drafts with rank_by='attention' only; with "
+                                     f"rank_by={options['rank_by']!r} it would be ignored: drop it, or set "
+                                     "rank_by='attention'")
     validation.choice("aggregate", options["aggregate"], AGGREGATES)
     validation.choice("scope", options["scope"], SCOPES)
