@@ -291,7 +291,7 @@ def _load_quantized(name_or_path, runner: str, device, progress: bool):
     try:
         source = gguf_source(name_or_path)
         # A quantized runner asked for by name runs on the CPU where no device is given, a GPU machine included
-        # (None means "cuda if torch sees one" elsewhere); an explicit other device is refused below.
+        # (None means "cuda if torch sees one" elsewhere); a GPU asked for by name gets the HF folder's weights.
         if device is not None and not str(parse_device(device)).startswith("cpu"):
             raise QuantizedUnsupported(f"it runs on the CPU only, not {parse_device(device)}")
         folder = hf_folder(resolved, progress)
