@@ -48,13 +48,17 @@ def test_every_http_option_round_trips_through_the_allow_list(name, row):
         value = sample_value(opt)
         assert request_options(name, {option: value}, CONFIG) == {option: value}, (name, option)
         # The library checks the value, with the server's bounds and without (they agree on what a request sends).
-        row.resolve_options({option: value, **_needed(name)}, CONFIG.bounds())
-        row.resolve_options({option: value, **_needed(name)})
+        row.resolve_options({option: value, **_needed(name, option)}, CONFIG.bounds())
+        row.resolve_options({option: value, **_needed(name, option)})
 
 
-def _needed(name):
+def _needed(name, option=None):
+    """What a request sends beside `option` for it to apply: the server attaches suffix's store; pld_plus's
+    induction_heads rank with rank_by='attention' only."""
     from multidraft.suffix.store import SuffixStore
-    return {"store": SuffixStore()} if name == "suffix" else {}      # the server attaches its store
+    if name == "suffix":
+        return {"store": SuffixStore()}
+    return {"rank_by": "attention"} if (name, option) == ("pld_plus", "induction_heads") else {}
 
 
 @pytest.mark.parametrize("name,row", ROWS, ids=[n for n, _ in ROWS])
