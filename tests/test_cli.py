@@ -61,3 +61,14 @@ def test_generate_stream_prints_the_final_text(tiny_folder, capsys):
     assert stop not in cut and len(cut) < len(full)
     assert main(common + ["--stream", "--stop", stop, prompt]) == 0
     assert capsys.readouterr().out == cut + "\n"
+
+
+def test_the_command_line_loads_the_web_framework_only_to_serve():
+    """`multidraft bench`, `generate` and the others import no FastAPI (~0.25 s each start; and a machine without
+    the server's packages, such as a GPU image, runs them): the server's app is imported when a server is made."""
+    import subprocess
+
+    code = ("import sys, multidraft.cli; assert 'fastapi' not in sys.modules, 'multidraft.cli imported fastapi'; "
+            "from multidraft.server import create_app; assert 'fastapi' in sys.modules")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

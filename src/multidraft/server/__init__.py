@@ -7,7 +7,15 @@
 """
 
 from multidraft.server.config import ServerConfig
-from multidraft.server.app import create_app
 from multidraft.server.thread import ServerThread
 
 __all__ = ["ServerConfig", "create_app", "ServerThread"]
+
+
+def __getattr__(name):
+    # create_app on first use: the app imports FastAPI (~0.25 s), which `multidraft bench`, `generate` and the
+    # other commands never need (and a machine without the server's packages can still run them)
+    if name == "create_app":
+        from multidraft.server.app import create_app
+        return create_app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
