@@ -90,3 +90,46 @@ def test_forward_cost_shapes_add_the_one_token_chain_and_read_trees():
     shapes = forward_cost.forward_shapes("4", "2x3, 1X1")
     assert [label for label, _ in shapes] == ["chain 1", "chain 4", "tree 2x3 (7 nodes)", "tree 1x1 (2 nodes)"]
     assert shapes[1][1] == [-1, 0, 1, 2]
+
+
+def test_shapes_and_runners_are_timed_round_robin(monkeypatch):
+    """Each round times every shape and runner once (the first round is the warm-up and not counted), so a slow
+    spell of the machine hits every shape alike; each shape's figure is its fastest counted forward."""
+    from types import SimpleNamespace
+
+    calls = []
+
+    class Cache:
+        def crop(self, length):
+            assert length == 5
+
+    class View:
+        def __init__(self, name):
+            self.name, self.runner = name, name
+            self.model = SimpleNamespace(config=SimpleNamespace(vocab_size=100))
+            self.device = SimpleNamespace(type="cpu")
+
+        def new_cache(self):
+            return Cache()
+
+        def forward(self, cache, ids, parents=None, logits_rows=None):
+            if parents is not None:
+                calls.append((self.name, len(ids)))
+
+    # a clock read twice per timed forward: the warm-up round's forwards take 1 ms (the fastest: never counted),
+    # the two counted rounds 500 ms then 300 ms
+    spans = iter([0.001] * 4 + [0.5] * 4 + [0.3] * 4)
+    state = {"t": 0.0, "open": False}
+
+    def now():
+        if state["open"]:
+            state["t"] += next(spans)
+        state["open"] = not state["open"]
+        return state["t"]
+
+    monkeypatch.setattr(forward_cost, "clock", lambda cpu_time: now)
+    views = {"a": View("a"), "b": View("b")}
+    shapes = [("chain 1", [-1]), ("chain 2", [-1, 0])]
+    best = forward_cost.time_shapes(views, ["a", "b"], shapes, reps=2, prefix=5)
+    assert calls == [("a", 1), ("b", 1), ("a", 2), ("b", 2)] * 3          # warm-up round, then two counted ones
+    assert best == {runner: {"chain 1": pytest.approx(0.3), "chain 2": pytest.approx(0.3)} for runner in "ab"}

@@ -130,29 +130,31 @@ def time_shapes(views: dict, runners: list[str], shapes: list[tuple[str, list[in
         caches[runner] = view.new_cache()
         with isa_of(runner):
             view.forward(caches[runner], tokens(view, 1000, prefix), logits_rows=slice(-1, None))
-    best: dict = {runner: {} for runner in runners}
-    for label, parents in shapes:
-        for runner in runners:                 # interleaved shape by shape: drift hits every runner alike
-            view, cache = views[runner], caches[runner]
-            with isa_of(runner):
-                times = _time_one(view, cache, parents, reps, now, prefix)
-            best[runner][label] = min(times[1:])
+    times: dict = {runner: {label: [] for label, _ in shapes} for runner in runners}
+    # Round-robin, one forward of every shape and runner per round (the first round warms them up): a ratio to the
+    # 1-row forward then compares minima taken over the same minutes, so a slow spell of a shared machine hits every
+    # shape alike instead of the one block of reps it fell on. (What it cannot remove: a VM whose memory bandwidth
+    # differs from one run to the next moves the 1-row forward, and so every ratio, run to run.)
+    for _ in range(reps + 1):
+        for label, parents in shapes:
+            for runner in runners:
+                with isa_of(runner):
+                    times[runner][label].append(_time_once(views[runner], caches[runner], parents, now, prefix))
     for runner, view in views.items():
         if view.runner != runner.split("@")[0]:
             print(f"note: runner {runner!r} ran as {view.runner!r} here")
-    return best
+    return {runner: {label: min(spans[1:]) for label, spans in by_label.items()} for runner, by_label in times.items()}
 
 
-def _time_one(view, cache, parents: list[int], reps: int, now, prefix: int) -> list[float]:
-    times = []
-    for _ in range(reps + 1):
-        start = now()
-        view.forward(cache, tokens(view, 2000, len(parents)), parents=parents)
-        if view.device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(now() - start)
-        cache.crop(prefix)
-    return times
+def _time_once(view, cache, parents: list[int], now, prefix: int) -> float:
+    """One forward of `parents`' new tokens after `prefix` cached ones, in seconds; the cache is cropped back."""
+    start = now()
+    view.forward(cache, tokens(view, 2000, len(parents)), parents=parents)
+    if view.device.type == "cuda":
+        torch.cuda.synchronize()
+    spent = now() - start
+    cache.crop(prefix)
+    return spent
 
 
 @contextlib.contextmanager
