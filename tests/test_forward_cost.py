@@ -93,8 +93,8 @@ def test_forward_cost_shapes_add_the_one_token_chain_and_read_trees():
 
 
 def test_shapes_and_runners_are_timed_round_robin(monkeypatch):
-    """Each round times every shape and runner once (the first round is the warm-up and not counted), so a slow
-    spell of the machine hits every shape alike; each shape's figure is its fastest counted forward."""
+    """Each round times every shape of every runner once (the first round is the warm-up and not counted), so a
+    slow spell of the machine hits every shape alike; each shape's figure is its fastest counted forward."""
     from types import SimpleNamespace
 
     calls = []
@@ -131,5 +131,5 @@ def test_shapes_and_runners_are_timed_round_robin(monkeypatch):
     views = {"a": View("a"), "b": View("b")}
     shapes = [("chain 1", [-1]), ("chain 2", [-1, 0])]
     best = forward_cost.time_shapes(views, ["a", "b"], shapes, reps=2, prefix=5)
-    assert calls == [("a", 1), ("b", 1), ("a", 2), ("b", 2)] * 3          # warm-up round, then two counted ones
+    assert calls == [("a", 1), ("a", 2), ("b", 1), ("b", 2)] * 3          # warm-up round, then two counted ones
     assert best == {runner: {"chain 1": pytest.approx(0.3), "chain 2": pytest.approx(0.3)} for runner in "ab"}

@@ -131,15 +131,19 @@ def time_shapes(views: dict, runners: list[str], shapes: list[tuple[str, list[in
         with isa_of(runner):
             view.forward(caches[runner], tokens(view, 1000, prefix), logits_rows=slice(-1, None))
     times: dict = {runner: {label: [] for label, _ in shapes} for runner in runners}
-    # Round-robin, one forward of every shape and runner per round (the first round warms them up): a ratio to the
-    # 1-row forward then compares minima taken over the same minutes, so a slow spell of a shared machine hits every
-    # shape alike instead of the one block of reps it fell on. (What it cannot remove: a VM whose memory bandwidth
-    # differs from one run to the next moves the 1-row forward, and so every ratio, run to run.)
+    # Round-robin, every shape once per round (the first round warms them up): a ratio to the 1-row forward then
+    # compares minima taken over the same minutes, so a slow spell of a shared machine hits every shape alike instead
+    # of the one block of reps it fell on. (What it cannot remove: a VM whose memory bandwidth differs from one run
+    # to the next moves the 1-row forward, and so every ratio, run to run.) Runners take turns within a round; a
+    # switch of kernel path (--isa) runs that path's self-check, so one untimed forward follows it.
     for _ in range(reps + 1):
-        for label, parents in shapes:
-            for runner in runners:
-                with isa_of(runner):
-                    times[runner][label].append(_time_once(views[runner], caches[runner], parents, now, prefix))
+        for runner in runners:
+            view, cache = views[runner], caches[runner]
+            with isa_of(runner):
+                if "@" in runner and len(runners) > 1:
+                    _time_once(view, cache, [-1], now, prefix)
+                for label, parents in shapes:
+                    times[runner][label].append(_time_once(view, cache, parents, now, prefix))
     for runner, view in views.items():
         if view.runner != runner.split("@")[0]:
             print(f"note: runner {runner!r} ran as {view.runner!r} here")
