@@ -198,7 +198,10 @@ def test_a_long_beam_past_its_deadline_frees_the_model_real(default_smollm):
     with ServerThread(create_app(default_smollm, config)) as running, \
             httpx.Client(base_url=running.url, timeout=60) as client:
         tiny = {"prompt": "hi", "max_tokens": 2}
-        assert client.post("/v1/completions", json=tiny).status_code == 200     # the engine's first forward
+        # the engine's first forward, a warm-up: on a loaded 2-core machine (a full suite's slow spell) it once took
+        # past the 4 s deadline, so it may be retried; what the test checks is the answer after the beam below
+        warm = [client.post("/v1/completions", json=tiny).status_code for _ in range(3)]
+        assert 200 in warm, warm
         reply = client.post("/v1/completions", json={"prompt": "Write a very long story about a dragon.",
                                                      "max_tokens": 512, "method": "beam", "num_beams": 16})
         assert reply.status_code == 504, reply.text
