@@ -1,5 +1,6 @@
 """`multidraft bench forward-cost`: a smoke test on a tiny Q4_K model (figures written, no timing asserted)."""
 
+import contextlib
 import json
 import tempfile
 from pathlib import Path
@@ -133,3 +134,11 @@ def test_shapes_and_runners_are_timed_round_robin(monkeypatch):
     best = forward_cost.time_shapes(views, ["a", "b"], shapes, reps=2, prefix=5)
     assert calls == [("a", 1), ("a", 2), ("b", 1), ("b", 2)] * 3          # warm-up round, then two counted ones
     assert best == {runner: {"chain 1": pytest.approx(0.3), "chain 2": pytest.approx(0.3)} for runner in "ab"}
+
+    # a runner on a kernel path (--isa) alone: entering its path runs the path's self-check, so each round starts
+    # with one untimed 1-row forward before the timed ones
+    calls.clear()
+    spans = iter([0.1] * 9)
+    monkeypatch.setattr(forward_cost, "isa_of", lambda runner: contextlib.nullcontext())
+    forward_cost.time_shapes({"a@avx2": View("a")}, ["a@avx2"], shapes, reps=2, prefix=5)
+    assert calls == [("a", 1), ("a", 1), ("a", 2)] * 3

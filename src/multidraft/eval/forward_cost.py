@@ -140,7 +140,7 @@ def time_shapes(views: dict, runners: list[str], shapes: list[tuple[str, list[in
         for runner in runners:
             view, cache = views[runner], caches[runner]
             with isa_of(runner):
-                if "@" in runner and len(runners) > 1:
+                if "@" in runner:              # isa_of switched the path: one runner alone too
                     _time_once(view, cache, [-1], now, prefix)
                 for label, parents in shapes:
                     times[runner][label].append(_time_once(view, cache, parents, now, prefix))
