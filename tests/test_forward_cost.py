@@ -46,6 +46,11 @@ def test_forward_cost_writes_rows_trees_and_shares_per_runner_and_path(monkeypat
         parts = entry["outside_linears"]
         assert parts["attention"] > 0 and parts["layer_steps"] >= 0    # HF's modules run this runner's norms
         assert abs(parts["attention"] + parts["layer_steps"] + parts["other"] - entry["outside_linears_share"]) < 1e-9
+        for shape in list(entry["rows"].values()) + list(entry["trees"].values()):   # where each figure's time went
+            spent = [shape[f"{part}_ms"] for part in ("linears", "attention", "layer_steps", "other")]
+            assert spent[0] > 0 and spent[1] > 0 and abs(sum(spent) - shape["ms"]) < 1e-6
+        one = entry["rows"]["1"]
+        assert one["linears_ms"] / one["ms"] == pytest.approx(1 - entry["outside_linears_share"])
     assert gguf_kernels.isa() != "scalar"                  # the path is put back after its rows
 
 
@@ -131,9 +136,10 @@ def test_shapes_and_runners_are_timed_round_robin(monkeypatch):
     monkeypatch.setattr(forward_cost, "clock", lambda cpu_time: now)
     views = {"a": View("a"), "b": View("b")}
     shapes = [("chain 1", [-1]), ("chain 2", [-1, 0])]
-    best = forward_cost.time_shapes(views, ["a", "b"], shapes, reps=2, prefix=5)
+    best, split = forward_cost.time_shapes(views, ["a", "b"], shapes, reps=2, prefix=5)
     assert calls == [("a", 1), ("a", 2), ("b", 1), ("b", 2)] * 3          # warm-up round, then two counted ones
     assert best == {runner: {"chain 1": pytest.approx(0.3), "chain 2": pytest.approx(0.3)} for runner in "ab"}
+    assert split == {runner: {"chain 1": None, "chain 2": None} for runner in "ab"}     # no GGUF linear ran
 
     # a runner on a kernel path (--isa) alone: entering its path runs the path's self-check, so each round starts
     # with one untimed 1-row forward before the timed ones

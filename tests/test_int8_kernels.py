@@ -371,6 +371,26 @@ def test_a_path_that_fails_its_self_check_is_not_used(monkeypatch):
     assert gguf_kernels.isa() != "scalar"
 
 
+def test_a_path_is_self_checked_once_per_process(monkeypatch):
+    # forward-cost's --isa switches paths twice a round: the second switch to a path reuses its verdict
+    calls = []
+    real = gguf_kernels.linear_q8_on
+    monkeypatch.setattr(gguf_kernels, "linear_q8_on", lambda *args: calls.append(args[-1]) or real(*args))
+    before = gguf_kernels.isa()
+    gguf_kernels.self_check.cache_clear()
+    try:
+        gguf_kernels.use_isa("avx2")
+        checked = len(calls)
+        assert checked > 0 and "avx2" in calls
+        gguf_kernels.use_isa(before)
+        gguf_kernels.use_isa("avx2")
+        gguf_kernels.use_isa(before)
+        assert calls.count("avx2") == calls[:checked].count("avx2")
+    finally:
+        gguf_kernels.use_isa(before)
+    assert gguf_kernels.self_check(before)
+
+
 def test_a_path_that_crashes_its_probe_costs_that_path_only(monkeypatch, tmp_path):
     # A child process stands in for a trapping instruction (it kills itself with SIGILL in avx2's check): the
     # parent survives, records avx2 as crashed beside the build, and never puts linear_q8 on it.

@@ -10,8 +10,9 @@ drafted step costs one n-token forward plus the drafting).
 After a 300-token prefill, each shape (a chain of n new tokens, n in --chains; or a tree: `k x d` = k branches
 of depth d under one root) is timed --reps times per runner, runners interleaved shape by shape so machine
 drift hits them alike; the cache is cropped back each time. Prints the minimum and its ratio to the same
-runner's 1-token forward, the machine's read bandwidth and each 1-token forward's share of it, and the share of
-a 1-token forward spent outside the GGUF linears. The machine's load (uptime) is printed beside the figures.
+runner's 1-token forward, where each of those forwards' time went (the kernels' own clocks: the GGUF linears, the
+attention, the layers' elementwise steps, the rest), the machine's read bandwidth and each 1-token forward's share of
+it. The machine's load (uptime) is printed beside the figures.
 """
 
 from __future__ import annotations
@@ -123,7 +124,9 @@ def tokens(view, start: int, count: int) -> list[int]:
 
 
 def time_shapes(views: dict, runners: list[str], shapes: list[tuple[str, list[int]]], reps: int,
-                cpu_time: bool = False, prefix: int = 300) -> dict:
+                cpu_time: bool = False, prefix: int = 300) -> tuple[dict, dict]:
+    """-> (best, split): per runner and shape label, the fastest counted forward in seconds, and where that forward's
+    wall time went (forward_split; None under --cpu-time, whose clock is not the stage clocks')."""
     now = clock(cpu_time)
     caches = {}
     for runner, view in views.items():
@@ -147,18 +150,35 @@ def time_shapes(views: dict, runners: list[str], shapes: list[tuple[str, list[in
     for runner, view in views.items():
         if view.runner != runner.split("@")[0]:
             print(f"note: runner {runner!r} ran as {view.runner!r} here")
-    return {runner: {label: min(spans[1:]) for label, spans in by_label.items()} for runner, by_label in times.items()}
+    fastest = {runner: {label: min(spans[1:], key=lambda span: span[0]) for label, spans in by_label.items()}
+               for runner, by_label in times.items()}
+    best = {runner: {label: span[0] for label, span in by_label.items()} for runner, by_label in fastest.items()}
+    split = {runner: {label: None if cpu_time else forward_split(*span) for label, span in by_label.items()}
+             for runner, by_label in fastest.items()}
+    return best, split
 
 
-def _time_once(view, cache, parents: list[int], now, prefix: int) -> float:
-    """One forward of `parents`' new tokens after `prefix` cached ones, in seconds; the cache is cropped back."""
-    start = now()
-    view.forward(cache, tokens(view, 2000, len(parents)), parents=parents)
-    if view.device.type == "cuda":
-        torch.cuda.synchronize()
-    spent = now() - start
+def forward_split(total: float, stages: dict) -> Optional[dict]:
+    """Where one forward's `total` seconds went, from the kernels' stage clocks (stage_timer): seconds in the GGUF
+    linears, the attention, the layers' elementwise steps, and the rest (Python, the embedding, torch's small ops,
+    the logits' rows); None where no GGUF linear ran (an HF runner)."""
+    if not stages.get("linears"):
+        return None
+    return {"linears": stages["linears"], "attention": stages["attention"], "layer_steps": stages["layer steps"],
+            "other": total - stages["linears"] - stages["attention"] - stages["layer steps"]}
+
+
+def _time_once(view, cache, parents: list[int], now, prefix: int) -> tuple[float, dict]:
+    """One forward of `parents`' new tokens after `prefix` cached ones: (seconds, the kernels' stage clocks in
+    seconds: stage_timer); the cache is cropped back."""
+    with stage_timer() as stages:
+        start = now()
+        view.forward(cache, tokens(view, 2000, len(parents)), parents=parents)
+        if view.device.type == "cuda":
+            torch.cuda.synchronize()
+        spent = now() - start
     cache.crop(prefix)
-    return spent
+    return spent, stages
 
 
 @contextlib.contextmanager
@@ -194,30 +214,6 @@ def stage_timer():
         yield spent
     finally:
         spent.update({stage: ns / 1e9 for stage, ns in gguf_kernels.stage_times(False).items()})
-
-
-def outside_linears(view, runner: str, reps: int, prefix: int = 300) -> Optional[dict]:
-    """Where a 1-token forward's wall time outside the GGUF linears goes, from the rep with the least of it:
-    {"share": its share of the forward, then the shares of the attention, the layers' elementwise steps and the
-    rest (Python, the embedding, torch's small ops)}; None where no GGUF linear ran."""
-    cache = view.new_cache()
-    with isa_of(runner):
-        view.forward(cache, tokens(view, 1000, prefix), logits_rows=slice(-1, None))
-        best = None
-        for rep in range(reps + 1):
-            with stage_timer() as spent:
-                start = time.perf_counter()
-                view.forward(cache, tokens(view, 2000, 1))
-                total = time.perf_counter() - start
-            cache.crop(prefix)
-            if spent["linears"] == 0:
-                return None
-            outside = {"share": (total - spent["linears"]) / total, "attention": spent["attention"] / total,
-                       "layer_steps": spent["layer steps"] / total}
-            outside["other"] = outside["share"] - outside["attention"] - outside["layer_steps"]
-            if rep and (best is None or outside["share"] < best["share"]):      # rep 0 warms up
-                best = outside
-    return best
 
 
 def bandwidth_pairs(view, runner: str, streamed: int, probe: ReadProbe, rounds: int, prefix: int = 300) -> dict:
@@ -319,10 +315,10 @@ def run(args) -> int:
         lm = None if all(is_gguf_runner(r) for r in runners) else multidraft.load_model(
             args.model, dtype=args.dtype, device=args.device, runner="eager")
     views = runner_views(lm, runners, args.model, args.dtype)
-    best = time_shapes(views, runners, shapes, args.reps, args.cpu_time, args.prefix)
+    best, split = time_shapes(views, runners, shapes, args.reps, args.cpu_time, args.prefix)
     probe = None if args.no_bandwidth else ReadProbe()
-    figures = summarize(views, runners, shapes, best, probe, args)
-    print_table(views, runners, shapes, best, figures, args)
+    figures = summarize(views, runners, shapes, best, split, probe, args)
+    print_table(runners, shapes, best, split, figures, args)
     if args.json:
         with atomic_path(args.json) as target:                # never a half-written file
             target.write_text(json.dumps(figures, indent=1))
@@ -358,8 +354,10 @@ def forward_shapes(chains: str, trees: str) -> list:
     return shapes
 
 
-def summarize(views: dict, runners: list[str], shapes, best: dict, probe: Optional[ReadProbe], args) -> dict:
-    """The --json figures: per runner its rows (chains) and trees in ms, its 1-token forward's share of the read
+def summarize(views: dict, runners: list[str], shapes, best: dict, split: dict, probe: Optional[ReadProbe],
+              args) -> dict:
+    """The --json figures: per runner its rows (chains) and trees in ms, each with where its time went (ms in the
+    linears, the attention, the layer steps and the rest: forward_split), its 1-token forward's share of the read
     bandwidth (measured beside it: bandwidth_pairs) and outside_linears_share with where that time goes."""
     first = next(iter(views.values()))
     out = {"model": first.name, "dtype": args.dtype, "threads": args.threads, "cpu_time": args.cpu_time,
@@ -372,19 +370,22 @@ def summarize(views: dict, runners: list[str], shapes, best: dict, probe: Option
             entry.update(bandwidth_pairs(views[runner], runner, entry["weight_bytes"], probe, max(args.reps, 10),
                                          args.prefix))
             out["read_bandwidth_gbps"] = max(out["read_bandwidth_gbps"] or 0, entry["read_bandwidth_gbps"])
-        outside = outside_linears(views[runner], runner, args.reps, args.prefix)
-        entry["outside_linears_share"] = None if outside is None else outside.pop("share")
-        entry["outside_linears"] = outside
+        one_split = split[runner]["chain 1"]
+        entry["outside_linears_share"] = None if one_split is None else 1 - one_split["linears"] / one
+        entry["outside_linears"] = None if one_split is None else {
+            part: one_split[part] / one for part in ("attention", "layer_steps", "other")}
         for label, parents in shapes:
             kind, size = label.split(" ")[:2]
             target = entry["rows"] if kind == "chain" else entry["trees"]
             target[size] = {"ms": best[runner][label] * 1000, "x_one_row": best[runner][label] / one,
                             "nodes": len(parents)}
+            if split[runner][label] is not None:
+                target[size].update({f"{part}_ms": seconds * 1000 for part, seconds in split[runner][label].items()})
         out["runners"][runner] = entry
     return out
 
 
-def print_table(views: dict, runners: list[str], shapes, best: dict, figures: dict, args) -> None:
+def print_table(runners: list[str], shapes, best: dict, split: dict, figures: dict, args) -> None:
     what = "CPU time" if args.cpu_time else "wall time"
     print(f"{figures['model']} {args.dtype} threads={args.threads} ({what}, min of {args.reps} after a warm-up)")
     print(f"{'shape':28s}" + "".join(f"{runner:>28s}" for runner in runners))
@@ -392,6 +393,13 @@ def print_table(views: dict, runners: list[str], shapes, best: dict, figures: di
         print(f"{label:28s}" + "".join(
             f"{best[r][label] * 1000:16.1f} ms ({best[r][label] / best[r]['chain 1']:4.2f}x)" for r in runners),
             flush=True)
+    split_runners = [r for r in runners if any(split[r][label] for label, _ in shapes)]
+    if split_runners:                      # where the time of each figure above went, from the kernels' clocks
+        print(f"{'ms: linears/attention/steps/rest':34s}" + "".join(f"{runner:>28s}" for runner in split_runners))
+        for label, _ in shapes:
+            print(f"{label:34s}" + "".join(
+                f"{'/'.join(f'{s * 1000:.1f}' for s in split[r][label].values()) if split[r][label] else '-':>28s}"
+                for r in split_runners))
     for runner in runners:
         entry = figures["runners"][runner]
         line = f"{runner}: {entry['weight_bytes'] / 1e9:.2f} GB of weights per forward"
