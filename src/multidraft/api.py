@@ -63,7 +63,6 @@ def generate_request(model, request: Request, on_token: Optional[Callable[[int],
     check_model(model)
     if not isinstance(request, Request):
         raise InvalidOptionError(f"generate_request() takes a multidraft.Request, got {type(request).__name__}")
-    validation.callback("on_token", on_token, (0,), "a function of one token id")
     if prefix_cache is not None:
         check_prefix_cache(prefix_cache, model)
         if request.row.run is not None:
@@ -113,7 +112,8 @@ class Prepared:
 
 def prepare_request(model, request: Request, on_token: Optional[Callable[[int], None]] = None,
                     prompt_ids: Optional[list[int]] = None, artifacts: Optional[Artifacts] = None) -> Prepared:
-    """Bind a validated request to `model` (see generate_request for the arguments)."""
+    """Bind a validated request to `model` (see generate_request for the arguments; Engine.submit calls it too)."""
+    validation.callback("on_token", on_token, (0,), "a function of one token id")
     if prompt_ids is None:
         prompt_ids = request.prompt_ids(model)
     else:       # the caller's own encoding (a server's, an Engine user's): the checks a token-id prompt gets

@@ -119,8 +119,7 @@ class Engine:
         pld_plus with attention rows); what it raises (e.g. a server's timeout) ends the request with that error."""
         if not isinstance(request, Request):
             raise InvalidOptionError(f"Engine.submit takes a multidraft.Request, got {type(request).__name__}")
-        validation.callback("on_token", on_token, (0,), "a function of one token id")
-        validation.callback("check", check, (), "a function of no arguments")
+        validation.callback("check", check, (), "a function of no arguments")     # on_token: prepare_request
         prepared = prepare_request(self.lm, request, on_token, prompt_ids, self.artifacts)
         pair = prepared.loop_pair(self.lm, request)
         solo_reason = None
