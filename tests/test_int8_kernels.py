@@ -1,7 +1,9 @@
 """The 8-bit-activation kernels' paths (kernels/q8_linear.inc): every path computes the canonical arithmetic bit for
 bit, at every row count and thread count.
 
-- Each path this CPU has, plus the VNNI template with vpdpbusd emulated in AVX2, against the scalar reference.
+- Each path this CPU has, plus the VNNI template with vpdpbusd emulated in AVX2 and the AMX tile kernel with its
+  tile ops emulated (all in scalar C++ on any CPU; beside the amx path's own vector code where the CPU has
+  AVX512-VBMI: amx-emulated-tiles), against the scalar reference.
 - The scalar reference against a plain numpy replica of the canonical arithmetic (integer sums, then one fused
   multiply-add per block), and a negative control: the same sums with an epilogue in another order differ.
 - Every format with an 8-bit kernel: Q4_K / Q5_K / Q6_K (activations per 256 values) and Q4_0 / Q4_1 / Q5_0 /
@@ -550,7 +552,8 @@ def _x16_data(seed, outputs=48, rows=40):
 @pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
 def test_q6_k_packed_in_sixteens_gives_q6_ks_bits_on_every_path_row_and_thread_count(path):
     # amx: 1-8 input rows the VNNI kernel, then the tile kernel (17-40 in equal runs, the last one overlapping);
-    # amx-emulated: the tile kernel with the tile ops in C++ and a scalar decoding; the vector paths: AVX2's kernel
+    # amx-emulated: the tile kernel with the tile ops in C++ and a scalar decoding; amx-emulated-tiles: the amx path
+    # with the tile ops alone in C++; the vector paths: AVX2's kernel
     if gguf_kernels.missing_flag(path):
         pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
     blocks, packed, x = _x16_data(11)

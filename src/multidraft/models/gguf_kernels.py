@@ -147,11 +147,12 @@ def linear_q8_on(x: torch.Tensor, blocks: torch.Tensor, type_id: int, width: int
 
 # The paths MULTIDRAFT_ISA can force, best first after the scalar reference (numbers: q8_linear.inc's Q8Path).
 ISA_PATHS = ("scalar", "avx2", "avx-vnni", "avx512-vnni", "amx")
-# Test paths, on any machine: the VNNI template with vpdpbusd emulated in AVX2, the AMX kernel with its tile ops
-# emulated in scalar C++.
-TEST_PATHS = ("vnni-emulated", "amx-emulated")
+# Test paths: on any machine, the VNNI template with vpdpbusd emulated in AVX2 and the AMX kernel with its tile ops,
+# decoding and epilogue in scalar C++; on an AVX512-VBMI CPU without AMX (Zen 4 and 5, Ice Lake), the amx path with
+# its tile ops alone emulated (its own AVX512-VBMI decoding, AVX-512 epilogue and VNNI kernels around them).
+TEST_PATHS = ("vnni-emulated", "amx-emulated", "amx-emulated-tiles")
 _PATH_NUMBERS = {"scalar": 0, "avx2": 1, "avx-vnni": 2, "avx512-vnni": 3, "amx": 4, "vnni-emulated": 5,
-                 "amx-emulated": 6}
+                 "amx-emulated": 6, "amx-emulated-tiles": 7}
 _isa = "avx2"
 
 
