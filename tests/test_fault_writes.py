@@ -163,8 +163,10 @@ def test_ngram_build(tmp_path):
 
     def check(where):
         assert NGramModel.load(path).max_order in (3, 4), where
-    check_every_crash(lambda: build(docs, 64, path, max_order=4),
-                      lambda: build([np.arange(10, dtype=np.uint32)], 64, path, max_order=3), check)
+    work = tmp_path / "work"                 # a killed build's counting folder stays there, not in /tmp
+    work.mkdir()
+    check_every_crash(lambda: build(docs, 64, path, max_order=4, workdir=work),
+                      lambda: build([np.arange(10, dtype=np.uint32)], 64, path, max_order=3, workdir=work), check)
 
 
 def test_pld_plus_calibration_save(tmp_path):

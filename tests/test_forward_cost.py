@@ -2,15 +2,13 @@
 
 import contextlib
 import json
-import tempfile
-from pathlib import Path
 
 import pytest
 
 from multidraft.cli import main
 from multidraft.eval import forward_cost
 from multidraft.models import gguf_kernels
-from tests.tiny_gguf import write_tiny_gguf
+from tests.tiny_gguf import temp_model_folder, write_tiny_gguf
 from tests.tiny_models import make_tokenizer
 
 pytestmark = pytest.mark.skipif(not gguf_kernels.load(progress=False),
@@ -26,7 +24,7 @@ def test_forward_cost_writes_rows_trees_and_shares_per_runner_and_path(monkeypat
     from multidraft.models.quantized import load_quantized_model
     from multidraft.models.runner import LM
 
-    folder = Path(tempfile.mkdtemp(prefix="tiny-gguf-cost-"))
+    folder = temp_model_folder("tiny-gguf-cost-")
     path = write_tiny_gguf(folder, "qwen2", "Q4_K", seed=3)
     lm = LM(load_quantized_model(folder, path, activations="q8"), make_tokenizer(), name="tiny", runner="quantized-q8")
     monkeypatch.setattr(forward_cost, "runner_views", lambda _lm, runners, *rest: {r: lm for r in runners})

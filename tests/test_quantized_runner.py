@@ -6,9 +6,7 @@ attention, and for the whole model on chains and trees; then that the lossless m
 """
 
 import hashlib
-import tempfile
 import warnings
-from pathlib import Path
 
 import gguf
 import numpy as np
@@ -18,7 +16,7 @@ import torch
 from multidraft.models import gguf_kernels
 from multidraft.models.kv_cache import KVCache
 from tests.installed import load_smollm, require_quantized_kernels
-from tests.tiny_gguf import FORMATS, random_blocks, write_tiny_gguf
+from tests.tiny_gguf import FORMATS, random_blocks, temp_model_folder, write_tiny_gguf
 from tests.tiny_models import make_tokenizer
 
 
@@ -273,7 +271,7 @@ def _tiny(arch, type_name, tie=False):
     from multidraft.models.quantized import load_quantized_model
     from multidraft.models.runner import LM
 
-    folder = Path(tempfile.mkdtemp(prefix=f"tiny-gguf-{arch}-{type_name}-"))
+    folder = temp_model_folder(f"tiny-gguf-{arch}-{type_name}-")
     path = write_tiny_gguf(folder, arch, type_name, seed=3, tie=tie)
     return LM(load_quantized_model(folder, path), make_tokenizer(), name=f"tiny-{arch}-{type_name}",
               runner="quantized"), folder
@@ -443,7 +441,7 @@ def test_auto_activations_are_q8_where_a_matrix_has_an_8_bit_kernel():
 
     for type_name, runner in (("Q4_K", "quantized-q8"), ("Q5_K", "quantized-q8"), ("Q6_K", "quantized-q8"),
                               ("Q8_0", "quantized-q8"), ("Q4_1", "quantized-q8"), ("BF16", "quantized")):
-        folder = Path(tempfile.mkdtemp(prefix=f"tiny-gguf-auto-{type_name}-"))
+        folder = temp_model_folder(f"tiny-gguf-auto-{type_name}-")
         path = write_tiny_gguf(folder, "qwen2", type_name, seed=3)
         with warnings.catch_warnings():
             warnings.simplefilter("error")                 # BF16: fp32 activations, silently (nothing to warn about)

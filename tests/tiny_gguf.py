@@ -5,6 +5,9 @@ finite values); their exact values (gguf-py's dequantize) go into the HF folder,
 fp32 eager runner compute the same model and may differ only by summation order.
 """
 
+import atexit
+import shutil
+import tempfile
 from pathlib import Path
 
 import gguf
@@ -18,6 +21,14 @@ from tests.tiny_models import make_tiny_hf_model, make_tokenizer
 SCALE_FIELDS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "Q4_K": (0, 2),
                 "Q5_K": (0, 2), "Q6_K": (208,)}
 FORMATS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16", "F32")
+
+
+def temp_model_folder(prefix: str) -> Path:
+    """A fresh folder for a tiny model that lives as long as the test process (its LM may be kept module-wide, its
+    GGUF memory-mapped): removed at exit, so a suite run leaves no models behind (it left ~1 GB of them in /tmp)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def random_blocks(type_name: str, rows: int, width: int, rng, scale: float = 0.02) -> np.ndarray:
@@ -101,11 +112,9 @@ def write_tiny_gguf(folder: Path, arch: str = "qwen2", type_name: str = "Q4_K", 
 def tiny_gguf_lm(arch: str = "qwen2", type_name: str = "Q4_K", seed: int = 0, runner: str = "native"):
     """An LM on a fresh tiny GGUF model (a temporary folder), run by `runner` (the native forward by default);
     Gemma3's head is tied to its embeddings, as in the real model."""
-    import tempfile
-
     from multidraft.models.quantized import load_quantized_model
     from multidraft.models.runner import LM
 
-    folder = Path(tempfile.mkdtemp(prefix=f"tiny-gguf-{arch}-{type_name}-"))
+    folder = temp_model_folder(f"tiny-gguf-{arch}-{type_name}-")
     path = write_tiny_gguf(folder, arch, type_name, seed=seed, tie=arch == "gemma3")
     return LM(load_quantized_model(folder, path), make_tokenizer(), name="tiny", runner=runner)
