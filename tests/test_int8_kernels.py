@@ -566,6 +566,27 @@ def test_q6_k_packed_in_sixteens_gives_q6_ks_bits_on_every_path_row_and_thread_c
     assert torch.equal(_bits(both[1]), _bits(gguf_kernels.linear_q8_on(x[:6], plain_q4, 12, 768, "scalar")))
 
 
+@pytest.mark.parametrize("path", ["amx", "amx-emulated-tiles"])
+def test_the_amx_path_gives_the_same_bits_on_its_tiles_or_its_vnni_kernels_at_every_row_count(path):
+    """set_amx_vnni_rows moves the amx path's crossover from its AVX512-VNNI kernels to its tile kernels (an A/B knob
+    for timing it): the tiles at every row count (0) and the VNNI kernels at every row count give the same bits."""
+    if gguf_kernels.missing_flag(path):
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
+    q4_k, q6_k = _x8_data(7), _x16_data(11)
+    before = gguf_kernels.set_amx_vnni_rows(0, 0)
+    try:
+        for limit in (0, 40):
+            gguf_kernels.set_amx_vnni_rows(limit, limit)
+            _assert_packed_is_plain_at_every_row_and_thread_count(path, q4_k[0], 12, q4_k[1], gguf_kernels.Q4_K_X8,
+                                                                  q4_k[2])
+            _assert_packed_is_plain_at_every_row_and_thread_count(path, q6_k[0], 14, q6_k[1], gguf_kernels.Q6_K_X16,
+                                                                  q6_k[2])
+        with pytest.raises(RuntimeError, match="row counts >= 0"):
+            gguf_kernels.set_amx_vnni_rows(-1, 8)
+    finally:
+        assert gguf_kernels.set_amx_vnni_rows(*before) == (40, 40)
+
+
 def _x16_value_bit(row, value, superblock):
     """The first bit of a row's value in the Q6_K_X16 bytes of group 0 (q6_x16.inc's layout)."""
     t = 256 * (value // 16) + 64 * (value % 16 // 4) + 4 * row + value % 4

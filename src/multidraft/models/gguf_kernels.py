@@ -379,6 +379,13 @@ def set_attention_wide(on: bool) -> bool:
     return bool(torch.ops.multidraft_gguf.set_attention_wide(on))
 
 
+def set_amx_vnni_rows(q4_k: int, q6_k: int) -> tuple:
+    """Up to how many input rows the amx path runs Q4_K_X8 / Q6_K_X16 on its AVX512-VNNI kernels instead of the tile
+    kernels (0: tiles at every row count); returns the previous limits. The same bits either way: for tests and for
+    timing the crossover on an AMX CPU."""
+    return tuple(int(v) for v in torch.ops.multidraft_gguf.set_amx_vnni_rows(int(q4_k), int(q6_k)))
+
+
 def set_nontemporal_weights(on: bool) -> bool:
     """Whether the VNNI kernels prefetch a one-pass call's weights non-temporally (on: chosen at load on AMD's Zen 5
     and later, whose L3 takes L2's victims; off: into L2, as on Zen 4 and Intel's CPUs). The same bits either way;
