@@ -1,0 +1,31 @@
+"""Timing only, on a copy of the tree: the amx-emulated-tiles path with tile ops that do nothing (its results are
+wrong), so that a CPU without AMX times the tile kernels' vector parts alone (decoding, scale gather, epilogue) at
+every row count. Usage: git archive COMMIT src | tar -x -C TREE; python null_tiles.py TREE."""
+import pathlib
+import sys
+
+root = pathlib.Path(sys.argv[1])
+amx = root / "src/multidraft/models/kernels/q8_amx.inc"
+text = amx.read_text()
+anchor = "// AMX tile data needs the kernel's permission"
+assert anchor in text and "struct NullTiles" not in text
+amx.write_text(text.replace(anchor, """struct NullTiles {
+  static constexpr bool vector_parts = true;
+  static void configure(const TileConfig&) {}
+  template <int T> static void load(const void*, int64_t) {}
+  template <int T> static void zero() {}
+  template <int C, int A, int B> static void dpbsud() {}
+  template <int C, int A, int B> static void dpbssd() {}
+  template <int T> static void store(void*, int64_t) {}
+  static void release() {}
+};
+""" + anchor, 1))
+linear = root / "src/multidraft/models/kernels/q8_linear.inc"
+text = linear.read_text()
+assert "amx_x8<EmulatedTilesVectorParts>" in text
+text = text.replace("amx_x8<EmulatedTilesVectorParts>", "amx_x8<NullTiles>")
+text = text.replace("amx_x16<EmulatedTilesVectorParts>", "amx_x16<NullTiles>")
+# trees before set_amx_vnni_rows (140d0df): the tile kernels at every row count on this path
+text = text.replace("(amx_like(path) && M <= VNNI_MAX_ROWS_Q4_K)", "(path == PATH_AMX && M <= VNNI_MAX_ROWS_Q4_K)")
+text = text.replace("(amx_like(path) && M <= VNNI_MAX_ROWS_Q6_K)", "(path == PATH_AMX && M <= VNNI_MAX_ROWS_Q6_K)")
+linear.write_text(text)
