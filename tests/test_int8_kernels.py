@@ -587,6 +587,28 @@ def test_the_amx_path_gives_the_same_bits_on_its_tiles_or_its_vnni_kernels_at_ev
         assert gguf_kernels.set_amx_vnni_rows(*before) == (40, 40)
 
 
+@pytest.mark.parametrize("path", ["amx", "amx-emulated", "amx-emulated-tiles"])
+def test_the_tile_kernels_give_the_same_bits_with_their_products_and_epilogues_overlapped_or_not(path):
+    """set_amx_pipelined (an A/B knob): each unit's tile products issued before the previous unit's epilogue, or each
+    epilogue right after its products; 1..40 rows (up to three runs a super-block, the last overlapping), three
+    super-blocks: the scalar reference's bits both ways, Q4_K (seven groups: three pairs and one alone) and Q6_K."""
+    if gguf_kernels.missing_flag(path):
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
+    q4_k, q6_k = _x8_data(7), _x16_data(11)
+    limits, before = gguf_kernels.set_amx_vnni_rows(0, 0), gguf_kernels.set_amx_pipelined(True)
+    try:
+        assert before is True                            # the default
+        for pipelined in (False, True):
+            assert gguf_kernels.set_amx_pipelined(pipelined) is not pipelined
+            _assert_packed_is_plain_at_every_row_and_thread_count(path, q4_k[0], 12, q4_k[1], gguf_kernels.Q4_K_X8,
+                                                                  q4_k[2])
+            _assert_packed_is_plain_at_every_row_and_thread_count(path, q6_k[0], 14, q6_k[1], gguf_kernels.Q6_K_X16,
+                                                                  q6_k[2])
+    finally:
+        gguf_kernels.set_amx_vnni_rows(*limits)
+        gguf_kernels.set_amx_pipelined(before)
+
+
 def _x16_value_bit(row, value, superblock):
     """The first bit of a row's value in the Q6_K_X16 bytes of group 0 (q6_x16.inc's layout)."""
     t = 256 * (value // 16) + 64 * (value % 16 // 4) + 4 * row + value % 4

@@ -1,7 +1,9 @@
 """Where the amx path should hand Q4_K_X8 and Q6_K_X16 from its AVX512-VNNI kernels to its tile kernels: per input row
-count, one matrix's time on each (gguf_kernels.set_amx_vnni_rows: 0 = tiles at every row count, 64 = VNNI at every
-row count; the same bits), the weights read from memory (a round over many copies of the 1.5B's shapes, larger than
-the caches), 2 threads, min over rounds. Prints a table and the largest row count at which VNNI still wins.
+count, one matrix's time on each (gguf_kernels.set_amx_vnni_rows: 0 = tiles at every row count, a huge limit = VNNI at
+every row count; the same bits), the weights read from memory (a round over many copies of the 1.5B's shapes, larger
+than the caches), 2 threads, min over rounds. Prints a table and the row counts at which VNNI still wins. The tile
+kernels run twice: with their tile products overlapped with the previous unit's epilogue ("tiles", the default) and
+each epilogue right after its products ("in turn"; gguf_kernels.set_amx_pipelined), to time that order too.
 
     PYTHONPATH=src python benchmarks/results/2026-12-04-h200-host/crossover.py --json crossover.json
     (a dry run on a CPU without AMX: --path amx-emulated-tiles --outputs 64 --copies 2 --rounds 1 --rows 1,9)
@@ -21,7 +23,7 @@ SHAPES = {"Q4_K": (12, g.Q4_K_X8, 8960, 1536), "Q6_K": (14, g.Q6_K_X16, 1536, 89
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--path", default="amx")
-    parser.add_argument("--rows", default="1,2,3,4,5,6,7,8,9,10,11,12,14,16")
+    parser.add_argument("--rows", default="1,2,3,4,5,6,7,8,9,10,11,12,14,16,32,64,192")
     parser.add_argument("--outputs", type=int, default=0, help="outputs per matrix (default: the 1.5B's)")
     parser.add_argument("--copies", type=int, default=48, help="matrices per round (48 x ~8-11 MB: past a 300 MB L3)")
     parser.add_argument("--rounds", type=int, default=5)
@@ -33,8 +35,9 @@ def main():
         raise SystemExit(f"the {args.path} path cannot run here: this CPU lacks {g.missing_flag(args.path)}")
     torch.set_num_threads(args.threads)
     generator = torch.Generator().manual_seed(0)
-    before = g.set_amx_vnni_rows(0, 0)
+    before, pipelined = g.set_amx_vnni_rows(0, 0), g.set_amx_pipelined(True)
     results = {"path": args.path, "threads": args.threads, "copies": args.copies, "default_limits": before, "us": {}}
+    arms = (("vnni", 1 << 40, True), ("tiles", 0, True), ("in turn", 0, False))    # (name, VNNI up to, pipelined)
     try:
         for name, (plain, packed_type, outputs, width) in SHAPES.items():
             outputs = args.outputs or outputs
@@ -44,8 +47,9 @@ def main():
             for rows in [int(r) for r in args.rows.split(",")]:
                 x = torch.randn(rows, width, generator=generator)
                 best = {}
-                for kernel, limit in (("vnni", 64), ("tiles", 0)):
+                for kernel, limit, overlapped in arms:
                     g.set_amx_vnni_rows(limit, limit)
+                    g.set_amx_pipelined(overlapped)
                     g.linear_q8_on(x, one, packed_type, width, args.path)
                     times = []
                     for _ in range(args.rounds):
@@ -55,13 +59,16 @@ def main():
                         times.append((time.perf_counter() - start) / len(copies))
                     best[kernel] = round(min(times) * 1e6, 1)
                 table[rows] = best
-                print(f"{name} {outputs} x {width}, {rows:2d} rows: VNNI {best['vnni']:8.1f} us, tiles "
-                      f"{best['tiles']:8.1f} us", flush=True)
+                print(f"{name} {outputs} x {width}, {rows:3d} rows: VNNI {best['vnni']:8.1f} us, tiles "
+                      f"{best['tiles']:8.1f} us, tiles in turn {best['in turn']:8.1f} us", flush=True)
             vnni_wins = [r for r, t in table.items() if t["vnni"] <= t["tiles"]]
             limit = before[1 if name == "Q6_K" else 0]
             print(f"{name}: VNNI wins at {vnni_wins or 'no row count'} (the default limit: {limit})")
+            print(f"{name}: tiles overlapped / in turn " + ", ".join(
+                f"{r}: {t['tiles'] / t['in turn']:.2f}x" for r, t in table.items()))
     finally:
         g.set_amx_vnni_rows(*before)
+        g.set_amx_pipelined(pipelined)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -23,7 +23,7 @@ echo "forward-cost rc=$? at $(( $(date +%s) - start )) s"
 tail -20 "$OUT/forward_cost.log"
 timeout 120 python3 "$DIR/crossover.py" --json "$OUT/crossover.json" > "$OUT/crossover.log" 2>&1   # VNNI or tiles?
 echo "crossover rc=$? at $(( $(date +%s) - start )) s"
-grep "wins" "$OUT/crossover.log"
+grep -E "wins|overlapped" "$OUT/crossover.log"
 for path in avx2 scalar avx512-vnni amx default; do       # a refused call: RuntimeError, or a crash?
     timeout 60 python3 "$DIR/throw_probe.py" $path >> "$OUT/throw_probe.log" 2>&1 || echo "$path: rc=$?" >> "$OUT/throw_probe.log"
 done

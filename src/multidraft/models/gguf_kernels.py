@@ -386,6 +386,13 @@ def set_amx_vnni_rows(q4_k: int, q6_k: int) -> tuple:
     return tuple(int(v) for v in torch.ops.multidraft_gguf.set_amx_vnni_rows(int(q4_k), int(q6_k)))
 
 
+def set_amx_pipelined(on: bool) -> bool:
+    """Whether the amx path's tile kernels issue each unit's tile products before the previous unit's epilogue (on,
+    the default) or run each epilogue right after its products; returns the previous setting. The same bits either
+    way: for tests and for timing both orders on an AMX CPU."""
+    return bool(torch.ops.multidraft_gguf.set_amx_pipelined(bool(on)))
+
+
 def set_nontemporal_weights(on: bool) -> bool:
     """Whether the VNNI kernels prefetch a one-pass call's weights non-temporally (on: chosen at load on AMD's Zen 5
     and later, whose L3 takes L2's victims; off: into L2, as on Zen 4 and Intel's CPUs). The same bits either way;

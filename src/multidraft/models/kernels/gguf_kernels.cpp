@@ -1241,6 +1241,7 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("torch_sum_lanes() -> int", +[]() -> int64_t { return torch_sum_lanes(); });
   m.def("set_nontemporal_weights(bool on) -> bool", &set_nontemporal_weights);
   m.def("set_amx_vnni_rows(int q4_k, int q6_k) -> int[]", &set_amx_vnni_rows);
+  m.def("set_amx_pipelined(bool on) -> bool", +[](bool on) { return amx_pipelined.exchange(on); });
   m.def("q8_quantize(Tensor x, int block, bool scalar) -> (Tensor, Tensor, Tensor, Tensor)", &q8_quantize);
   m.def("dequantize(Tensor blocks, int type, int K, Tensor ids) -> Tensor");
   m.def("repack_q4_k_x8(Tensor blocks) -> Tensor");
