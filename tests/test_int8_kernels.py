@@ -475,8 +475,9 @@ def _x8_q5_data(seed, outputs=56, rows=40):
 
 @pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
 def test_q5_k_packed_in_eights_gives_q5_ks_bits_on_every_path_row_and_thread_count(path):
-    """Q5_K_X8: the AVX-512 kernels (avx512-vnni, amx) read it with the fifth bits as masks; every other path reads
-    it through the scalar reference. The bits of Q5_K in GGUF's layout on the scalar reference, 1..40 rows."""
+    """Q5_K_X8: the AVX-512 kernels (avx512-vnni, amx) read it with the fifth bits as masks, the amx path its tile
+    kernel past Q4_K's VNNI limit (amx-emulated: at every row count); every other path reads it through the scalar
+    reference. The bits of Q5_K in GGUF's layout on the scalar reference, 1..40 rows."""
     if gguf_kernels.missing_flag(path):
         pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
     blocks, packed, x = _x8_q5_data(17)
@@ -509,6 +510,35 @@ def test_q5_k_packed_layout_reads_each_fifth_bit_where_it_is_laid_out():
         gguf_kernels.linear_q8(x, blocks, gguf_kernels.Q5_K_X8, 768)
     with pytest.raises(RuntimeError, match="multiple of 8"):
         gguf_kernels.repack_q5_k_x8(blocks[:12])
+
+
+@pytest.mark.parametrize("path", ["amx", "amx-emulated", "amx-emulated-tiles"])
+def test_the_q5_k_tile_kernel_reads_each_fifth_bit_and_the_largest_values(path):
+    """The tile kernel at every row count (set_amx_vnni_rows(0, 0)): w = sc * q split as 8 hi + lo, each in [0, 217]
+    at q = 31 and sc = 63, with every input +-127; and one fifth bit flipped changes its row's outputs only."""
+    if gguf_kernels.missing_flag(path):
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
+    blocks, packed, x = _x8_q5_data(18, outputs=16, rows=9)
+    extreme = blocks.clone().view(16, 3, 176)
+    extreme[:, :, 4:16] = 255                            # every sub-block's scale and min 63
+    extreme[:, :, 16:] = 255                             # qh and qs: every value 31
+    extreme = extreme.view(16, -1).contiguous()
+    signs = torch.ones(20, 768)
+    signs[1::2] = -1
+    limits = gguf_kernels.set_amx_vnni_rows(0, 0)
+    try:
+        expected = _bits(gguf_kernels.linear_q8_on(x, blocks, 13, 768, "scalar"))
+        assert torch.equal(_bits(gguf_kernels.linear_q8_on(x, packed, gguf_kernels.Q5_K_X8, 768, path)), expected)
+        changed = packed.clone()
+        changed.view(-1)[1184 + 16 * 5 + 8 + 2] ^= 1     # as in the test above: row 2's outputs only
+        got = _bits(gguf_kernels.linear_q8_on(x, changed, gguf_kernels.Q5_K_X8, 768, path))
+        assert not torch.equal(got[:, 2], expected[:, 2])
+        assert torch.equal(got[:, :2], expected[:, :2]) and torch.equal(got[:, 3:], expected[:, 3:])
+        assert torch.equal(_bits(gguf_kernels.linear_q8_on(signs, gguf_kernels.repack_q5_k_x8(extreme),
+                                                           gguf_kernels.Q5_K_X8, 768, path)),
+                           _bits(gguf_kernels.linear_q8_on(signs, extreme, 13, 768, "scalar")))
+    finally:
+        gguf_kernels.set_amx_vnni_rows(*limits)
 
 
 def test_q5_k_is_packed_only_where_the_avx512_kernels_run(monkeypatch):
@@ -591,10 +621,10 @@ def test_the_amx_path_gives_the_same_bits_on_its_tiles_or_its_vnni_kernels_at_ev
 def test_the_tile_kernels_give_the_same_bits_with_their_products_and_epilogues_overlapped_or_not(path):
     """set_amx_pipelined (an A/B knob): each unit's tile products issued before the previous unit's epilogue, or each
     epilogue right after its products; 1..40 rows (up to three runs a super-block, the last overlapping), three
-    super-blocks: the scalar reference's bits both ways, Q4_K (seven groups: three pairs and one alone) and Q6_K."""
+    super-blocks: the scalar reference's bits both ways, Q4_K and Q5_K (seven groups: three pairs and one alone), Q6_K."""
     if gguf_kernels.missing_flag(path):
         pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
-    q4_k, q6_k = _x8_data(7), _x16_data(11)
+    q4_k, q5_k, q6_k = _x8_data(7), _x8_q5_data(17), _x16_data(11)
     limits, before = gguf_kernels.set_amx_vnni_rows(0, 0), gguf_kernels.set_amx_pipelined(True)
     try:
         assert before is True                            # the default
@@ -602,6 +632,8 @@ def test_the_tile_kernels_give_the_same_bits_with_their_products_and_epilogues_o
             assert gguf_kernels.set_amx_pipelined(pipelined) is not pipelined
             _assert_packed_is_plain_at_every_row_and_thread_count(path, q4_k[0], 12, q4_k[1], gguf_kernels.Q4_K_X8,
                                                                   q4_k[2])
+            _assert_packed_is_plain_at_every_row_and_thread_count(path, q5_k[0], 13, q5_k[1], gguf_kernels.Q5_K_X8,
+                                                                  q5_k[2])
             _assert_packed_is_plain_at_every_row_and_thread_count(path, q6_k[0], 14, q6_k[1], gguf_kernels.Q6_K_X16,
                                                                   q6_k[2])
     finally:
