@@ -21,7 +21,7 @@ timeout 330 python3 "$DIR/fc.py" --model qwen2.5-coder-1.5b --runners native --i
     --reps 7 --json "$OUT/forward_cost.json" > "$OUT/forward_cost.log" 2>&1
 echo "forward-cost rc=$? at $(( $(date +%s) - start )) s"
 tail -20 "$OUT/forward_cost.log"
-timeout 120 python3 "$DIR/crossover.py" --json "$OUT/crossover.json" > "$OUT/crossover.log" 2>&1   # VNNI or tiles?
+timeout 180 python3 "$DIR/crossover.py" --json "$OUT/crossover.json" > "$OUT/crossover.log" 2>&1   # VNNI or tiles?
 echo "crossover rc=$? at $(( $(date +%s) - start )) s"
 grep -E "wins|overlapped" "$OUT/crossover.log"
 for path in avx2 scalar avx512-vnni amx default; do       # a refused call: RuntimeError, or a crash?
