@@ -796,6 +796,42 @@ def test_32_value_formats_packed_in_sixteens_give_their_bits_on_every_path_row_a
     assert torch.equal(_bits(both[1]), _bits(gguf_kernels.linear_q8_on(x[:9], plain_other, other, 768, "scalar") + 1))
 
 
+@pytest.mark.parametrize("path", ["amx", "amx-emulated", "amx-emulated-tiles"])
+def test_the_32_value_tile_kernel_gives_their_bits_in_either_order_and_reads_each_bit_where_it_lies(path):
+    """amx_x16_32 (set_amx_vnni_rows(0, 0): the tiles at every row count on amx) for Q4_0, Q5_0 and Q8_0 (Q4_1 and Q5_1
+    stay on the VNNI kernel, checked here too) at 1..40 rows, 1 and 2 threads, with the tile products overlapped and in
+    turn (set_amx_pipelined); a flipped scale bit or value bit changes its row's outputs only; an odd number of blocks
+    (K = 96) is left to the kernels without tiles."""
+    if gguf_kernels.missing_flag(path):
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
+    limits, pipelined = gguf_kernels.set_amx_vnni_rows(0, 0), gguf_kernels.set_amx_pipelined(True)
+    try:
+        for type_name in THIRTY_TWO:
+            plain = TYPES[type_name]
+            packed_type = gguf_kernels.X16_32[plain]
+            blocks, packed, x = _x16_32_data(type_name, 41 + plain)
+            for overlapped in (False, True):
+                gguf_kernels.set_amx_pipelined(overlapped)
+                _assert_packed_is_plain_at_every_row_and_thread_count(path, blocks, plain, packed, packed_type, x)
+            expected = _bits(gguf_kernels.linear_q8_on(x[:12], blocks, plain, 768, "scalar"))
+            group_block = 16 * {2: 18, 3: 20, 6: 22, 7: 24, 8: 34}[plain]
+            for row, byte, bit in [(2, group_block + 2 * 2 + 1, 0), (5, *_x16_32_value_byte(type_name, 5, 21, 3))]:
+                changed = packed.clone()
+                changed.view(-1)[byte] ^= 1 << bit
+                got = _bits(gguf_kernels.linear_q8_on(x[:12], changed, packed_type, 768, path))
+                others = [n for n in range(48) if n != row]
+                assert not torch.equal(got[:, row], expected[:, row])
+                assert torch.equal(got[:, others], expected[:, others])
+            odd = torch.from_numpy(random_blocks(type_name, 16, 96, np.random.default_rng(plain), scale=0.05))
+            x96 = torch.randn(12, 96, generator=torch.Generator().manual_seed(plain))
+            assert torch.equal(_bits(gguf_kernels.linear_q8_on(x96, gguf_kernels.repack_x16_32(odd, plain), packed_type,
+                                                               96, path)),
+                               _bits(gguf_kernels.linear_q8_on(x96, odd, plain, 96, "scalar")))
+    finally:
+        gguf_kernels.set_amx_vnni_rows(*limits)
+        gguf_kernels.set_amx_pipelined(pipelined)
+
+
 def _cpu_field(name: str) -> str:
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.split(":", 1)[0].strip() == name:
