@@ -25,6 +25,9 @@ text = linear.read_text()
 assert "amx_x8<EmulatedTilesVectorParts>" in text
 text = text.replace("amx_x8<EmulatedTilesVectorParts>", "amx_x8<NullTiles>")
 text = text.replace("amx_x16<EmulatedTilesVectorParts>", "amx_x16<NullTiles>")
+# trees from 2026-12-05 on: the Q5_K and 32-value tile kernels too
+text = text.replace("amx_x8<EmulatedTilesVectorParts, true>", "amx_x8<NullTiles, true>")
+text = text.replace("else amx_x16_32<EmulatedTilesVectorParts, TYPE>", "else amx_x16_32<NullTiles, TYPE>")
 # trees before set_amx_vnni_rows (140d0df): the tile kernels at every row count on this path
 text = text.replace("(amx_like(path) && M <= VNNI_MAX_ROWS_Q4_K)", "(path == PATH_AMX && M <= VNNI_MAX_ROWS_Q4_K)")
 text = text.replace("(amx_like(path) && M <= VNNI_MAX_ROWS_Q6_K)", "(path == PATH_AMX && M <= VNNI_MAX_ROWS_Q6_K)")

@@ -1,9 +1,9 @@
-"""Timing only, on the tree of q5_vector_parts.py's docstring, then in its q8_linear.inc also
-    sed -i 's/else amx_x16_32<EmulatedTilesVectorParts, TYPE>/else amx_x16_32<NullTiles, TYPE>/'
-(the 32-value tile kernel's tile ops as no-ops): per row count, Q4_0, Q5_0 and Q8_0 (the formats with a tile kernel)
-in smollm2-135m's gate shape (1536 x 576; Q8_0 576 x 1536), random blocks packed in sixteens, hot, 1 thread, the tile
-kernel's vector code (amx-emulated-tiles, tiles at every row count) against the AVX512-VNNI kernel, min over 6 rounds
-x 5 calls, us.
+"""Timing only, on a tree patched by ../2026-12-04-zen5-amx-vector-parts/null_tiles.py (since 2026-12-05 it also
+makes the 32-value tile kernel's tile ops no-ops; these runs applied that step by hand:
+    sed -i 's/else amx_x16_32<EmulatedTilesVectorParts, TYPE>/else amx_x16_32<NullTiles, TYPE>/')
+Per row count, Q4_0, Q5_0 and Q8_0 (the formats with a tile kernel) in smollm2-135m's gate shape (1536 x 576; Q8_0 576
+x 1536), random blocks packed in sixteens, hot, 1 thread, the tile kernel's vector code (amx-emulated-tiles, tiles at
+every row count) against the AVX512-VNNI kernel, min over 6 rounds x 5 calls, us.
 
     PYTHONPATH=TREE/src python q32_vector_parts.py
 """

@@ -1,9 +1,8 @@
-"""Timing only, on a tree patched by ../2026-12-04-zen5-amx-vector-parts/null_tiles.py, then in its
-src/multidraft/models/kernels/q8_linear.inc by
-    sed -i 's/amx_x8<EmulatedTilesVectorParts, true>/amx_x8<NullTiles, true>/'
-(the Q5_K tile kernel's tile ops as no-ops too): per row count, one 8960 x 1536 Q4_K_X8 and Q5_K_X8 matrix of random
-blocks, hot, 1 thread, the tile kernels' vector code (amx-emulated-tiles, tiles at every row count) against the
-AVX512-VNNI kernels, min over 6 rounds x 3 calls, us.
+"""Timing only, on a tree patched by ../2026-12-04-zen5-amx-vector-parts/null_tiles.py (since 2026-12-05 it also
+makes the Q5_K tile kernel's tile ops no-ops; these runs applied that step by hand:
+    sed -i 's/amx_x8<EmulatedTilesVectorParts, true>/amx_x8<NullTiles, true>/' on the tree's q8_linear.inc)
+Per row count, one 8960 x 1536 Q4_K_X8 and Q5_K_X8 matrix of random blocks, hot, 1 thread, the tile kernels' vector
+code (amx-emulated-tiles, tiles at every row count) against the AVX512-VNNI kernels, min over 6 rounds x 3 calls, us.
 
     PYTHONPATH=TREE/src python q5_vector_parts.py
 """
