@@ -800,8 +800,8 @@ def test_32_value_formats_packed_in_sixteens_give_their_bits_on_every_path_row_a
 def test_the_32_value_tile_kernel_gives_their_bits_in_either_order_and_reads_each_bit_where_it_lies(path):
     """amx_x16_32 (set_amx_vnni_rows(0, 0): the tiles at every row count on amx) for Q4_0, Q5_0 and Q8_0 (Q4_1 and Q5_1
     stay on the VNNI kernel, checked here too) at 1..40 rows, 1 and 2 threads, with the tile products overlapped and in
-    turn (set_amx_pipelined); a flipped scale bit or value bit changes its row's outputs only; an odd number of blocks
-    (K = 96) is left to the kernels without tiles."""
+    turn (set_amx_pipelined); a flipped scale, value or fifth bit changes its row's outputs only; an odd number of
+    blocks (K = 96) is left to the kernels without tiles."""
     if gguf_kernels.missing_flag(path):
         pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
     limits, pipelined = gguf_kernels.set_amx_vnni_rows(0, 0), gguf_kernels.set_amx_pipelined(True)
@@ -814,14 +814,7 @@ def test_the_32_value_tile_kernel_gives_their_bits_in_either_order_and_reads_eac
                 gguf_kernels.set_amx_pipelined(overlapped)
                 _assert_packed_is_plain_at_every_row_and_thread_count(path, blocks, plain, packed, packed_type, x)
             expected = _bits(gguf_kernels.linear_q8_on(x[:12], blocks, plain, 768, "scalar"))
-            group_block = 16 * {2: 18, 3: 20, 6: 22, 7: 24, 8: 34}[plain]
-            for row, byte, bit in [(2, group_block + 2 * 2 + 1, 0), (5, *_x16_32_value_byte(type_name, 5, 21, 3))]:
-                changed = packed.clone()
-                changed.view(-1)[byte] ^= 1 << bit
-                got = _bits(gguf_kernels.linear_q8_on(x[:12], changed, packed_type, 768, path))
-                others = [n for n in range(48) if n != row]
-                assert not torch.equal(got[:, row], expected[:, row])
-                assert torch.equal(got[:, others], expected[:, others])
+            _assert_each_bit_flip_changes_its_row_only(type_name, x[:12], expected, packed, path)
             odd = torch.from_numpy(random_blocks(type_name, 16, 96, np.random.default_rng(plain), scale=0.05))
             x96 = torch.randn(12, 96, generator=torch.Generator().manual_seed(plain))
             assert torch.equal(_bits(gguf_kernels.linear_q8_on(x96, gguf_kernels.repack_x16_32(odd, plain), packed_type,
@@ -866,15 +859,38 @@ def test_weights_stream_past_an_amd_l3_and_the_prefetch_changes_no_bit():
         gguf_kernels.set_nontemporal_weights(chosen)
 
 
+def _x16_32_group_block(plain):
+    """Bytes of one block of a group of 16 rows in the X16_32 layout: 16 x GGUF's block."""
+    return 16 * {2: 18, 3: 20, 6: 22, 7: 24, 8: 34}[plain]
+
+
 def _x16_32_value_byte(type_name, row, value, block):
     """(byte, bit) of the lowest bit of a row's value in group 0 of the X16_32 bytes (q32_x16.inc's layout)."""
     plain = TYPES[type_name]
-    group_block = 16 * {2: 18, 3: 20, 6: 22, 7: 24, 8: 34}[plain]
+    group_block = _x16_32_group_block(plain)
     start = 64 if plain in (3, 7) else 32
     step, lane = divmod(value, 4)
     if plain == 8:
         return group_block * block + start + 64 * step + 4 * row + lane, 0
     return group_block * block + start + 64 * (step % 4) + 4 * row + lane, 4 if step >= 4 else 0
+
+
+def _assert_each_bit_flip_changes_its_row_only(type_name, x, expected, packed, path):
+    """Negative controls in group 0 of X16_32 bytes: the scale of row 2 in block 1, the low bit of row 5's value 21 in
+    block 3 (a high nibble for the 4-bit formats), and for Q5 the fifth bit of row 9's value 6 in block 0: each flip,
+    read on `path`, changes that row's outputs (columns of `expected`) and no other's."""
+    plain = TYPES[type_name]
+    flips = [(2, _x16_32_group_block(plain) + 2 * 2 + 1, 0), (5, *_x16_32_value_byte(type_name, 5, 21, 3))]
+    if plain in (6, 7):
+        at = 4 * 9 + 6 % 4
+        flips.append((9, (64 if plain == 7 else 32) + 256 + 8 * (6 // 4) + at // 8, at % 8))
+    for row, byte, bit in flips:
+        changed = packed.clone()
+        changed.view(-1)[byte] ^= 1 << bit
+        got = _bits(gguf_kernels.linear_q8_on(x, changed, gguf_kernels.X16_32[plain], x.shape[1], path))
+        assert not torch.equal(got[:, row], expected[:, row]), (len(x), row)
+        others = [n for n in range(expected.shape[1]) if n != row]
+        assert torch.equal(got[:, others], expected[:, others]), (len(x), row)
 
 
 @pytest.mark.parametrize("type_name", THIRTY_TWO)
@@ -886,20 +902,7 @@ def test_the_32_value_packed_layout_is_read_as_laid_out_and_bad_packed_input_is_
         expected = _bits(gguf_kernels.linear_q8_on(x, blocks, plain, 768, "scalar"))
         for path in ("scalar", gguf_kernels.isa()):
             assert torch.equal(_bits(gguf_kernels.linear_q8_on(x, packed, packed_type, 768, path)), expected)
-        # Negative controls: the scale of row 2 in block 1, the low bit of row 5's value 21 in block 3 (a high nibble
-        # for the 4-bit formats), and for Q5 the fifth bit of row 9's value 6 in block 0: each changes its row only.
-        group_block = 16 * {2: 18, 3: 20, 6: 22, 7: 24, 8: 34}[plain]
-        changes = [(2, group_block + 2 * 2 + 1, 0), (5, *_x16_32_value_byte(type_name, 5, 21, 3))]
-        if plain in (6, 7):
-            at = 4 * 9 + 6 % 4
-            changes.append((9, (64 if plain == 7 else 32) + 256 + 8 * (6 // 4) + at // 8, at % 8))
-        for row, byte, bit in changes:
-            changed = packed.clone()
-            changed.view(-1)[byte] ^= 1 << bit
-            got = _bits(gguf_kernels.linear_q8_on(x, changed, packed_type, 768, gguf_kernels.isa()))
-            assert not torch.equal(got[:, row], expected[:, row]), (rows, row)
-            others = [n for n in range(32) if n != row]
-            assert torch.equal(got[:, others], expected[:, others]), (rows, row)
+        _assert_each_bit_flip_changes_its_row_only(type_name, x, expected, packed, gguf_kernels.isa())
     with pytest.raises(RuntimeError, match="repack_x16_32's output"):
         gguf_kernels.linear_q8(x, packed[:, :-4].contiguous(), packed_type, 768)
     with pytest.raises(RuntimeError, match="multiple of 16"):
