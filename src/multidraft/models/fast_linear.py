@@ -11,7 +11,7 @@ The kernel is *batch-invariant*: each output element is computed with the same o
 whatever the number of rows it is given (tested up to 32), so a token's linears give the same bits in a 1-token
 forward and in a verify forward of up to 16 tokens (attention and forwards past 16 rows still round differently).
 
-The C++ source is built once per torch version with the system's C++ compiler (torch.utils.cpp_extension) into
+The C++ source is built once per torch version with the system's C++ compiler (kernel_build.py) into
 $MULTIDRAFT_HOME/kernels; any failure (no compiler, no AVX2, a build error) gives one warning and the stock path.
 """
 
@@ -22,11 +22,12 @@ import hashlib
 import os
 import sys
 import threading
-import time
 import types
 from typing import Optional
 
 import torch
+
+from multidraft.models import kernel_build
 
 # Up to this many rows the kernel is the fastest path; beyond it oneDNN's GEMM is. One linear at idle, 2 threads
 # (fast_path.md §9): 8960x1536 kernel vs oneDNN 2.11 vs 2.56 ms at 1 row, 3.11 vs 4.60 at 8, 4.58 vs 6.09 at 16;
@@ -207,45 +208,12 @@ def load_kernel(progress: bool = True):
         return _kernel
 
 
-def _put_ninja_on_path() -> None:
-    """torch's extension builder runs `ninja` from PATH; a venv's pip-installed ninja is not there unless the venv
-    is activated, so add its folder (the `ninja` package is a dependency for this reason)."""
-    import shutil
-    if shutil.which("ninja"):
-        return
-    try:
-        import ninja
-    except ImportError:
-        return
-    os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
-
-
 def _build_or_find(progress: bool):
     if hasattr(torch.ops.multidraft_fast, "small_m_linear"):   # the library is loaded in this process already
         return torch.ops.multidraft_fast.small_m_linear
-    compile_library("multidraft_small_m_linear", KERNEL_SOURCE, build_dir(), "fast CPU linear kernel", progress)
+    kernel_build.load_library("multidraft_small_m_linear", KERNEL_SOURCE, build_dir(), "fast CPU linear kernel",
+                              progress)
     return torch.ops.multidraft_fast.small_m_linear
-
-
-def compile_library(name: str, source: str, folder: str, label: str, progress: bool) -> None:
-    """Build C++ `source` (TORCH_LIBRARY ops) into `folder` once and load it into this process (both CPU kernels
-    use this). Raises on any build error; the callers turn that into one warning line."""
-    from torch.utils.cpp_extension import load_inline
-
-    _put_ninja_on_path()
-    os.makedirs(folder, exist_ok=True)
-    built = any(entry.endswith(".so") for entry in os.listdir(folder))
-    started = time.perf_counter()
-    if progress and not built:
-        print(f"multidraft: building the {label} (once per torch version, ~1 min)...", file=sys.stderr, flush=True)
-    # -fopenmp makes at::parallel_for use torch's threads: without it the kernel ran on one thread whatever
-    # torch.get_num_threads() said (at idle with 2 threads, 8960x1536 at 1 row 3.37 vs 2.11 ms). The library it
-    # links, libgomp.so.1, is the one torch has already loaded (same soname), so there is one thread pool.
-    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
-        load_inline(name=name, cpp_sources=[source], extra_cflags=["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"],
-                    extra_ldflags=["-fopenmp"], is_python_module=False, build_directory=folder, verbose=False)
-    if progress and not built:
-        print(f"multidraft: {label} ready ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ from typing import Optional
 
 import torch
 
-from multidraft.models import fast_linear
+from multidraft.models import fast_linear, kernel_build
 
 # GGUF tensor types the kernel reads as they are (ggml's numbering); others are expanded to F32 at load.
 NATIVE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 12: "Q4_K", 13: "Q5_K",
@@ -104,8 +104,8 @@ def load(progress: bool = True) -> bool:
             _loaded = True
             return True
         try:
-            fast_linear.compile_library("multidraft_gguf_kernels", text, _build_folder, "quantized CPU kernels",
-                                        progress)
+            kernel_build.load_library("multidraft_gguf_kernels", text, _build_folder, "quantized CPU kernels",
+                                      progress)
         except Exception as error:       # no compiler, no ninja, a build error: the caller falls back
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
             _failure = f"the quantized CPU kernels could not be built ({first_line})"

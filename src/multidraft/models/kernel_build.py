@@ -1,0 +1,152 @@
+"""Building a CPU kernel library once and loading it, safe against builds that never finished.
+
+Each library (C++ with TORCH_LIBRARY ops) lives in its own cache folder, keyed by its source and environment. A
+build runs in a scratch folder of its own, under an OS file lock, and is published into the cache folder by one
+rename once it has loaded, with a record of the library's size and sha256; a later process loads the library only
+when the record matches it. Why: torch's `load_inline` builds in place behind a `lock` file of its own, so a build
+killed before it finished (a closed terminal, an out-of-memory kill) left that file and every later process waited
+on it forever, and a library cut short by such a kill crashed the next process that loaded it (SIGBUS). An OS file
+lock ends with the process that holds it, and a scratch folder never becomes the cache folder unless it is whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import sys
+import time
+
+import torch
+
+RECORD = "built.json"             # written last into a whole build: the library's file name, size and sha256
+SCRATCH_DAYS = 1                  # a scratch folder older than this belongs to a build that died
+UNUSED_DAYS = 30                  # a cache folder of the same library not loaded for this long is removed
+
+
+def load_library(name: str, source: str, folder: str, label: str, progress: bool) -> None:
+    """Load library `name` built from `source` into this process, building it into `folder` first if no whole build
+    is there. Raises on any build error; the callers turn that into one warning line."""
+    if _load_whole(folder):
+        return
+    os.makedirs(os.path.dirname(folder), exist_ok=True)
+    with _build_lock(folder, progress):
+        if _load_whole(folder):          # another process built it while this one waited
+            return
+        _prune(folder)
+        _build_and_publish(name, source, folder, label, progress)
+
+
+def _load_whole(folder: str) -> bool:
+    """Load the library of a whole build in `folder`; False where there is none (no record, or a library that does
+    not match it: a build cut short, a damaged file)."""
+    try:
+        with open(os.path.join(folder, RECORD)) as handle:
+            record = json.load(handle)
+        library = os.path.join(folder, os.path.basename(record["library"]))
+        if os.path.getsize(library) != record["size"] or _sha256(library) != record["sha256"]:
+            return False
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    torch.ops.load_library(library)
+    with contextlib.suppress(OSError):   # the last use, for _prune (a read-only cache keeps working)
+        os.utime(os.path.join(folder, RECORD))
+    return True
+
+
+@contextlib.contextmanager
+def _build_lock(folder: str, progress: bool):
+    """One build of a folder at a time across processes; the OS drops the lock when its holder dies."""
+    with open(f"{folder}.lock", "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if progress:
+                print("multidraft: waiting for another process's kernel build...", file=sys.stderr, flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build_and_publish(name: str, source: str, folder: str, label: str, progress: bool) -> None:
+    from torch.utils.cpp_extension import load_inline
+
+    _put_ninja_on_path()
+    scratch = f"{folder}.build-{os.getpid()}-{secrets.token_hex(4)}"
+    os.makedirs(scratch)
+    started = time.perf_counter()
+    if progress:
+        print(f"multidraft: building the {label} (once per version, ~1 min)...", file=sys.stderr, flush=True)
+    try:
+        # -fopenmp makes at::parallel_for use torch's threads: without it the kernel ran on one thread whatever
+        # torch.get_num_threads() said (at idle with 2 threads, 8960x1536 at 1 row 3.37 vs 2.11 ms). The library
+        # it links, libgomp.so.1, is the one torch has already loaded (same soname), so there is one thread pool.
+        with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+            load_inline(name=name, cpp_sources=[source], extra_cflags=["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"],
+                        extra_ldflags=["-fopenmp"], is_python_module=False, build_directory=scratch, verbose=False)
+        library = os.path.join(scratch, f"{name}.so")
+        with open(os.path.join(scratch, RECORD), "w") as handle:
+            json.dump({"library": f"{name}.so", "size": os.path.getsize(library), "sha256": _sha256(library)}, handle)
+        _publish(scratch, folder)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)      # gone once published; a failed build's files
+    if progress:
+        print(f"multidraft: {label} ready ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+
+
+def _publish(scratch: str, folder: str) -> None:
+    """Rename the whole build to `folder`, moving aside what was there (a build without a record: cut short, or made
+    before builds had records). The library loaded from the scratch folder stays loaded."""
+    if os.path.lexists(folder):
+        aside = f"{folder}.stale-{os.getpid()}-{secrets.token_hex(4)}"
+        os.rename(folder, aside)
+        shutil.rmtree(aside, ignore_errors=True)
+    os.rename(scratch, folder)
+
+
+def _prune(folder: str) -> None:
+    """Remove what dead builds left beside `folder` and the same library's builds unused for UNUSED_DAYS (older
+    versions of it). Best effort: a folder another process still uses is merely built again there."""
+    parent, family = os.path.dirname(folder), os.path.basename(folder).rsplit("-", 1)[0] + "-"
+    now = time.time()
+    for entry in os.listdir(parent):
+        path = os.path.join(parent, entry)
+        if not entry.startswith(family) or path == folder or not os.path.isdir(path):
+            continue
+        with contextlib.suppress(OSError):
+            if ".build-" in entry or ".stale-" in entry:
+                dead = now - os.path.getmtime(path) > SCRATCH_DAYS * 86400
+            else:
+                record = os.path.join(path, RECORD)
+                last_use = os.path.getmtime(record if os.path.exists(record) else path)
+                dead = now - last_use > UNUSED_DAYS * 86400
+            if dead:
+                shutil.rmtree(path, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    os.remove(f"{path}.lock")
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _put_ninja_on_path() -> None:
+    """torch's extension builder runs `ninja` from PATH; a venv's pip-installed ninja is not there unless the venv
+    is activated, so add its folder (the `ninja` package is a dependency for this reason)."""
+    if shutil.which("ninja"):
+        return
+    try:
+        import ninja
+    except ImportError:
+        return
+    os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")

@@ -1,0 +1,115 @@
+"""The kernel build cache (models/kernel_build.py): a build killed before it finished, or a damaged library, never
+hangs or crashes a later process; a whole build is loaded without building again. Each load runs in a child process
+(a library's ops register once per process), on a one-op library that builds in seconds."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from multidraft.models import fast_linear, kernel_build
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(fast_linear.cpu_build_unavailable_reason() is not None,
+                                 reason="no C++ kernel build on this machine")]
+
+SOURCE = r"""
+#include <ATen/ATen.h>
+#include <torch/library.h>
+at::Tensor plus_one(const at::Tensor& x) { return x + 1; }
+TORCH_LIBRARY(multidraft_build_test, m) { m.def("plus_one(Tensor x) -> Tensor", &plus_one); }
+"""
+NAME = "multidraft_build_test"
+CHILD = ("import sys, torch\nfrom multidraft.models import kernel_build\n"
+         "if sys.argv[2] == 'no-compiler':\n"
+         "    import torch.utils.cpp_extension as ext\n"
+         "    def refuse(*args, **kwargs): raise RuntimeError('built again')\n"
+         "    ext.load_inline = refuse\n"
+         f"kernel_build.load_library({NAME!r}, {SOURCE!r}, sys.argv[1], 'test library', True)\n"
+         "print('plus_one', int(torch.ops.multidraft_build_test.plus_one(torch.tensor([41]))[0]))\n")
+
+
+def _load(folder, mode="build", timeout=300):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    return subprocess.run([sys.executable, "-c", CHILD, str(folder), mode], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("kernels") / "buildtest-0123456789ab"
+    child = _load(folder)
+    assert child.returncode == 0, child.stderr
+    assert "plus_one 42" in child.stdout and "building the test library" in child.stderr
+    return folder
+
+
+def _copy(folder, tmp_path):
+    import shutil
+    target = tmp_path / "kernels" / folder.name
+    shutil.copytree(folder, target)
+    return target
+
+
+def test_a_whole_build_is_loaded_without_building_again(built, tmp_path):
+    folder = _copy(built, tmp_path)
+    child = _load(folder, "no-compiler")
+    assert child.returncode == 0, child.stderr
+    assert "plus_one 42" in child.stdout and "building" not in child.stderr
+
+
+def test_a_damaged_library_is_never_loaded(built, tmp_path):
+    folder = _copy(built, tmp_path)
+    record = json.loads((folder / kernel_build.RECORD).read_text())
+    library = folder / record["library"]
+    os.truncate(library, library.stat().st_size // 20)         # what a kill mid-link or a full disk leaves
+    child = _load(folder, "no-compiler")          # loading it would die of SIGBUS; the record says build it again
+    assert child.returncode == 1 and "built again" in child.stderr, child.stderr
+
+
+def test_a_build_killed_midway_blocks_no_later_process(tmp_path):
+    folder = tmp_path / "kernels" / "buildtest-0123456789ab"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    victim = subprocess.Popen([sys.executable, "-c", CHILD, str(folder), "build"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not any(".build-" in p.name for p in folder.parent.glob("*")) and time.monotonic() < deadline:
+        assert victim.poll() is None, "the build ended before it could be killed"
+        time.sleep(0.05)
+    time.sleep(2)                                               # inside the compiler now
+    victim.send_signal(signal.SIGKILL)                          # no finally runs: torch's own lock file would stay
+    victim.wait()
+    assert not (folder / kernel_build.RECORD).exists()
+    # what torch's in-place build left when killed: its lock file; every later load used to wait on it forever
+    folder.mkdir()
+    (folder / "lock").touch()
+    child = _load(folder, timeout=240)
+    assert child.returncode == 0, child.stderr
+    assert "plus_one 42" in child.stdout
+
+
+def test_prune_removes_dead_scratch_and_unused_builds_only(tmp_path):
+    parent = tmp_path / "kernels"
+    current = parent / "gguf-aaaaaaaaaaaa"
+    old_days, now = 40 * 86400, time.time()
+
+    def folder(name, age_seconds, record=True):
+        path = parent / name
+        path.mkdir(parents=True)
+        if record:
+            (path / kernel_build.RECORD).write_text("{}")
+            os.utime(path / kernel_build.RECORD, (now - age_seconds, now - age_seconds))
+        os.utime(path, (now - age_seconds, now - age_seconds))
+        return path
+
+    kept = [folder("gguf-bbbbbbbbbbbb", 3600), folder("gguf-bbbbbbbbbbbb.build-7-00aa", 3600),
+            folder("small_m_linear-cccccccccccc", old_days)]           # another library: not this one's to prune
+    gone = [folder("gguf-dddddddddddd", old_days), folder("gguf-eeeeeeeeeeee", old_days, record=False),
+            folder("gguf-ffffffffffff.build-9-11bb", 2 * 86400, record=False)]
+    kernel_build._prune(str(current))
+    assert all(p.exists() for p in kept)
+    assert not any(p.exists() for p in gone)
