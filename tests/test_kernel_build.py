@@ -13,9 +13,8 @@ import pytest
 
 from multidraft.models import fast_linear, kernel_build
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(fast_linear.cpu_build_unavailable_reason() is not None,
-                                 reason="no C++ kernel build on this machine")]
+needs_build = pytest.mark.skipif(fast_linear.cpu_build_unavailable_reason() is not None,
+                                 reason="no C++ kernel build on this machine")
 
 SOURCE = r"""
 #include <ATen/ATen.h>
@@ -55,6 +54,8 @@ def _copy(folder, tmp_path):
     return target
 
 
+@pytest.mark.slow
+@needs_build
 def test_a_whole_build_is_loaded_without_building_again(built, tmp_path):
     folder = _copy(built, tmp_path)
     child = _load(folder, "no-compiler")
@@ -62,6 +63,8 @@ def test_a_whole_build_is_loaded_without_building_again(built, tmp_path):
     assert "plus_one 42" in child.stdout and "building" not in child.stderr
 
 
+@pytest.mark.slow
+@needs_build
 def test_a_damaged_library_is_never_loaded(built, tmp_path):
     folder = _copy(built, tmp_path)
     record = json.loads((folder / kernel_build.RECORD).read_text())
@@ -71,6 +74,8 @@ def test_a_damaged_library_is_never_loaded(built, tmp_path):
     assert child.returncode == 1 and "built again" in child.stderr, child.stderr
 
 
+@pytest.mark.slow
+@needs_build
 def test_a_build_killed_midway_blocks_no_later_process(tmp_path):
     folder = tmp_path / "kernels" / "buildtest-0123456789ab"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
@@ -113,3 +118,19 @@ def test_prune_removes_dead_scratch_and_unused_builds_only(tmp_path):
     kernel_build._prune(str(current))
     assert all(p.exists() for p in kept)
     assert not any(p.exists() for p in gone)
+
+
+def test_a_failed_build_says_why_in_one_line():
+    summary = kernel_build.build_failure_summary
+    command = "[1/2] /usr/bin/g++ -MMD -MF main.o.d -isystem /x/include -O3 -c /k/main.cpp -o main.o"
+    assert summary(f"Error building extension 'k': {command}\nFAILED: main.o\n{command}\n"
+                   "/bin/sh: 1: /opt/bin/g++: not found\nninja: build stopped: subcommand failed.") == (
+        "the C++ compiler /opt/bin/g++ was not found: install one (Debian: apt-get install g++) or point $CXX at it")
+    assert summary(f"Error building extension 'k': {command}\n/k/main.cpp:3:1: error: 'x' was not declared\n"
+                   "ninja: build stopped") == "/k/main.cpp:3:1: error: 'x' was not declared"
+    assert summary(f"Error building extension 'k': {command}\n"
+                   "g++: fatal error: Killed signal terminated program cc1plus") == (
+        "g++: fatal error: Killed signal terminated program cc1plus")
+    assert summary(f"{command}\n/usr/bin/ld: final link failed: No space left on device\ncollect2: error: ld") == (
+        "/usr/bin/ld: final link failed: No space left on device")
+    assert summary("") == "the build failed with no output"

@@ -87,9 +87,13 @@ def _build_and_publish(name: str, source: str, folder: str, label: str, progress
         # -fopenmp makes at::parallel_for use torch's threads: without it the kernel ran on one thread whatever
         # torch.get_num_threads() said (at idle with 2 threads, 8960x1536 at 1 row 3.37 vs 2.11 ms). The library
         # it links, libgomp.so.1, is the one torch has already loaded (same soname), so there is one thread pool.
-        with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
-            load_inline(name=name, cpp_sources=[source], extra_cflags=["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"],
-                        extra_ldflags=["-fopenmp"], is_python_module=False, build_directory=scratch, verbose=False)
+        try:
+            with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+                load_inline(name=name, cpp_sources=[source], extra_cflags=["-O3", "-mavx2", "-mfma", "-mf16c",
+                            "-fopenmp"], extra_ldflags=["-fopenmp"], is_python_module=False, build_directory=scratch,
+                            verbose=False)
+        except Exception as error:
+            raise RuntimeError(build_failure_summary(str(error))) from error
         library = os.path.join(scratch, f"{name}.so")
         with open(os.path.join(scratch, RECORD), "w") as handle:
             json.dump({"library": f"{name}.so", "size": os.path.getsize(library), "sha256": _sha256(library)}, handle)
@@ -98,6 +102,22 @@ def _build_and_publish(name: str, source: str, folder: str, label: str, progress
         shutil.rmtree(scratch, ignore_errors=True)      # gone once published; a failed build's files
     if progress:
         print(f"multidraft: {label} ready ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+
+
+def build_failure_summary(output: str) -> str:
+    """The line of a failed build's output that says what went wrong (a missing compiler, a full disk, the
+    compiler's own error), not the compiler's command line that torch's message starts with."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    missing = next((line for line in lines if line.endswith(": not found")), None)
+    if missing:                                    # /bin/sh: 1: g++: not found
+        program = missing.rsplit(":", 2)[-2].strip()
+        return (f"the C++ compiler {program} was not found: install one (Debian: apt-get install g++) or point "
+                f"$CXX at it")
+    for marker in ("No space left on device", "fatal error:", "error:", "Killed"):
+        hit = next((line for line in lines if marker in line), None)
+        if hit:
+            return hit
+    return lines[0] if lines else "the build failed with no output"
 
 
 def _publish(scratch: str, folder: str) -> None:
