@@ -104,18 +104,18 @@ class GGUFWeights:
     def __init__(self, path: Path, num_layers: int):
         import gguf
 
+        from multidraft.models.gguf_header import TensorReader
+
         self.path = Path(path)
         try:
-            self._reader = gguf.GGUFReader(str(self.path), "r")
+            self._reader = TensorReader(str(self.path), "r")
         except Exception as error:           # truncated or not a GGUF: say which file and how to repair
             raise CorruptCacheError(f"cannot read {self.path} as a GGUF file ({type(error).__name__}: "
                                     f"{str(error)[:200]}); pull or copy it again") from error
         self._tensors = {tensor.name: tensor for tensor in self._reader.tensors}
         field = self._reader.fields.get("general.architecture")
         self.architecture = bytes(field.parts[-1]).decode() if field is not None else ""
-        # The metadata (the tokenizer's 150k tokens and merges, as millions of small arrays) held ~380 MB of the
-        # 1.5B's resident memory; the runner reads only the architecture, and the tensors do not need it.
-        self._reader.fields.clear()
+        self._reader.fields.clear()          # the runner reads only the architecture
         arch = {name: key for key, name in gguf.MODEL_ARCH_NAMES.items()}.get(self.architecture)
         self._names = gguf.get_tensor_name_map(arch, num_layers) if arch is not None else None
 
