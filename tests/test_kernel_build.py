@@ -1,5 +1,5 @@
 """The kernel build cache (models/kernel_build.py): a build killed before it finished, or a damaged library, never
-hangs or crashes a later process; a whole build is loaded without building again. Each load runs in a child process
+hangs or crashes a later process; a whole build is loaded without building again; two processes build once. Each load runs in a child process
 (a library's ops register once per process), on a one-op library that builds in seconds."""
 
 import json
@@ -40,10 +40,15 @@ def _load(folder, mode="build", timeout=300):
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
+    """One build, by two processes started together: one builds, the other waits for it and loads its library."""
     folder = tmp_path_factory.mktemp("kernels") / "buildtest-0123456789ab"
-    child = _load(folder)
-    assert child.returncode == 0, child.stderr
-    assert "plus_one 42" in child.stdout and "building the test library" in child.stderr
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    children = [subprocess.Popen([sys.executable, "-c", CHILD, str(folder), "build"], env=env, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    outputs = [child.communicate(timeout=300) for child in children]
+    assert all(child.returncode == 0 for child in children), outputs
+    assert all("plus_one 42" in out for out, _ in outputs)
+    assert sum("building the test library" in err for _, err in outputs) == 1, outputs
     return folder
 
 
