@@ -1,6 +1,7 @@
 """The kernel build cache (models/kernel_build.py): a build killed before it finished, or a damaged library, never
-hangs or crashes a later process; a whole build is loaded without building again; two processes build once. Each load runs in a child process
-(a library's ops register once per process), on a one-op library that builds in seconds."""
+hangs or crashes a later process; a whole build is loaded without building again; two processes build once. Each
+load runs in a child process (a library's ops register once per process), on a one-op library that builds in
+seconds."""
 
 import json
 import os
