@@ -85,14 +85,14 @@ def test_a_damaged_library_is_never_loaded(built, tmp_path):
 def test_a_build_killed_midway_blocks_no_later_process(tmp_path):
     folder = tmp_path / "kernels" / "buildtest-0123456789ab"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    victim = subprocess.Popen([sys.executable, "-c", CHILD, str(folder), "build"], env=env,
+    victim = subprocess.Popen([sys.executable, "-c", CHILD, str(folder), "build"], env=env, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while not any(".build-" in p.name for p in folder.parent.glob("*")) and time.monotonic() < deadline:
         assert victim.poll() is None, "the build ended before it could be killed"
         time.sleep(0.05)
     time.sleep(2)                                               # inside the compiler now
-    victim.send_signal(signal.SIGKILL)                          # no finally runs: torch's own lock file would stay
+    os.killpg(victim.pid, signal.SIGKILL)       # with its compiler; no finally runs: torch's lock file would stay
     victim.wait()
     assert not (folder / kernel_build.RECORD).exists()
     # what torch's in-place build left when killed: its lock file; every later load used to wait on it forever
