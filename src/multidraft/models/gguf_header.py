@@ -25,18 +25,19 @@ class TensorReader(GGUFReader):
         for _ in range(count):
             key_length, key = self._get_str(offs)
             value_offset = offs + 8 + int(key_length[0])
-            raw_type = int(self._get(value_offset, np.uint32)[0])
-            if raw_type != GGUFValueType.ARRAY:
+            raw_type = self._get(value_offset, np.uint32)
+            if raw_type[0] != GGUFValueType.ARRAY:
                 offs = self._push_scalar(offs, value_offset + 4, raw_type, key_length, key)
             else:
                 offs = self._skip_array(value_offset + 4)
         return offs
 
-    def _push_scalar(self, field_offset: int, offs: int, raw_type: int, key_length, key) -> int:
+    def _push_scalar(self, field_offset: int, offs: int, raw_type, key_length, key) -> int:
+        """A scalar or string field into `fields`, its parts as gguf-py has them (key length, key, type, value)."""
         from gguf.gguf_reader import ReaderField
 
-        size, parts, indices, types = self._get_field_parts(offs, raw_type)
-        head = [key_length, key, self._get(offs - 4, np.uint32)]
+        size, parts, indices, types = self._get_field_parts(offs, raw_type[0])
+        head = [key_length, key, raw_type]
         self._push_field(ReaderField(field_offset, str(bytes(key), encoding="utf-8"), head + parts,
                                      [i + len(head) for i in indices], types), skip_sum=True)
         return offs + size
