@@ -5,6 +5,7 @@ seconds."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -54,7 +55,6 @@ def built(tmp_path_factory):
 
 
 def _copy(folder, tmp_path):
-    import shutil
     target = tmp_path / "kernels" / folder.name
     shutil.copytree(folder, target)
     return target
@@ -140,3 +140,36 @@ def test_a_failed_build_says_why_in_one_line():
     assert summary(f"{command}\n/usr/bin/ld: final link failed: No space left on device\ncollect2: error: ld") == (
         "/usr/bin/ld: final link failed: No space left on device")
     assert summary("") == "the build failed with no output"
+
+
+def _fake_clang(tmp_path):
+    """A compiler that predefines clang's macros, as clang++ does, and compiles nothing."""
+    script = tmp_path / "clang++"
+    script.write_text('#!/bin/sh\ncase "$*" in *-dM*) printf "#define __clang__ 1\\n#define __GNUC__ 4\\n";;\n'
+                      '*) echo "clang: error: the kernels were given to clang" >&2; exit 1;; esac\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on PATH")
+def test_a_clang_cxx_builds_with_g_plus_plus_or_says_to_install_it(tmp_path, monkeypatch):
+    clang = _fake_clang(tmp_path)
+    assert kernel_build._compiler_kind(clang) == "clang"
+    assert kernel_build._compiler_kind(shutil.which("g++")) == "gcc"
+    assert kernel_build._compiler_kind(str(tmp_path / "absent")) == "missing"
+    assert kernel_build._compiler_kind("env g++") == "gcc"          # a command with words, as `ccache g++` is
+    monkeypatch.setenv("CXX", clang)
+    assert kernel_build.gcc_compiler() == shutil.which("g++")
+    monkeypatch.setenv("PATH", str(tmp_path))                   # no g++ to fall back on
+    with pytest.raises(RuntimeError, match=r"need GCC's g\+\+ and the C\+\+ compiler .*clang\+\+ is clang: install g"):
+        kernel_build.gcc_compiler()
+
+
+@pytest.mark.slow
+@needs_build
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on PATH")
+def test_a_build_under_a_clang_cxx_is_made_by_g_plus_plus(tmp_path, monkeypatch):
+    monkeypatch.setenv("CXX", _fake_clang(tmp_path))
+    child = _load(tmp_path / "kernels" / "buildtest-0123456789ab")
+    assert child.returncode == 0, child.stderr
+    assert "plus_one 42" in child.stdout and "the kernels need GCC" in child.stderr

@@ -17,7 +17,9 @@ import hashlib
 import json
 import os
 import secrets
+import shlex
 import shutil
+import subprocess
 import sys
 import time
 
@@ -78,11 +80,14 @@ def _build_and_publish(name: str, source: str, folder: str, label: str, progress
     from torch.utils.cpp_extension import load_inline
 
     _put_ninja_on_path()
+    compiler = gcc_compiler(progress)
     scratch = f"{folder}.build-{os.getpid()}-{secrets.token_hex(4)}"
     os.makedirs(scratch)
     started = time.perf_counter()
     if progress:
         print(f"multidraft: building the {label} (once per version, ~1 min)...", file=sys.stderr, flush=True)
+    given = os.environ.get("CXX")
+    os.environ["CXX"] = compiler                     # torch's builder runs $CXX
     try:
         # -fopenmp makes at::parallel_for use torch's threads: without it the kernel ran on one thread whatever
         # torch.get_num_threads() said (at idle with 2 threads, 8960x1536 at 1 row 3.37 vs 2.11 ms). The library
@@ -99,9 +104,46 @@ def _build_and_publish(name: str, source: str, folder: str, label: str, progress
             json.dump({"library": f"{name}.so", "size": os.path.getsize(library), "sha256": _sha256(library)}, handle)
         _publish(scratch, folder)
     finally:
+        if given is None:
+            os.environ.pop("CXX", None)
+        else:
+            os.environ["CXX"] = given
         shutil.rmtree(scratch, ignore_errors=True)      # gone once published; a failed build's files
     if progress:
         print(f"multidraft: {label} ready ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+
+
+def gcc_compiler(progress: bool = False) -> str:
+    """The C++ compiler to build with: $CXX (torch's choice, else `c++`) where it is GCC, else `g++` from PATH. Why:
+    the kernels give each instruction-set path its own `#pragma GCC target`, which clang ignores, so under a clang
+    $CXX the build failed with "too many errors" (or "'omp.h' file not found") and every run fell back to the slow
+    HF weights. A $CXX that is not there is left to the build, whose failure says so."""
+    given = os.environ.get("CXX") or "c++"
+    kind = _compiler_kind(given)
+    if kind in ("gcc", "missing"):
+        return given
+    fallback = shutil.which("g++")
+    if fallback and _compiler_kind(fallback) == "gcc":
+        if progress:
+            print(f"multidraft: building with {fallback}: the kernels need GCC and {given} is {kind}", file=sys.stderr,
+                  flush=True)
+        return fallback
+    raise RuntimeError(f"the kernels need GCC's g++ and the C++ compiler {given} is {kind}: install g++ (Debian: "
+                       f"apt-get install g++) or point $CXX at it")
+
+
+def _compiler_kind(command: str) -> str:
+    """'gcc', 'clang' (clang and compilers built on it, Intel's icpx included), 'missing', or 'not GCC' (anything
+    else), from the macros the compiler predefines."""
+    try:
+        macros = subprocess.run([*shlex.split(command), "-dM", "-E", "-x", "c++", os.devnull], capture_output=True,
+                                text=True, timeout=60).stdout
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return "missing"
+    defined = {line.split()[1] for line in macros.splitlines() if line.startswith("#define ")}
+    if "__clang__" in defined:
+        return "clang"
+    return "gcc" if "__GNUC__" in defined else "not GCC"
 
 
 def build_failure_summary(output: str) -> str:
