@@ -6,6 +6,7 @@ attention, and for the whole model on chains and trees; then that the lossless m
 """
 
 import hashlib
+import re
 import warnings
 
 import gguf
@@ -447,6 +448,30 @@ def test_auto_activations_are_q8_where_a_matrix_has_an_8_bit_kernel():
             warnings.simplefilter("error")                 # BF16: fp32 activations, silently (nothing to warn about)
             model = quantized.load_quantized_model(folder, path, activations="auto")
         assert quantized.runner_name(model) == runner, type_name
+
+
+@pytest.mark.parametrize("type_name", ["Q2_K", "Q3_K"])
+def test_formats_without_a_kernel_run_in_fp32_and_the_load_says_what_that_costs(type_name):
+    """A Q2_K / Q3_K GGUF (no kernel reads them) loads with its matrices expanded to fp32, computes the model, and
+    says so once: which tensors, the memory it took, what runs on the kernels instead (it used to be silent)."""
+    from transformers import AutoModelForCausalLM
+
+    from multidraft.models import quantized
+
+    folder = temp_model_folder(f"tiny-gguf-expanded-{type_name}-")
+    path = write_tiny_gguf(folder, "qwen2", type_name, seed=5)
+    with pytest.warns(RuntimeWarning) as caught:
+        model = quantized.load_quantized_model(folder, path, activations="auto")
+    messages = [str(w.message) for w in caught if "expanded to fp32" in str(w.message)]
+    assert len(messages) == 1, [str(w.message) for w in caught]
+    assert re.search(rf"16 tensors of model.gguf \({type_name} x 16\) .* at load \(\d+\.\d MB in place of "
+                     rf"\d+\.\d MB\).*\(Q4_K_M", messages[0]), messages[0]
+    assert quantized.runner_name(model) == "quantized"
+    reference = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    ids = torch.tensor([[1, 5, 9, 3, 7, 22, 40, 11, 8]])
+    with torch.inference_mode():
+        ours, theirs = model(ids).logits[0], reference(ids).logits[0]
+    assert float((ours - theirs).abs().max()) <= 1e-4 * float(theirs.abs().max())
 
 
 def test_runner_cannot_be_switched_and_says_how():

@@ -98,6 +98,10 @@ class BlockMatrix:
         return BlockMatrix(self.blocks.index_select(0, order).contiguous(), self.type_id, self.width, self.name)
 
 
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 1e9:.1f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.1f} MB"
+
+
 class GGUFWeights:
     """The tensors of one GGUF file, by GGUF name or by the HF parameter name they load into."""
 
@@ -118,6 +122,7 @@ class GGUFWeights:
         self._reader.fields.clear()          # the runner reads only the architecture
         arch = {name: key for key, name in gguf.MODEL_ARCH_NAMES.items()}.get(self.architecture)
         self._names = gguf.get_tensor_name_map(arch, num_layers) if arch is not None else None
+        self.expanded: dict[str, list[int]] = {}   # type name -> [matrices, bytes in the file, fp32 bytes]
 
     def release(self, blocks: torch.Tensor) -> bool:
         """Drop this process's resident pages of `blocks` when they are this file's own mapping (a packed copy now
@@ -152,6 +157,8 @@ class GGUFWeights:
         data = tensor.data
         if type_id not in gguf_kernels.NATIVE_TYPES:
             values = gguf.quants.dequantize(data, tensor.tensor_type).astype(np.float32)
+            tally = self.expanded.setdefault(tensor.tensor_type.name, [0, 0, 0])
+            tally[0], tally[1], tally[2] = tally[0] + 1, tally[1] + int(data.nbytes), tally[2] + int(values.nbytes)
             data, type_id = values.reshape(-1, width).view(np.uint8), F32
         elif data.dtype != np.uint8:              # F32 / F16 / BF16 tensors come typed: the same bytes, as rows
             data = data.reshape(-1, width).view(np.uint8)
@@ -159,6 +166,20 @@ class GGUFWeights:
             warnings.simplefilter("ignore", UserWarning)
             blocks = torch.from_numpy(data)
         return BlockMatrix(blocks, type_id, width, gguf_name)
+
+    def expansion_warning(self) -> Optional[str]:
+        """What the matrices of types without a kernel cost (None: there were none): they were expanded to fp32 at
+        load, so they take 6-12x their file's memory and their linears run at fp32's pace."""
+        if not self.expanded:
+            return None
+        count = sum(tally[0] for tally in self.expanded.values())
+        names = ", ".join(f"{name} x {tally[0]}" for name, tally in sorted(self.expanded.items()))
+        source = _size(sum(tally[1] for tally in self.expanded.values()))
+        fp32 = _size(sum(tally[2] for tally in self.expanded.values()))
+        return (f"multidraft: {count} tensors of {self.path.name} ({names}) are in formats the CPU kernels do not "
+                f"read, so they were expanded to fp32 at load ({fp32} in place of {source}) and their "
+                f"linears run several times slower than the rest; a GGUF of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, "
+                f"Q5_K or Q6_K (Q4_K_M, Q5_K_M, Q6_K, Q8_0) runs every matrix on the 8-bit kernels")
 
     def dense(self, gguf_name: str) -> torch.Tensor:
         """A small tensor (norm, bias) as fp32, in HF's shape order (outermost first)."""

@@ -103,7 +103,7 @@ def set_activations(model, activations: str) -> None:
         activations = "q8" if has_q8 else "fp32"
     if activations == "q8" and not has_q8:
         warnings.warn("multidraft: no matrix of this GGUF has an 8-bit kernel (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, "
-                      "Q6_K), so 8-bit activations change nothing (quantized-q8 runs as quantized)", RuntimeWarning,
+                      "Q5_K, Q6_K), so 8-bit activations change nothing (quantized-q8 runs as quantized)", RuntimeWarning,
                       stacklevel=3)
     model.gguf_mode.activations = activations
     if activations == "q8":
@@ -231,6 +231,8 @@ def load_quantized_model(folder: Path, gguf_path: Path, activations: str = "fp32
         module.weight = embedding.weight if tied else _placeholder(matrix.rows, matrix.width)
         module.forward = types.MethodType(_linear_forward, module)
     _load_small_tensors(model, weights, reference)
+    if (expansion := weights.expansion_warning()) is not None:
+        warnings.warn(expansion, RuntimeWarning, stacklevel=2)
     model.eval()
     model.gguf_weights = weights           # keeps the file mapping alive
     model.gguf_mode = mode
