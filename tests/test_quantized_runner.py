@@ -450,9 +450,9 @@ def test_auto_activations_are_q8_where_a_matrix_has_an_8_bit_kernel():
         assert quantized.runner_name(model) == runner, type_name
 
 
-@pytest.mark.parametrize("type_name", ["Q2_K", "Q3_K"])
+@pytest.mark.parametrize("type_name", ["Q2_K"])
 def test_formats_without_a_kernel_run_in_fp32_and_the_load_says_what_that_costs(type_name):
-    """A Q2_K / Q3_K GGUF (no kernel reads them) loads with its matrices expanded to fp32, computes the model, and
+    """A Q2_K GGUF (no kernel reads it) loads with its matrices expanded to fp32, computes the model, and
     says so once: which tensors, the memory it took, what runs on the kernels instead (it used to be silent)."""
     from transformers import AutoModelForCausalLM
 
@@ -465,8 +465,45 @@ def test_formats_without_a_kernel_run_in_fp32_and_the_load_says_what_that_costs(
     messages = [str(w.message) for w in caught if "expanded to fp32" in str(w.message)]
     assert len(messages) == 1, [str(w.message) for w in caught]
     assert re.search(rf"16 tensors of model.gguf \({type_name} x 16\) .* at load \(\d+\.\d MB in place of "
-                     rf"\d+\.\d MB\).*\(Q4_K_M", messages[0]), messages[0]
+                     rf"\d+\.\d MB\).*\(Q3_K_M, Q4_K_M", messages[0]), messages[0]
     assert quantized.runner_name(model) == "quantized"
+    reference = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    ids = torch.tensor([[1, 5, 9, 3, 7, 22, 40, 11, 8]])
+    with torch.inference_mode():
+        ours, theirs = model(ids).logits[0], reference(ids).logits[0]
+    assert float((ours - theirs).abs().max()) <= 1e-4 * float(theirs.abs().max())
+
+
+def test_q3_k_blocks_become_q6_k_blocks_of_the_same_values():
+    from multidraft.models.gguf_convert import q3_k_as_q6_k
+
+    rng = np.random.default_rng(21)
+    raw = random_blocks("Q3_K", 48, 2048, rng, scale=0.5)
+    raw[:4, :32] = 0                                    # every high bit clear (q = low - 4) in some rows' first block
+    raw[4:8, :32] = 255                                 # and every one set
+    converted = q3_k_as_q6_k(raw)
+    assert converted.shape == (48, 2048 // 256 * 210)
+    expected = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q3_K)
+    got = gguf.quants.dequantize(converted, gguf.GGMLQuantizationType.Q6_K)
+    assert np.array_equal(expected.view(np.uint32), got.view(np.uint32))
+    assert np.array_equal(gguf_kernels.dequantize(torch.from_numpy(converted), 14, 2048).numpy(), expected)
+
+
+def test_a_q3_k_gguf_runs_on_the_q6_k_kernels_silently_and_computes_the_model():
+    """Q3_K (Q3_K_M's main format) is computed as the Q6_K blocks of the same values: the 8-bit runner, no fp32
+    expansion (so no warning), the fp32 eager model's logits from the HF folder of the exact values."""
+    from transformers import AutoModelForCausalLM
+
+    from multidraft.models import quantized
+
+    folder = temp_model_folder("tiny-gguf-q3k-")
+    path = write_tiny_gguf(folder, "qwen2", "Q3_K", seed=6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = quantized.load_quantized_model(folder, path, activations="auto")
+    assert quantized.runner_name(model) == "quantized-q8"
+    assert model.gguf_weights.converted == {"Q3_K": 16} and not model.gguf_weights.expanded
+    quantized.set_activations(model, "fp32")             # the exact values' products, as the eager model's
     reference = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
     ids = torch.tensor([[1, 5, 9, 3, 7, 22, 40, 11, 8]])
     with torch.inference_mode():

@@ -33,7 +33,8 @@ import torch
 
 from multidraft.models import fast_linear, kernel_build
 
-# GGUF tensor types the kernel reads as they are (ggml's numbering); others are expanded to F32 at load.
+# GGUF tensor types the kernel reads as they are (ggml's numbering); Q3_K becomes Q6_K at load (gguf_convert.py),
+# others are expanded to F32.
 NATIVE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 12: "Q4_K", 13: "Q5_K",
                 14: "Q6_K", 30: "BF16"}
 
@@ -96,7 +97,7 @@ def load(progress: bool = True) -> bool:
             return False
         text = source()
         from multidraft.paths import subdir
-        key = hashlib.sha256((text + torch.__version__ + sys.prefix).encode()).hexdigest()[:12]
+        key = hashlib.sha256((text + torch.__version__ + sys.prefix + kernel_build.extra_flags()).encode()).hexdigest()[:12]
         global _build_folder
         _build_folder = str(subdir("kernels") / f"gguf-{key}")
         if hasattr(torch.ops.multidraft_gguf, "linear"):

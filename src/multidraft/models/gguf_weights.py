@@ -1,8 +1,9 @@
 """A GGUF file's tensors as the quantized runner uses them: weight matrices as their blocks, small tensors as fp32.
 
 `BlockMatrix` is one weight matrix kept in its GGUF encoding (rows of blocks along the input dimension), mapped
-from the file, not copied: the linear kernel decodes it on the fly (gguf_kernels.py). Block types the kernel does
-not read (Q2_K, Q3_K, IQ*) are expanded to F32 once at load with gguf-py, so any GGUF that gguf-py reads works.
+from the file, not copied: the linear kernel decodes it on the fly (gguf_kernels.py). Q3_K blocks become the Q6_K
+blocks of the same values at load (gguf_convert.py); other block types the kernel does not read (Q2_K, IQ*) are
+expanded to F32 once at load with gguf-py (and the load says what that costs), so any GGUF that gguf-py reads works.
 Names: HF parameter names are mapped to GGUF names with gguf-py's own table (the one llama.cpp's converter uses).
 """
 
@@ -18,9 +19,10 @@ import numpy as np
 import torch
 
 from multidraft.errors import CorruptCacheError
-from multidraft.models import gguf_kernels
+from multidraft.models import gguf_convert, gguf_kernels
 
 F32 = 0
+Q3_K, Q6_K = 11, 14                 # ggml's type numbers
 
 
 @dataclass
@@ -123,6 +125,7 @@ class GGUFWeights:
         arch = {name: key for key, name in gguf.MODEL_ARCH_NAMES.items()}.get(self.architecture)
         self._names = gguf.get_tensor_name_map(arch, num_layers) if arch is not None else None
         self.expanded: dict[str, list[int]] = {}   # type name -> [matrices, bytes in the file, fp32 bytes]
+        self.converted: dict[str, int] = {}        # type name -> matrices re-encoded losslessly (gguf_convert)
 
     def release(self, blocks: torch.Tensor) -> bool:
         """Drop this process's resident pages of `blocks` when they are this file's own mapping (a packed copy now
@@ -141,6 +144,12 @@ class GGUFWeights:
             mapping.madvise(mmap.MADV_DONTNEED, first, last - first)
         return True
 
+    def _drop_pages(self, array: np.ndarray) -> None:
+        """Drop the resident pages of a tensor of the file that a converted copy replaces."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            self.release(torch.from_numpy(array))
+
     def gguf_name(self, hf_name: str) -> Optional[str]:
         """The GGUF tensor an HF parameter (`model.layers.0.self_attn.q_proj.weight`) comes from, if any."""
         if self._names is None:
@@ -155,7 +164,11 @@ class GGUFWeights:
         type_id = int(tensor.tensor_type)
         width = int(tensor.shape[0])              # GGUF lists dimensions innermost first
         data = tensor.data
-        if type_id not in gguf_kernels.NATIVE_TYPES:
+        if type_id == Q3_K:                       # the same values as Q6_K blocks, which the kernels compute
+            data, type_id = gguf_convert.q3_k_as_q6_k(data), Q6_K
+            self.converted[tensor.tensor_type.name] = self.converted.get(tensor.tensor_type.name, 0) + 1
+            self._drop_pages(tensor.data)
+        elif type_id not in gguf_kernels.NATIVE_TYPES:
             values = gguf.quants.dequantize(data, tensor.tensor_type).astype(np.float32)
             tally = self.expanded.setdefault(tensor.tensor_type.name, [0, 0, 0])
             tally[0], tally[1], tally[2] = tally[0] + 1, tally[1] + int(data.nbytes), tally[2] + int(values.nbytes)
@@ -178,8 +191,8 @@ class GGUFWeights:
         fp32 = _size(sum(tally[2] for tally in self.expanded.values()))
         return (f"multidraft: {count} tensors of {self.path.name} ({names}) are in formats the CPU kernels do not "
                 f"read, so they were expanded to fp32 at load ({fp32} in place of {source}) and their "
-                f"linears run several times slower than the rest; a GGUF of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, "
-                f"Q5_K or Q6_K (Q4_K_M, Q5_K_M, Q6_K, Q8_0) runs every matrix on the 8-bit kernels")
+                f"linears run several times slower than the rest; a GGUF of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, "
+                f"Q4_K, Q5_K or Q6_K (Q3_K_M, Q4_K_M, Q5_K_M, Q6_K, Q8_0) runs every matrix on the 8-bit kernels")
 
     def dense(self, gguf_name: str) -> torch.Tensor:
         """A small tensor (norm, bias) as fp32, in HF's shape order (outermost first)."""
