@@ -28,6 +28,13 @@ import torch
 RECORD = "built.json"             # written last into a whole build: the library's file name, size and sha256
 SCRATCH_DAYS = 1                  # a scratch folder older than this belongs to a build that died
 UNUSED_DAYS = 30                  # a cache folder of the same library not loaded for this long is removed
+EXTRA_FLAGS = "MULTIDRAFT_KERNEL_CFLAGS"   # flags added to the compile and link lines (`make test-sanitize`)
+
+
+def extra_flags() -> str:
+    """$MULTIDRAFT_KERNEL_CFLAGS, for developers' builds (AddressSanitizer, UBSan): each kernel puts it in its cache
+    key, so such a build never stands in for the normal one."""
+    return os.environ.get(EXTRA_FLAGS, "").strip()
 
 
 def load_library(name: str, source: str, folder: str, label: str, progress: bool) -> None:
@@ -94,9 +101,10 @@ def _build_and_publish(name: str, source: str, folder: str, label: str, progress
         # it links, libgomp.so.1, is the one torch has already loaded (same soname), so there is one thread pool.
         try:
             with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+                extra = shlex.split(extra_flags())
                 load_inline(name=name, cpp_sources=[source], extra_cflags=["-O3", "-mavx2", "-mfma", "-mf16c",
-                            "-fopenmp"], extra_ldflags=["-fopenmp"], is_python_module=False, build_directory=scratch,
-                            verbose=False)
+                            "-fopenmp", *extra], extra_ldflags=["-fopenmp", *extra], is_python_module=False,
+                            build_directory=scratch, verbose=False)
         except Exception as error:
             raise RuntimeError(build_failure_summary(str(error))) from error
         library = os.path.join(scratch, f"{name}.so")
