@@ -188,7 +188,8 @@ def build_dir() -> str:
     # The environment is part of the key: ninja rebuilds when the compile command changes, and the command names the
     # environment's include folders, so two virtual environments sharing one folder rebuilt the kernel (~35 s) each
     # time a process from the other one started.
-    key = hashlib.sha256((KERNEL_SOURCE + torch.__version__ + sys.prefix + kernel_build.extra_flags()).encode()).hexdigest()[:12]
+    material = KERNEL_SOURCE + torch.__version__ + sys.prefix + kernel_build.extra_flags()
+    key = hashlib.sha256(material.encode()).hexdigest()[:12]
     return str(subdir("kernels") / f"small_m_linear-{key}")
 
 

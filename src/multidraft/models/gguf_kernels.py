@@ -97,7 +97,8 @@ def load(progress: bool = True) -> bool:
             return False
         text = source()
         from multidraft.paths import subdir
-        key = hashlib.sha256((text + torch.__version__ + sys.prefix + kernel_build.extra_flags()).encode()).hexdigest()[:12]
+        material = text + torch.__version__ + sys.prefix + kernel_build.extra_flags()
+        key = hashlib.sha256(material.encode()).hexdigest()[:12]
         global _build_folder
         _build_folder = str(subdir("kernels") / f"gguf-{key}")
         if hasattr(torch.ops.multidraft_gguf, "linear"):

@@ -128,7 +128,7 @@ def gcc_compiler(progress: bool = False) -> str:
     HF weights. A $CXX that is not there is left to the build, whose failure says so."""
     given = os.environ.get("CXX") or "c++"
     kind = _compiler_kind(given)
-    if kind in ("gcc", "missing"):
+    if kind == "gcc" or (kind == "missing" and os.environ.get("CXX")):
         return given
     fallback = shutil.which("g++")
     if fallback and _compiler_kind(fallback) == "gcc":

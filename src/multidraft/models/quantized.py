@@ -103,8 +103,8 @@ def set_activations(model, activations: str) -> None:
         activations = "q8" if has_q8 else "fp32"
     if activations == "q8" and not has_q8:
         warnings.warn("multidraft: no matrix of this GGUF has an 8-bit kernel (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, "
-                      "Q5_K, Q6_K), so 8-bit activations change nothing (quantized-q8 runs as quantized)", RuntimeWarning,
-                      stacklevel=3)
+                      "Q5_K, Q6_K), so 8-bit activations change nothing (quantized-q8 runs as quantized)",
+                      RuntimeWarning, stacklevel=3)
     model.gguf_mode.activations = activations
     if activations == "q8":
         weights = getattr(model, "gguf_weights", None)
