@@ -153,16 +153,22 @@ def _fake_clang(tmp_path):
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on PATH")
 def test_a_clang_cxx_builds_with_g_plus_plus_or_says_to_install_it(tmp_path, monkeypatch):
-    clang = _fake_clang(tmp_path)
+    clang, gxx = _fake_clang(tmp_path), shutil.which("g++")
     assert kernel_build._compiler_kind(clang) == "clang"
-    assert kernel_build._compiler_kind(shutil.which("g++")) == "gcc"
+    assert kernel_build._compiler_kind(gxx) == "gcc"
     assert kernel_build._compiler_kind(str(tmp_path / "absent")) == "missing"
     assert kernel_build._compiler_kind("env g++") == "gcc"          # a command with words, as `ccache g++` is
     monkeypatch.setenv("CXX", clang)
-    assert kernel_build.gcc_compiler() == shutil.which("g++")
+    assert kernel_build.gcc_compiler() == gxx
     monkeypatch.setenv("PATH", str(tmp_path))                   # no g++ to fall back on
     with pytest.raises(RuntimeError, match=r"need GCC's g\+\+ and the C\+\+ compiler .*clang\+\+ is clang: install g"):
         kernel_build.gcc_compiler()
+    gcc_only = tmp_path / "gcc-only"                             # no $CXX and no c++ on PATH, but a g++
+    gcc_only.mkdir()
+    (gcc_only / "g++").symlink_to(gxx)
+    monkeypatch.delenv("CXX")
+    monkeypatch.setenv("PATH", str(gcc_only))
+    assert kernel_build.gcc_compiler() == str(gcc_only / "g++")
 
 
 @pytest.mark.slow
