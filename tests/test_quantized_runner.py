@@ -454,8 +454,6 @@ def test_auto_activations_are_q8_where_a_matrix_has_an_8_bit_kernel():
 def test_formats_without_a_kernel_run_in_fp32_and_the_load_says_what_that_costs(type_name):
     """A Q2_K GGUF (no kernel reads it) loads with its matrices expanded to fp32, computes the model, and
     says so once: which tensors, the memory it took, what runs on the kernels instead (it used to be silent)."""
-    from transformers import AutoModelForCausalLM
-
     from multidraft.models import quantized
 
     folder = temp_model_folder(f"tiny-gguf-expanded-{type_name}-")
@@ -467,6 +465,14 @@ def test_formats_without_a_kernel_run_in_fp32_and_the_load_says_what_that_costs(
     assert re.search(rf"16 tensors of model.gguf \({type_name} x 16\) .* at load \(\d+\.\d MB in place of "
                      rf"\d+\.\d MB\).*\(Q3_K_M, Q4_K_M", messages[0]), messages[0]
     assert quantized.runner_name(model) == "quantized"
+    _assert_logits_are_the_eager_folders(model, folder)
+
+
+def _assert_logits_are_the_eager_folders(model, folder):
+    """The model's logits are the fp32 eager HF model's from `folder` (which holds the blocks' exact values), up to
+    summation order."""
+    from transformers import AutoModelForCausalLM
+
     reference = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
     ids = torch.tensor([[1, 5, 9, 3, 7, 22, 40, 11, 8]])
     with torch.inference_mode():
@@ -492,8 +498,6 @@ def test_q3_k_blocks_become_q6_k_blocks_of_the_same_values():
 def test_a_q3_k_gguf_runs_on_the_q6_k_kernels_silently_and_computes_the_model():
     """Q3_K (Q3_K_M's main format) is computed as the Q6_K blocks of the same values: the 8-bit runner, no fp32
     expansion (so no warning), the fp32 eager model's logits from the HF folder of the exact values."""
-    from transformers import AutoModelForCausalLM
-
     from multidraft.models import quantized
 
     folder = temp_model_folder("tiny-gguf-q3k-")
@@ -504,11 +508,7 @@ def test_a_q3_k_gguf_runs_on_the_q6_k_kernels_silently_and_computes_the_model():
     assert quantized.runner_name(model) == "quantized-q8"
     assert model.gguf_weights.converted == {"Q3_K": 16} and not model.gguf_weights.expanded
     quantized.set_activations(model, "fp32")             # the exact values' products, as the eager model's
-    reference = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
-    ids = torch.tensor([[1, 5, 9, 3, 7, 22, 40, 11, 8]])
-    with torch.inference_mode():
-        ours, theirs = model(ids).logits[0], reference(ids).logits[0]
-    assert float((ours - theirs).abs().max()) <= 1e-4 * float(theirs.abs().max())
+    _assert_logits_are_the_eager_folders(model, folder)
 
 
 def test_runner_cannot_be_switched_and_says_how():
