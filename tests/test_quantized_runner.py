@@ -480,33 +480,40 @@ def _assert_logits_are_the_eager_folders(model, folder):
     assert float((ours - theirs).abs().max()) <= 1e-4 * float(theirs.abs().max())
 
 
-def test_q3_k_blocks_become_q6_k_blocks_of_the_same_values():
-    from multidraft.models.gguf_convert import q3_k_as_q6_k
+@pytest.mark.parametrize("type_name,target", [("Q3_K", "Q6_K"), ("IQ4_NL", "Q8_0")])
+def test_lossless_conversions_keep_every_value_bit_for_bit(type_name, target):
+    from multidraft.models.gguf_weights import CONVERSIONS
 
+    qtype, target_type = gguf.GGMLQuantizationType[type_name], gguf.GGMLQuantizationType[target]
+    convert, converted_type = CONVERSIONS[int(qtype)]
+    assert converted_type == int(target_type)
     rng = np.random.default_rng(21)
-    raw = random_blocks("Q3_K", 48, 2048, rng, scale=0.5)
-    raw[:4, :32] = 0                                    # every high bit clear (q = low - 4) in some rows' first block
-    raw[4:8, :32] = 255                                 # and every one set
-    converted = q3_k_as_q6_k(raw)
-    assert converted.shape == (48, 2048 // 256 * 210)
-    expected = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q3_K)
-    got = gguf.quants.dequantize(converted, gguf.GGMLQuantizationType.Q6_K)
-    assert np.array_equal(expected.view(np.uint32), got.view(np.uint32))
-    assert np.array_equal(gguf_kernels.dequantize(torch.from_numpy(converted), 14, 2048).numpy(), expected)
+    raw = random_blocks(type_name, 48, 2048, rng, scale=0.5)
+    if type_name == "Q3_K":
+        raw[:4, :32] = 0                                # every high bit clear (q = low - 4) in some rows' first block
+        raw[4:8, :32] = 255                             # and every one set
+    converted = convert(raw)
+    per_block = gguf.GGML_QUANT_SIZES[target_type][1] * 2048 // gguf.GGML_QUANT_SIZES[target_type][0]
+    assert converted.shape == (48, per_block)
+    expected = gguf.quants.dequantize(raw, qtype)
+    assert np.array_equal(expected.view(np.uint32), gguf.quants.dequantize(converted, target_type).view(np.uint32))
+    ours = gguf_kernels.dequantize(torch.from_numpy(converted), int(target_type), 2048).numpy()
+    assert np.array_equal(ours, expected)
 
 
-def test_a_q3_k_gguf_runs_on_the_q6_k_kernels_silently_and_computes_the_model():
-    """Q3_K (Q3_K_M's main format) is computed as the Q6_K blocks of the same values: the 8-bit runner, no fp32
-    expansion (so no warning), the fp32 eager model's logits from the HF folder of the exact values."""
+@pytest.mark.parametrize("type_name", ["Q3_K", "IQ4_NL"])
+def test_a_converted_format_runs_on_the_8_bit_kernels_silently_and_computes_the_model(type_name):
+    """Q3_K (Q3_K_M's main format) as Q6_K blocks, IQ4_NL as Q8_0 blocks of the same values: the 8-bit runner, no
+    fp32 expansion (so no warning), the fp32 eager model's logits from the HF folder of the exact values."""
     from multidraft.models import quantized
 
-    folder = temp_model_folder("tiny-gguf-q3k-")
-    path = write_tiny_gguf(folder, "qwen2", "Q3_K", seed=6)
+    folder = temp_model_folder(f"tiny-gguf-converted-{type_name}-")
+    path = write_tiny_gguf(folder, "qwen2", type_name, seed=6)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         model = quantized.load_quantized_model(folder, path, activations="auto")
     assert quantized.runner_name(model) == "quantized-q8"
-    assert model.gguf_weights.converted == {"Q3_K": 16} and not model.gguf_weights.expanded
+    assert model.gguf_weights.converted == {type_name: 16} and not model.gguf_weights.expanded
     quantized.set_activations(model, "fp32")             # the exact values' products, as the eager model's
     _assert_logits_are_the_eager_folders(model, folder)
 

@@ -5,7 +5,11 @@ scale per sub-block and an integer q, and no min: Q3_K's scale is 6 bits stored 
 bits (-4..3); Q6_K stores an int8 scale and q + 32 in 6 bits. So every Q3_K block is a Q6_K block of the very same
 values (d's bytes, scale - 32, q + 32), and the Q6_K kernels (8-bit activations on every path, packed layouts, the
 fp32 path) compute a Q3_K_M / Q3_K_S / Q3_K_L GGUF at 1.9x its file's bytes (210 / 110), where expanding it to fp32
-took 9.3x and ran the linears at fp32's pace. (Q2_K and the IQ formats have no such exact match: they stay fp32.)
+took 9.3x and ran the linears at fp32's pace.
+
+IQ4_NL -> Q8_0. An IQ4_NL block is 32 values d * table[i] with one fp16 d and a 4-bit index i into a fixed table of
+int8s; a Q8_0 block is 32 values d * q with one fp16 d and int8 q: the same d and q = table[i], 34 bytes for 18.
+(Q2_K, IQ4_XS and the other IQ formats have no exact match in a format the kernels compute: they stay fp32.)
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 Q3_K_BYTES, Q6_K_BYTES = 110, 210
+IQ4_NL_BYTES, Q8_0_BYTES = 18, 34
+IQ4_NL_TABLE = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int8)
 
 
 def q3_k_as_q6_k(rows: np.ndarray) -> np.ndarray:
@@ -46,4 +52,17 @@ def q3_k_as_q6_k(rows: np.ndarray) -> np.ndarray:
                                              | ((part[3] >> 4) << 6))
     out[:, 192:208] = scales.astype(np.int8).view(np.uint8)
     out[:, 208:210] = d
+    return out.reshape(count, -1)
+
+
+def iq4_nl_as_q8_0(rows: np.ndarray) -> np.ndarray:
+    """(rows, row bytes) uint8 of IQ4_NL blocks -> (rows, row bytes * 34 / 18) uint8 of Q8_0 blocks of the same values
+    (block_iq4_nl: d, qs[16] with value j's index in qs[j]'s low nibble and value 16 + j's in its high one;
+    block_q8_0: d, qs[32])."""
+    count = rows.shape[0]
+    blocks = np.ascontiguousarray(rows).reshape(-1, IQ4_NL_BYTES)
+    out = np.empty((blocks.shape[0], Q8_0_BYTES), np.uint8)
+    out[:, :2] = blocks[:, :2]
+    out[:, 2:18] = IQ4_NL_TABLE[blocks[:, 2:] & 0x0F].view(np.uint8)
+    out[:, 18:34] = IQ4_NL_TABLE[blocks[:, 2:] >> 4].view(np.uint8)
     return out.reshape(count, -1)

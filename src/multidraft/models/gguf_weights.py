@@ -2,8 +2,9 @@
 
 `BlockMatrix` is one weight matrix kept in its GGUF encoding (rows of blocks along the input dimension), mapped
 from the file, not copied: the linear kernel decodes it on the fly (gguf_kernels.py). Q3_K blocks become the Q6_K
-blocks of the same values at load (gguf_convert.py); other block types the kernel does not read (Q2_K, IQ*) are
-expanded to F32 once at load with gguf-py (and the load says what that costs), so any GGUF that gguf-py reads works.
+blocks of the same values at load, IQ4_NL the Q8_0 ones (gguf_convert.py); other block types the kernel does not
+read (Q2_K, IQ4_XS, other IQ formats) are expanded to F32 once at load with gguf-py (and the load says what that
+costs), so any GGUF that gguf-py reads works.
 Names: HF parameter names are mapped to GGUF names with gguf-py's own table (the one llama.cpp's converter uses).
 """
 
@@ -22,7 +23,8 @@ from multidraft.errors import CorruptCacheError
 from multidraft.models import gguf_convert, gguf_kernels
 
 F32 = 0
-Q3_K, Q6_K = 11, 14                 # ggml's type numbers
+# ggml's type number -> (its lossless re-encoding, the type it becomes): Q3_K -> Q6_K, IQ4_NL -> Q8_0
+CONVERSIONS = {11: (gguf_convert.q3_k_as_q6_k, 14), 20: (gguf_convert.iq4_nl_as_q8_0, 8)}
 
 
 @dataclass
@@ -164,8 +166,9 @@ class GGUFWeights:
         type_id = int(tensor.tensor_type)
         width = int(tensor.shape[0])              # GGUF lists dimensions innermost first
         data = tensor.data
-        if type_id == Q3_K:                       # the same values as Q6_K blocks, which the kernels compute
-            data, type_id = gguf_convert.q3_k_as_q6_k(data), Q6_K
+        if type_id in CONVERSIONS:                # the same values in a format the kernels compute (gguf_convert)
+            convert, type_id = CONVERSIONS[type_id]
+            data = convert(data)
             self.converted[tensor.tensor_type.name] = self.converted.get(tensor.tensor_type.name, 0) + 1
             self._drop_pages(tensor.data)
         elif type_id not in gguf_kernels.NATIVE_TYPES:
