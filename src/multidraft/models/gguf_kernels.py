@@ -33,8 +33,8 @@ import torch
 
 from multidraft.models import fast_linear, kernel_build
 
-# GGUF tensor types the kernel reads as they are (ggml's numbering); Q3_K becomes Q6_K at load (gguf_convert.py),
-# others are expanded to F32.
+# GGUF tensor types the kernel reads as they are (ggml's numbering); Q3_K and IQ4_NL become Q6_K and Q8_0 at load
+# (gguf_convert.py); others are expanded to F32.
 NATIVE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 12: "Q4_K", 13: "Q5_K",
                 14: "Q6_K", 30: "BF16"}
 
