@@ -179,3 +179,14 @@ def test_a_build_under_a_clang_cxx_is_made_by_g_plus_plus(tmp_path, monkeypatch)
     child = _load(tmp_path / "kernels" / "buildtest-0123456789ab")
     assert child.returncode == 0, child.stderr
     assert "plus_one 42" in child.stdout and "the kernels need GCC" in child.stderr
+
+
+def test_the_build_compiler_is_set_for_the_build_only(monkeypatch):
+    for before in (None, "clang++"):
+        if before is None:
+            monkeypatch.delenv("CXX", raising=False)
+        else:
+            monkeypatch.setenv("CXX", before)
+        with kernel_build._cxx("/usr/bin/g++"):
+            assert os.environ["CXX"] == "/usr/bin/g++"
+        assert os.environ.get("CXX") == before

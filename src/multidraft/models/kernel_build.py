@@ -21,6 +21,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import torch
@@ -28,6 +29,7 @@ import torch
 RECORD = "built.json"             # written last into a whole build: the library's file name, size and sha256
 SCRATCH_DAYS = 1                  # a scratch folder older than this belongs to a build that died
 UNUSED_DAYS = 30                  # a cache folder of the same library not loaded for this long is removed
+_environment_lock = threading.Lock()   # $CXX is the process's: one build at a time sets it (_cxx)
 EXTRA_FLAGS = "MULTIDRAFT_KERNEL_CFLAGS"   # flags added to the compile and link lines (`make test-sanitize`)
 
 
@@ -93,14 +95,12 @@ def _build_and_publish(name: str, source: str, folder: str, label: str, progress
     started = time.perf_counter()
     if progress:
         print(f"multidraft: building the {label} (once per version, ~1 min)...", file=sys.stderr, flush=True)
-    given = os.environ.get("CXX")
-    os.environ["CXX"] = compiler                     # torch's builder runs $CXX
     try:
         # -fopenmp makes at::parallel_for use torch's threads: without it the kernel ran on one thread whatever
         # torch.get_num_threads() said (at idle with 2 threads, 8960x1536 at 1 row 3.37 vs 2.11 ms). The library
         # it links, libgomp.so.1, is the one torch has already loaded (same soname), so there is one thread pool.
         try:
-            with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+            with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull), _cxx(compiler):
                 extra = shlex.split(extra_flags())
                 load_inline(name=name, cpp_sources=[source], extra_cflags=["-O3", "-mavx2", "-mfma", "-mf16c",
                             "-fopenmp", *extra], extra_ldflags=["-fopenmp", *extra], is_python_module=False,
@@ -112,13 +112,25 @@ def _build_and_publish(name: str, source: str, folder: str, label: str, progress
             json.dump({"library": f"{name}.so", "size": os.path.getsize(library), "sha256": _sha256(library)}, handle)
         _publish(scratch, folder)
     finally:
-        if given is None:
-            os.environ.pop("CXX", None)
-        else:
-            os.environ["CXX"] = given
         shutil.rmtree(scratch, ignore_errors=True)      # gone once published; a failed build's files
     if progress:
         print(f"multidraft: {label} ready ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _cxx(compiler: str):
+    """$CXX set to `compiler` while torch's builder runs (it reads no other setting), then as it was. The environment
+    is the process's: a lock keeps two threads' builds (the two kernels) from restoring each other's value."""
+    with _environment_lock:
+        given = os.environ.get("CXX")
+        os.environ["CXX"] = compiler
+        try:
+            yield
+        finally:
+            if given is None:
+                os.environ.pop("CXX", None)
+            else:
+                os.environ["CXX"] = given
 
 
 def gcc_compiler(progress: bool = False) -> str:
