@@ -514,6 +514,15 @@ def test_a_converted_format_runs_on_the_8_bit_kernels_silently_and_computes_the_
         model = quantized.load_quantized_model(folder, path, activations="auto")
     assert quantized.runner_name(model) == "quantized-q8"
     assert model.gguf_weights.converted == {type_name: 16} and not model.gguf_weights.expanded
+    # where a packed copy serves the 8-bit kernels (VNNI / AMX paths), the converted plain copy is freed, and made
+    # again from the file when read: the same logits either way
+    linears = [m.gguf_matrix for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert all(("blocks" in m.__dict__) == (m.packed is None) for m in linears)
+    ids = torch.tensor([[1, 5, 9, 3, 7, 22, 40, 11, 8]])
+    with torch.inference_mode():
+        dropped = model(ids).logits
+        assert all(m.blocks.shape[0] == m.rows for m in linears)          # made again
+        assert torch.equal(model(ids).logits, dropped)
     quantized.set_activations(model, "fp32")             # the exact values' products, as the eager model's
     _assert_logits_are_the_eager_folders(model, folder)
 

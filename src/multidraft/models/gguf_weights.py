@@ -14,7 +14,7 @@ import mmap
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -39,10 +39,30 @@ class BlockMatrix:
     # pack_for_q8
     packed: Optional[torch.Tensor] = field(default=None, repr=False)
     packed_type: Optional[int] = None
+    # where `blocks` is a converted copy (gguf_convert), how to make it again from the file: once a packed copy
+    # serves the 8-bit kernels, drop_plain frees it, and it is made again only if something reads it
+    rebuild: Optional[Callable[[], torch.Tensor]] = field(default=None, repr=False)
+
+    def drop_plain(self) -> bool:
+        """Free the plain blocks of a converted matrix that has a packed copy; False where there is nothing to free
+        (not converted: its plain blocks are the file's pages, which GGUFWeights.release drops instead)."""
+        if self.rebuild is None or self.packed is None or "blocks" not in self.__dict__:
+            return False
+        self._rows = self.rows
+        del self.blocks
+        return True
+
+    def __getattr__(self, name: str):
+        """Called only for an attribute not found: `blocks` after drop_plain, made again from the file."""
+        if name == "blocks" and self.__dict__.get("rebuild") is not None:
+            self.blocks = self.rebuild()
+            return self.blocks
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def rows(self) -> int:
-        return int(self.blocks.shape[0])
+        blocks = self.__dict__.get("blocks")
+        return int(blocks.shape[0]) if blocks is not None else self._rows
 
     @property
     def type_name(self) -> str:
@@ -166,9 +186,11 @@ class GGUFWeights:
         type_id = int(tensor.tensor_type)
         width = int(tensor.shape[0])              # GGUF lists dimensions innermost first
         data = tensor.data
+        rebuild = None
         if type_id in CONVERSIONS:                # the same values in a format the kernels compute (gguf_convert)
             convert, type_id = CONVERSIONS[type_id]
             data = convert(data)
+            rebuild = lambda: torch.from_numpy(convert(tensor.data))        # noqa: E731  (BlockMatrix.drop_plain)
             self.converted[tensor.tensor_type.name] = self.converted.get(tensor.tensor_type.name, 0) + 1
             self._drop_pages(tensor.data)
         elif type_id not in gguf_kernels.NATIVE_TYPES:
@@ -181,7 +203,7 @@ class GGUFWeights:
         with warnings.catch_warnings():            # the file is mapped read-only; the kernels only read it
             warnings.simplefilter("ignore", UserWarning)
             blocks = torch.from_numpy(data)
-        return BlockMatrix(blocks, type_id, width, gguf_name)
+        return BlockMatrix(blocks, type_id, width, gguf_name, rebuild=rebuild)
 
     def expansion_warning(self) -> Optional[str]:
         """What the matrices of types without a kernel cost (None: there were none): they were expanded to fp32 at

@@ -112,8 +112,8 @@ def set_activations(model, activations: str) -> None:
             matrix = getattr(module, "gguf_matrix", None)
             if isinstance(module, torch.nn.Linear) and matrix is not None and matrix.packed is None:
                 matrix.pack_for_q8()
-                if matrix.packed is not None and weights is not None:
-                    weights.release(matrix.blocks)
+                if matrix.packed is not None and weights is not None and not weights.release(matrix.blocks):
+                    matrix.drop_plain()           # a converted copy (Q3_K, IQ4_NL): made again if ever read
 
 
 def runner_name(model) -> str:
