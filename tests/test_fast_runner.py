@@ -5,6 +5,7 @@ The kernel is built once per test session into a temporary MULTIDRAFT_HOME (~1 m
 
 import os
 import shutil
+import sys
 import warnings
 
 import pytest
@@ -165,7 +166,7 @@ def test_each_environment_builds_into_its_own_folder(monkeypatch):
     # ninja rebuilds when the compile command changes, and it names the environment's include folders: two
     # virtual environments sharing one folder would rebuild the kernel whenever a process of the other one started.
     here = fast_linear.build_dir()
-    monkeypatch.setattr(fast_linear.sys, "prefix", "/some/other/venv")
+    monkeypatch.setattr(sys, "prefix", "/some/other/venv")
     assert fast_linear.build_dir() != here
     assert os.path.dirname(fast_linear.build_dir()) == os.path.dirname(here)
 

@@ -18,9 +18,7 @@ $MULTIDRAFT_HOME/kernels; any failure (no compiler, no AVX2, a build error) give
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
-import sys
 import threading
 import types
 from typing import Optional
@@ -183,14 +181,7 @@ def build_failure() -> Optional[str]:
 
 
 def build_dir() -> str:
-    from multidraft.paths import subdir
-
-    # The environment is part of the key: ninja rebuilds when the compile command changes, and the command names the
-    # environment's include folders, so two virtual environments sharing one folder rebuilt the kernel (~35 s) each
-    # time a process from the other one started.
-    material = KERNEL_SOURCE + torch.__version__ + sys.prefix + kernel_build.extra_flags()
-    key = hashlib.sha256(material.encode()).hexdigest()[:12]
-    return str(subdir("kernels") / f"small_m_linear-{key}")
+    return kernel_build.cache_folder("small_m_linear", KERNEL_SOURCE)
 
 
 def load_kernel(progress: bool = True):

@@ -96,11 +96,8 @@ def load(progress: bool = True) -> bool:
         if unavailable_reason():
             return False
         text = source()
-        from multidraft.paths import subdir
-        material = text + torch.__version__ + sys.prefix + kernel_build.extra_flags()
-        key = hashlib.sha256(material.encode()).hexdigest()[:12]
         global _build_folder
-        _build_folder = str(subdir("kernels") / f"gguf-{key}")
+        _build_folder = kernel_build.cache_folder("gguf", text)
         if hasattr(torch.ops.multidraft_gguf, "linear"):
             _choose_isa()
             _loaded = True

@@ -39,6 +39,17 @@ def extra_flags() -> str:
     return os.environ.get(EXTRA_FLAGS, "").strip()
 
 
+def cache_folder(family: str, source: str) -> str:
+    """The cache folder of a library built from `source`: $MULTIDRAFT_HOME/kernels/FAMILY-KEY. The key covers what
+    changes the build: the source, torch, the environment (ninja rebuilds when the compile command changes, and the
+    command names the environment's include folders, so two virtual environments sharing one folder rebuilt the
+    kernel each time a process from the other one started) and $MULTIDRAFT_KERNEL_CFLAGS."""
+    from multidraft.paths import subdir
+
+    material = source + torch.__version__ + sys.prefix + extra_flags()
+    return str(subdir("kernels") / f"{family}-{hashlib.sha256(material.encode()).hexdigest()[:12]}")
+
+
 def load_library(name: str, source: str, folder: str, label: str, progress: bool) -> None:
     """Load library `name` built from `source` into this process, building it into `folder` first if no whole build
     is there. Raises on any build error; the callers turn that into one warning line."""
