@@ -122,6 +122,13 @@ class BlockMatrix:
         return BlockMatrix(self.blocks.index_select(0, order).contiguous(), self.type_id, self.width, self.name)
 
 
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    """A tensor on an array of the file's read-only mapping, without torch's warning (the kernels only read it)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(array)
+
+
 def _size(nbytes: int) -> str:
     return f"{nbytes / 1e9:.1f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:.1f} MB"
 
@@ -166,12 +173,6 @@ class GGUFWeights:
             mapping.madvise(mmap.MADV_DONTNEED, first, last - first)
         return True
 
-    def _drop_pages(self, array: np.ndarray) -> None:
-        """Drop the resident pages of a tensor of the file that a converted copy replaces."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            self.release(torch.from_numpy(array))
-
     def gguf_name(self, hf_name: str) -> Optional[str]:
         """The GGUF tensor an HF parameter (`model.layers.0.self_attn.q_proj.weight`) comes from, if any."""
         if self._names is None:
@@ -192,7 +193,7 @@ class GGUFWeights:
             data = convert(data)
             rebuild = lambda: torch.from_numpy(convert(tensor.data))        # noqa: E731  (BlockMatrix.drop_plain)
             self.converted[tensor.tensor_type.name] = self.converted.get(tensor.tensor_type.name, 0) + 1
-            self._drop_pages(tensor.data)
+            self.release(_tensor(tensor.data))     # the file's pages: the converted copy replaces them
         elif type_id not in gguf_kernels.NATIVE_TYPES:
             values = gguf.quants.dequantize(data, tensor.tensor_type).astype(np.float32)
             tally = self.expanded.setdefault(tensor.tensor_type.name, [0, 0, 0])
@@ -200,10 +201,7 @@ class GGUFWeights:
             data, type_id = values.reshape(-1, width).view(np.uint8), F32
         elif data.dtype != np.uint8:              # F32 / F16 / BF16 tensors come typed: the same bytes, as rows
             data = data.reshape(-1, width).view(np.uint8)
-        with warnings.catch_warnings():            # the file is mapped read-only; the kernels only read it
-            warnings.simplefilter("ignore", UserWarning)
-            blocks = torch.from_numpy(data)
-        return BlockMatrix(blocks, type_id, width, gguf_name, rebuild=rebuild)
+        return BlockMatrix(_tensor(data), type_id, width, gguf_name, rebuild=rebuild)
 
     def expansion_warning(self) -> Optional[str]:
         """What the matrices of types without a kernel cost (None: there were none): they were expanded to fp32 at
