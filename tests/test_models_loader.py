@@ -90,7 +90,7 @@ class FakeIndex:
             name = f"{package.replace('-', '_')}-{version}-py3-none-any.whl"
             shutil.copy(self.root / name, Path(dest) / name)
 
-    def convert_into(self, gguf, folder, bar):
+    def convert_into(self, gguf, folder, bar, reference_only=False):
         self.conversions.append(Path(gguf).read_bytes())
         for path in self.hf_folder.iterdir():
             shutil.copy(path, folder / path.name)
@@ -159,7 +159,7 @@ def test_interrupted_assembly_leaves_no_entry_and_the_next_pull_resumes(fake, ho
 
 
 def test_interrupted_conversion_keeps_the_verified_gguf_for_the_next_pull(fake, home, monkeypatch):
-    def convert_then_fail(gguf, folder, bar):
+    def convert_then_fail(gguf, folder, bar, reference_only=False):
         (folder / "config.json").write_text("{}")
         raise MemoryError("simulated crash while converting")
 

