@@ -1,10 +1,9 @@
-"""A GGUF written as HF files one tensor at a time (models/gguf_to_hf.py) against transformers' own conversion.
+"""The quantized runner's part of a GGUF's conversion (models/gguf_to_hf.py) against transformers' whole one.
 
 On SmolLM2-135M's GGUF (a Llama: its q/k rows are stored in llama.cpp's rotary order, so the processor reorders
-them): the streamed folder holds transformers' tensors bit for bit and its config; the reference part holds the
-same rows and norms; a GGUF file given by path loads on the quantized runner from the reference part alone, with
-the logits of the pulled alias (the same GGUF beside the whole folder), and the whole folder is made only when
-HF weights are asked for.
+them): the reference part holds the whole folder's norms and, of each matrix, its checked rows, bit for bit; a GGUF
+file given by path loads on the quantized runner from the reference part alone, with the logits of the pulled alias
+(the same GGUF beside the whole folder), and the whole folder is made only when HF weights are asked for.
 """
 
 import json
@@ -27,15 +26,13 @@ def smollm_gguf():
 
 @pytest.fixture(scope="module")
 def whole_folder(tmp_path_factory):
-    """The folder transformers' own conversion writes (from_pretrained of the whole model, then save_pretrained):
-    the pull's conversion with the streaming writer switched off."""
+    """transformers' whole conversion (from_pretrained of the GGUF, then save_pretrained), as a pull makes it."""
     from tqdm import tqdm
 
     from multidraft.models import pulling
 
     folder = tmp_path_factory.mktemp("transformers")
-    with pytest.MonkeyPatch.context() as patch, tqdm(total=3, disable=True) as bar:
-        patch.setattr(gguf_to_hf, "write_weights", lambda gguf, folder: None)
+    with tqdm(total=3, disable=True) as bar:
         pulling._convert_into(smollm_gguf(), folder, bar)
     return folder
 
@@ -54,28 +51,6 @@ def without_version(path):
     values = json.loads(path.read_text())
     values.pop("transformers_version", None)
     return values
-
-
-def test_streamed_folder_is_transformers_conversion_bit_for_bit(whole_folder, tmp_path, monkeypatch):
-    from tqdm import tqdm
-
-    from multidraft.models import pulling
-
-    monkeypatch.setattr(gguf_to_hf, "SHARD_BYTES", 64 << 20)     # several shards and their index
-    with tqdm(total=3, disable=True) as bar:
-        pulling._convert_into(smollm_gguf(), tmp_path, bar)
-    assert len(list(tmp_path.glob("model-*-of-*.safetensors"))) > 1
-    assert not list(tmp_path.glob(".shard-*"))
-    ours, theirs = folder_tensors(tmp_path), folder_tensors(whole_folder)
-    assert set(ours) == set(theirs) and "lm_head.weight" not in ours      # a tied head is not saved
-    assert [name for name in theirs if not torch.equal(ours[name], theirs[name])] == []
-    for name in ("config.json", "generation_config.json", "tokenizer_config.json"):
-        assert without_version(tmp_path / name) == without_version(whole_folder / name), name
-    assert (tmp_path / "tokenizer.json").read_bytes() == (whole_folder / "tokenizer.json").read_bytes()
-    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
-    assert set(index["weight_map"]) == set(ours)
-    assert index["metadata"]["total_size"] == sum(t.numel() * t.element_size() for t in ours.values())
-    assert loader.load_hf_model(tmp_path, progress=False)[0] is not None     # transformers takes the shards
 
 
 def test_reference_part_holds_the_checked_rows_and_the_norms(whole_folder, tmp_path):

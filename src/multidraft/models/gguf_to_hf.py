@@ -1,35 +1,28 @@
-"""A GGUF file written as HF files one tensor at a time: the whole bf16 folder, or only what the quantized runner reads.
+"""What the quantized runner reads of a GGUF's HF conversion, written in seconds without converting the weights.
 
-transformers' `from_pretrained(gguf_file=...)` dequantizes every tensor and holds the whole model before
-`save_pretrained` writes it: the 1.5B's conversion peaked at 5.7 GB of RSS, a 7B's would need ~25 GB. Here each
-tensor is dequantized (gguf-py, in row chunks), put through transformers' own processor for its architecture
-(Llama's q/k row order, Gemma's norm offset), cast to bf16 and added to a shard of at most `SHARD_BYTES`, so memory
-holds one shard and one tensor.
+The quantized runner computes on the GGUF's own blocks (models/quantized.py); of the HF folder transformers makes
+from a GGUF it reads only the config, the tokenizer, the tensors that stay dense (norms, biases) and a few rows of
+each matrix (`reference_rows`), which it checks its blocks against (names, Llama's q/k row order). Converting the
+whole model for that took the 1.5B 70 s, 5.7 GB of RSS and 3.4 GB of disk, and a 7B-shaped GGUF 148 s, 7.9 GB and
+15 GB (2026-12-05, benchmarks/results/2026-12-05-gguf-reference/). `write_reference` writes that part alone: each
+dense tensor through transformers' own processor for the architecture (Gemma's norm offset), and of each matrix only
+the checked rows, dequantized alone: the processor is run on the row numbers to learn which GGUF row becomes each HF
+row. The 7B-shaped GGUF: 19 s and 25 MB.
 
-`write_weights`: the folder `save_pretrained` writes (the same tensors bit for bit, the same config.json and
-generation_config.json; tests/test_gguf_to_hf.py compares them with transformers' own conversion).
-`write_reference`: what the quantized runner reads from an HF folder (models/quantized.py) and nothing else: the
-config, every tensor that stays dense (norms, biases) and a few rows of each matrix the runner takes from the GGUF
-(`reference_rows`), which it checks its own blocks against. Those rows are dequantized alone: the processor is run
-on the row numbers to learn which GGUF row becomes each HF row. Seconds for any size of model, and a few MB.
-
-Only architectures whose conversion is per tensor stream: transformers' legacy GGUF loader with the plain, Llama
-or Gemma processor. Others (mixture-of-experts processors gather experts across tensors; transformers' newer GGUF
-path) and GGUFs that leave a weight of the model unset get None: the caller converts the whole model as before.
+Only architectures whose conversion is per tensor are written so: transformers' legacy GGUF loader with the plain,
+Llama or Gemma processor. Others (mixture-of-experts processors gather experts across tensors; transformers' newer
+GGUF path) and GGUFs that leave a weight of the model unset get None: the caller converts the whole model.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-REFERENCE_FILE = "reference.safetensors"   # write_reference's tensors: not an HF checkpoint (from_pretrained refuses)
-SHARD_BYTES = 1 << 30              # bf16 bytes per shard: memory holds one shard while it fills
-CHUNK_VALUES = 1 << 24             # values dequantized at a time (gguf-py's intermediates are several times this)
+REFERENCE_FILE = "reference.safetensors"   # not an HF checkpoint's name: from_pretrained refuses the folder
 _PER_TENSOR = ("TensorProcessor", "LlamaTensorProcessor", "Gemma2TensorProcessor")
 
 
@@ -78,20 +71,6 @@ def _plan(gguf: Path) -> Optional[_Plan]:
     if any(name not in given for name, _ in model.named_parameters()):
         return None
     return _Plan(config, model, processor, parsed, hf_names, tensors)
-
-
-def write_weights(gguf: Path, folder: Path):
-    """Write `gguf`'s weights (bf16 safetensors) and config into `folder`; returns the HF config, or None (nothing
-    written) where the conversion is not per tensor."""
-    plan = _plan(Path(gguf))
-    if plan is None:
-        return None
-    with _Shards(folder) as shards:
-        for tensor in plan.tensors:
-            name, values = _converted(plan, tensor, _dequantized(tensor))
-            shards.add(name, _bf16(values))
-    _write_config(plan, folder)
-    return plan.config
 
 
 def write_reference(gguf: Path, folder: Path):
@@ -149,19 +128,9 @@ def _row_order(plan: _Plan, tensor) -> Optional[np.ndarray]:
 
 def _dequantized(tensor, rows: Optional[np.ndarray] = None) -> np.ndarray:
     """gguf-py's fp32 values of one GGUF tensor (what transformers' loader computes), or of the given rows of a
-    matrix; dequantized in row chunks so that gguf-py's intermediates stay small."""
+    matrix (dequantization is row by row)."""
     from gguf import dequantize
-
-    data = tensor.data if rows is None else tensor.data[rows]
-    if data.ndim < 2 or int(tensor.n_elements) <= CHUNK_VALUES:
-        return dequantize(data, tensor.tensor_type)
-    step = max(1, CHUNK_VALUES * tensor.data.shape[0] // int(tensor.n_elements))
-    first = dequantize(data[:step], tensor.tensor_type)
-    values = np.empty((data.shape[0],) + first.shape[1:], dtype=first.dtype)
-    values[:step] = first
-    for start in range(step, data.shape[0], step):
-        values[start:start + step] = dequantize(data[start:start + step], tensor.tensor_type)
-    return values
+    return dequantize(tensor.data if rows is None else tensor.data[rows], tensor.tensor_type)
 
 
 def _bf16(values: np.ndarray):
@@ -181,52 +150,3 @@ def _write_config(plan: _Plan, folder: Path) -> None:
     plan.config.save_pretrained(str(folder))
     if plan.model.can_generate():
         GenerationConfig.from_model_config(plan.config).save_pretrained(str(folder))
-
-
-class _Shards:
-    """Tensors written as safetensors shards of at most SHARD_BYTES each, named and indexed as save_pretrained
-    names them (one file: model.safetensors; more: model-0000i-of-0000n.safetensors and an index)."""
-
-    def __init__(self, folder: Path):
-        self.folder = Path(folder)
-        self.pending: dict = {}
-        self.pending_bytes = 0
-        self.written: list[tuple[Path, list[str]]] = []
-        self.total_bytes = 0
-
-    def __enter__(self):
-        return self
-
-    def add(self, name: str, tensor) -> None:
-        size = tensor.numel() * tensor.element_size()
-        if self.pending and self.pending_bytes + size > SHARD_BYTES:
-            self._flush()
-        self.pending[name] = tensor
-        self.pending_bytes += size
-        self.total_bytes += size
-
-    def _flush(self) -> None:
-        from safetensors.torch import save_file
-
-        path = self.folder / f".shard-{len(self.written)}.safetensors"
-        save_file(self.pending, str(path), metadata={"format": "pt"})
-        self.written.append((path, list(self.pending)))
-        self.pending, self.pending_bytes = {}, 0
-
-    def __exit__(self, kind, error, trace):
-        if kind is not None:               # the caller's temporary folder goes as a whole
-            return False
-        if self.pending or not self.written:
-            self._flush()
-        count = len(self.written)
-        if count == 1:
-            self.written[0][0].rename(self.folder / "model.safetensors")
-            return False
-        weight_map = {}
-        for number, (path, names) in enumerate(self.written, start=1):
-            final = f"model-{number:05d}-of-{count:05d}.safetensors"
-            path.rename(self.folder / final)
-            weight_map.update(dict.fromkeys(names, final))
-        index = {"metadata": {"total_size": self.total_bytes}, "weight_map": dict(sorted(weight_map.items()))}
-        (self.folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
-        return False

@@ -210,12 +210,10 @@ def check_gguf_file(gguf: Path) -> None:
 
 
 def _convert_into(gguf: Path, folder: Path, bar, reference_only: bool = False) -> dict:
-    """GGUF -> tokenizer and bf16 HF weights saved in `folder`, a tensor at a time where the architecture allows
-    (models/gguf_to_hf.py), else by transformers' whole-model load; reference_only: only the runner's part."""
+    """The transformers part of the conversion: GGUF -> bf16 HF weights + tokenizer saved in `folder`;
+    reference_only: the tokenizer and only the part of the weights the quantized runner reads (gguf_to_hf)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from multidraft.models import gguf_to_hf
 
     if getattr(bar, "disable", False):          # --no-progress: transformers' own bars ("Writing model shards") too
         from transformers.utils import logging as hf_logging
@@ -225,19 +223,16 @@ def _convert_into(gguf: Path, folder: Path, bar, reference_only: bool = False) -
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
         bar.update(1)
         bar.set_postfix_str("weights")
-        write = gguf_to_hf.write_reference if reference_only else gguf_to_hf.write_weights
-        config, model = write(gguf, folder), None
-        if config is None and reference_only:
-            from multidraft.models.quantized import QuantizedUnsupported
-            raise QuantizedUnsupported("its architecture's conversion is not one tensor at a time")
-        if config is None:
+        if reference_only:
+            config = _write_reference(gguf, folder)
+        else:
             model = AutoModelForCausalLM.from_pretrained(
                 str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16, local_files_only=True
             )
             config = model.config
         bar.update(1)
     bar.set_postfix_str("save")
-    if model is not None:
+    if not reference_only:
         model.hf_quantizer = None  # a dequantised GGUF model refuses save_pretrained while these are set
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
@@ -251,6 +246,16 @@ def _convert_into(gguf: Path, folder: Path, bar, reference_only: bool = False) -
         extra["contents"] = "reference"     # not an HF folder: what the quantized runner reads
     bar.update(1)
     return extra
+
+
+def _write_reference(gguf: Path, folder: Path):
+    from multidraft.models import gguf_to_hf
+    from multidraft.models.quantized import QuantizedUnsupported
+
+    config = gguf_to_hf.write_reference(gguf, folder)
+    if config is None:
+        raise QuantizedUnsupported("its architecture's conversion is not one tensor at a time")
+    return config
 
 
 # ---------------------------------------------------------------- housekeeping
