@@ -5,8 +5,9 @@ blocks, and its values are their exact fp32 dequantization (what gguf-py's `dequ
 Small tensors (norms, biases) are the GGUF's F32 values, read through the HF folder's conversion rule (the
 folder is the reference for which transform, e.g. Gemma's norm offset, applies); anything the GGUF lacks comes
 from the HF folder. For a user's own GGUF file that folder is only the reference part of its conversion
-(gguf_to_hf.write_reference: config, tokenizer, norms, the rows each matrix is checked against). Activations, accumulation and the KV cache are fp32. So this model is closer to the GGUF than
-the bf16 HF folder the eager runner loads (which rounds every weight to bf16).
+(gguf_to_hf.write_reference: config, tokenizer, norms, the rows each matrix is checked against). Activations,
+accumulation and the KV cache are fp32. So this model is closer to the GGUF than the bf16 HF folder the eager
+runner loads (which rounds every weight to bf16).
 
 Exactness. Every part of a forward is batch-invariant: the linears (gguf_kernels: each output is the same fp32
 dot product in the same order for any number of rows), attention (per query row over exactly the keys it sees, in
@@ -302,13 +303,13 @@ class _FolderTensors:
     def __init__(self, folder: Path):
         folder = Path(folder)
         index = folder / "model.safetensors.index.json"
-        single = folder / ("model.safetensors" if not (folder / REFERENCE_FILE).is_file() else REFERENCE_FILE)
-        self.rows_only = single.name == REFERENCE_FILE
+        self.rows_only = (folder / REFERENCE_FILE).is_file()
         if index.is_file() and not self.rows_only:
             mapping = json.loads(index.read_text())["weight_map"]
             self._files = {name: folder / file for name, file in mapping.items()}
         else:
             from safetensors import safe_open
+            single = folder / (REFERENCE_FILE if self.rows_only else "model.safetensors")
             with safe_open(str(single), "pt") as handle:
                 self._files = {name: single for name in handle.keys()}
 
