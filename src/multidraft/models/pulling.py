@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -226,7 +227,7 @@ def _convert_into(gguf: Path, folder: Path, bar, reference_only: bool = False) -
     if getattr(bar, "disable", False):          # --no-progress: transformers' own bars ("Writing model shards") too
         from transformers.utils import logging as hf_logging
         hf_logging.disable_progress_bar()
-    with offline_env():
+    with offline_env(), _alone(gguf) as gguf:
         bar.set_postfix_str("tokenizer")
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
         bar.update(1)
@@ -254,6 +255,17 @@ def _convert_into(gguf: Path, folder: Path, bar, reference_only: bool = False) -
         extra["contents"] = "reference"     # not an HF folder: what the quantized runner reads
     bar.update(1)
     return extra
+
+
+@contextlib.contextmanager
+def _alone(gguf: Path):
+    """`gguf` seen through a link in an empty folder: transformers given a folder and a gguf_file also reads the
+    folder's own tokenizer_config.json, config.json, ... (a pulled alias keeps its GGUF beside them, and a user's
+    GGUF may sit beside another model's files), which changed what it made (the chat template went missing)."""
+    with tempfile.TemporaryDirectory(prefix="multidraft-gguf-") as folder:
+        link = Path(folder) / gguf.name
+        link.symlink_to(gguf.resolve())
+        yield link
 
 
 def _write_reference(gguf: Path, folder: Path):
