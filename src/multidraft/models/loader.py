@@ -23,10 +23,10 @@ from multidraft.errors import CorruptCacheError, InvalidOptionError, ModelNotFou
 from multidraft.fsutil import sha256_file
 from multidraft.models import integrity, model_store, registry
 from multidraft.models.device import configure_cuda, parse_device
+from multidraft.models.gguf_to_hf import REFERENCE_FILE
 from multidraft.models.offline import offline_env
 from multidraft.models.pulling import (check_gguf_file, convert_gguf,  # noqa: F401  (pull: this module's API)
                                        pull)
-from multidraft.models.gguf_to_hf import REFERENCE_FILE
 from multidraft.models.registry import ModelSpec
 from multidraft.tokenizer_identity import vocab_fingerprint
 

@@ -65,7 +65,8 @@ def staging_dir(alias: str) -> Path:
 
 
 def gguf_entry_dir(gguf_sha256: str, reference: bool = False) -> Path:
-    """The cache folder of a user's GGUF converted to HF (reference: only the quantized runner's part of it)."""
+    """The cache folder of a GGUF converted whole to HF (a pulled alias's, a user's own), or (reference) of the
+    quantized runner's part of a user's own GGUF's conversion."""
     return models_root() / "from-gguf" / (gguf_sha256[:16] + ("-reference" if reference else ""))
 
 
