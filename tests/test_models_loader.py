@@ -360,6 +360,22 @@ def test_an_alias_pulled_as_the_runners_part_converts_whole_once_for_hf_weights(
     assert info.name == FAKE and info.vocab_family == "fake"
 
 
+def info_fields(capsys) -> dict:
+    """`models info`'s printed "key: value" lines."""
+    return {key.strip(): value.strip() for key, _, value in
+            (line.partition(":") for line in capsys.readouterr().out.splitlines())}
+
+
+def test_models_info_says_where_an_alias_hf_weights_are(fake, capsys):
+    fake.reference_parts = True
+    loader.pull(FAKE, progress=False)
+    assert models_cli(["models", "info", FAKE]) == 0
+    assert info_fields(capsys)["hf weights"].startswith("converted from the GGUF on the first load that needs them")
+    loader.load_hf_model(FAKE, dtype="fp32")
+    assert models_cli(["models", "info", FAKE]) == 0
+    assert info_fields(capsys)["hf weights"].startswith(f"{model_store.gguf_entry_dir(fake.spec.gguf_sha256)} (")
+
+
 def test_a_gguf_file_is_converted_once_and_cached(fake, home, tmp_path):
     gguf = tmp_path / "mine.gguf"
     gguf.write_bytes(fake.payload)
