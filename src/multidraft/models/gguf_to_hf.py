@@ -103,10 +103,15 @@ def write_reference(gguf: Path, folder: Path):
     return plan.config
 
 
+def _processed(plan: _Plan, tensor, values: np.ndarray):
+    """transformers' processor on values of one GGUF tensor: its (weights, name, metadata)."""
+    return plan.processor.process(weights=values, name=tensor.name, tensor_key_mapping=plan.hf_names,
+                                  parsed_parameters=plan.parsed)
+
+
 def _converted(plan: _Plan, tensor, values: np.ndarray) -> tuple[str, np.ndarray]:
-    """(HF name, HF values) of one GGUF tensor: transformers' processor on its fp32 values."""
-    result = plan.processor.process(weights=values, name=tensor.name, tensor_key_mapping=plan.hf_names,
-                                    parsed_parameters=plan.parsed)
+    """(HF name, HF values) of one GGUF tensor, from its fp32 values."""
+    result = _processed(plan, tensor, values)
     return plan.hf_names[result.name], result.weights
 
 
@@ -115,8 +120,7 @@ def _row_order(plan: _Plan, tensor) -> Optional[np.ndarray]:
     where the processor renames it or changes values or shape (then it is no row permutation)."""
     rows = tensor.data.shape[0]
     probe = np.arange(rows, dtype=np.float64).reshape(rows, 1)
-    result = plan.processor.process(weights=probe, name=tensor.name, tensor_key_mapping=plan.hf_names,
-                                    parsed_parameters=plan.parsed)
+    result = _processed(plan, tensor, probe)
     order = np.asarray(result.weights)
     if result.name != tensor.name or order.shape != (rows, 1):
         return None
@@ -135,9 +139,9 @@ def _dequantized(tensor, rows: Optional[np.ndarray] = None) -> np.ndarray:
 
 def _bf16(values: np.ndarray):
     import torch
-    if not (values.flags.writeable and values.flags.c_contiguous):     # F32 tensors: the file's own mapping
-        values = np.array(values)
-    return torch.from_numpy(values).to(torch.bfloat16)
+
+    from multidraft.models.gguf_weights import mapped_tensor     # F32 tensors are the file's read-only mapping
+    return mapped_tensor(values).to(torch.bfloat16)
 
 
 def _write_config(plan: _Plan, folder: Path) -> None:

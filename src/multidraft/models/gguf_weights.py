@@ -122,7 +122,7 @@ class BlockMatrix:
         return BlockMatrix(self.blocks.index_select(0, order).contiguous(), self.type_id, self.width, self.name)
 
 
-def _tensor(array: np.ndarray) -> torch.Tensor:
+def mapped_tensor(array: np.ndarray) -> torch.Tensor:
     """A tensor on an array of the file's read-only mapping, without torch's warning (the kernels only read it)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -193,7 +193,7 @@ class GGUFWeights:
             data = convert(data)
             rebuild = lambda: torch.from_numpy(convert(tensor.data))        # noqa: E731  (BlockMatrix.drop_plain)
             self.converted[tensor.tensor_type.name] = self.converted.get(tensor.tensor_type.name, 0) + 1
-            self.release(_tensor(tensor.data))     # the file's pages: the converted copy replaces them
+            self.release(mapped_tensor(tensor.data))     # the file's pages: the converted copy replaces them
         elif type_id not in gguf_kernels.NATIVE_TYPES:
             values = gguf.quants.dequantize(data, tensor.tensor_type).astype(np.float32)
             tally = self.expanded.setdefault(tensor.tensor_type.name, [0, 0, 0])
@@ -201,7 +201,7 @@ class GGUFWeights:
             data, type_id = values.reshape(-1, width).view(np.uint8), F32
         elif data.dtype != np.uint8:              # F32 / F16 / BF16 tensors come typed: the same bytes, as rows
             data = data.reshape(-1, width).view(np.uint8)
-        return BlockMatrix(_tensor(data), type_id, width, gguf_name, rebuild=rebuild)
+        return BlockMatrix(mapped_tensor(data), type_id, width, gguf_name, rebuild=rebuild)
 
     def expansion_warning(self) -> Optional[str]:
         """What the matrices of types without a kernel cost (None: there were none): they were expanded to fp32 at

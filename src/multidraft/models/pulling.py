@@ -221,8 +221,7 @@ def check_gguf_file(gguf: Path) -> None:
 def _convert_into(gguf: Path, folder: Path, bar, reference_only: bool = False) -> dict:
     """The transformers part of the conversion: GGUF -> bf16 HF weights + tokenizer saved in `folder`;
     reference_only: the tokenizer and only the part of the weights the quantized runner reads (gguf_to_hf)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     if getattr(bar, "disable", False):          # --no-progress: transformers' own bars ("Writing model shards") too
         from transformers.utils import logging as hf_logging
@@ -232,22 +231,9 @@ def _convert_into(gguf: Path, folder: Path, bar, reference_only: bool = False) -
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
         bar.update(1)
         bar.set_postfix_str("weights")
-        if reference_only:
-            config = _write_reference(gguf, folder)
-        else:
-            model = AutoModelForCausalLM.from_pretrained(
-                str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16, local_files_only=True
-            )
-            config = model.config
+        config = (_write_reference if reference_only else _write_whole)(gguf, folder)
         bar.update(1)
     bar.set_postfix_str("save")
-    if not reference_only:
-        model.hf_quantizer = None  # a dequantised GGUF model refuses save_pretrained while these are set
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        model.save_pretrained(str(folder))
-        del model
-        gc.collect()
     tokenizer.save_pretrained(str(folder))
     extra = {"dtype": "bfloat16", "model_type": config.model_type, "vocab_size": len(tokenizer),
              "has_chat_template": bool(tokenizer.chat_template)}
@@ -255,6 +241,23 @@ def _convert_into(gguf: Path, folder: Path, bar, reference_only: bool = False) -
         extra["contents"] = "reference"     # not an HF folder: what the quantized runner reads
     bar.update(1)
     return extra
+
+
+def _write_whole(gguf: Path, folder: Path):
+    """transformers' whole model (dequantised to bf16) saved in `folder`; returns its config."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16,
+                                                 local_files_only=True)
+    model.hf_quantizer = None  # a dequantised GGUF model refuses save_pretrained while these are set
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(str(folder))
+    config = model.config
+    del model
+    gc.collect()
+    return config
 
 
 @contextlib.contextmanager
@@ -269,6 +272,7 @@ def _alone(gguf: Path):
 
 
 def _write_reference(gguf: Path, folder: Path):
+    """The quantized runner's part of the conversion (gguf_to_hf) written in `folder`; returns the HF config."""
     from multidraft.models import gguf_to_hf
     from multidraft.models.quantized import QuantizedUnsupported
 
