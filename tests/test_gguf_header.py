@@ -1,5 +1,6 @@
-"""The GGUF reader that skips metadata arrays (models/gguf_header.py): the same tensors and scalar fields as
-gguf-py's reader, the arrays left out, and a damaged file an error, never a long walk."""
+"""The GGUF readers of models/gguf_header.py against gguf-py's: the one that skips metadata arrays has the same
+tensors and scalar fields, the arrays left out, and a damaged file is an error, never a long walk; the one that walks
+a plain view of the file has every field and tensor of gguf-py's."""
 
 import struct
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as QType
 
-from multidraft.models.gguf_header import TensorReader
+from multidraft.models.gguf_header import FieldsReader, TensorReader
 from tests.tiny_gguf import random_blocks
 
 
@@ -71,3 +72,18 @@ def test_a_damaged_array_is_an_error_not_a_long_walk(tmp_path):
     (tmp_path / "huge.gguf").write_bytes(data)
     with pytest.raises(ValueError, match="past the end"):
         TensorReader(str(tmp_path / "huge.gguf"), "r")
+
+
+def test_the_plain_view_reader_has_every_field_and_tensor_of_gguf_py(tmp_path):
+    path = tmp_path / "tiny.gguf"
+    _write(path, np.random.default_rng(2))
+    ours, theirs = FieldsReader(str(path), "r"), gguf.GGUFReader(str(path), "r")
+    assert _tensors(ours) == _tensors(theirs) and isinstance(ours.data, np.memmap)
+    assert list(ours.fields) == list(theirs.fields)
+    for name, field in ours.fields.items():
+        other = theirs.fields[name]
+        assert field.types == other.types and field.data == other.data and field.offset == other.offset, name
+        assert [bytes(part) for part in field.parts] == [bytes(part) for part in other.parts], name
+        assert [part.dtype for part in field.parts] == [part.dtype for part in other.parts], name
+        assert field.contents() == other.contents(), name
+    assert ours.fields["tokenizer.ggml.tokens"].contents()[:3] == ["", "tok1", "tok2tok2"]

@@ -71,10 +71,56 @@ def test_reference_part_holds_the_checked_rows_and_the_norms(whole_folder, tmp_p
 
 def test_a_gguf_beside_other_model_files_converts_as_alone(whole_folder):
     """The alias's GGUF sits beside its tokenizer files; transformers, given that folder, read them too and lost
-    the chat template (pulling._alone)."""
+    the chat template (pulling.transformers_reading)."""
     alias = model_store.entry_dir("smollm2-135m")
     assert (whole_folder / "chat_template.jinja").read_text() == (alias / "chat_template.jinja").read_text()
     assert without_version(whole_folder / "tokenizer_config.json") == without_version(alias / "tokenizer_config.json")
+
+
+def test_transformers_reads_a_gguf_once_and_makes_what_it_makes_alone(tmp_path, monkeypatch):
+    """Within pulling.transformers_reading transformers parses the GGUF's metadata once (its config, its tokenizer's
+    class and the processor each asked for it) with the plain-view reader, and makes the same config, tokenizer and
+    parse as it does by itself; the patches are gone after the block."""
+    import gguf as gguf_py
+    from transformers import AutoConfig, AutoTokenizer
+    from transformers import modeling_gguf_pytorch_utils as hf_gguf
+
+    from multidraft.models import pulling
+
+    (tmp_path / "alone").mkdir()
+    link = tmp_path / "alone" / "model.gguf"
+    link.symlink_to(smollm_gguf())
+    made = [AutoConfig.from_pretrained(str(link.parent), gguf_file=link.name).to_dict() | {"_name_or_path": ""},
+            AutoTokenizer.from_pretrained(str(link.parent), gguf_file=link.name),
+            hf_gguf.load_gguf_checkpoint(str(link), return_tensors=False)]
+    parse, reader, parses = hf_gguf.load_gguf_checkpoint, gguf_py.GGUFReader, []
+    monkeypatch.setattr(hf_gguf, "load_gguf_checkpoint", lambda *a, **k: parses.append(a) or parse(*a, **k))
+    with pulling.transformers_reading(link) as gguf:
+        assert gguf.parent != link.parent and gguf.resolve() == link.resolve()
+        config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name).to_dict() | {"_name_or_path": ""}
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        parsed = hf_gguf.load_gguf_checkpoint(str(gguf), return_tensors=False)
+        parsed["config"].clear()                                        # each caller's own copy
+        again = hf_gguf.load_gguf_checkpoint(str(gguf), return_tensors=False)
+        assert gguf_py.GGUFReader is not reader
+    assert len(parses) == 1 and hf_gguf.load_gguf_checkpoint is not parse and gguf_py.GGUFReader is reader
+    assert config == made[0] and again == made[2]
+    assert tokenizer.get_vocab() == made[1].get_vocab() and tokenizer.chat_template == made[1].chat_template
+    assert tokenizer.special_tokens_map == made[1].special_tokens_map
+
+
+def test_an_unconverted_gguf_beside_another_models_files_gives_its_own_tokenizer(tmp_path, monkeypatch):
+    """load_tokenizer of a GGUF not converted yet reads the GGUF alone, not the tokenizer files beside it."""
+    source, template = smollm_gguf(), loader.load_tokenizer("smollm2-135m").chat_template
+    monkeypatch.setattr(model_store, "models_root", lambda: tmp_path / "models")
+    (tmp_path / "mine").mkdir()
+    gguf = tmp_path / "mine" / "model.gguf"
+    gguf.symlink_to(source)
+    (gguf.parent / "tokenizer_config.json").write_text(json.dumps({"chat_template": "another model's template"}))
+    (gguf.parent / "chat_template.jinja").write_text("another model's template")
+    tokenizer = loader.load_tokenizer(gguf)
+    assert template and tokenizer.chat_template == template
+    assert not (tmp_path / "models").exists() or not list((tmp_path / "models").rglob("*.safetensors"))
 
 
 def kernels_or_missing():

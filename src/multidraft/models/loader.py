@@ -26,7 +26,7 @@ from multidraft.models.device import configure_cuda, parse_device
 from multidraft.models.gguf_to_hf import REFERENCE_FILE
 from multidraft.models.offline import offline_env
 from multidraft.models.pulling import (check_gguf_file, convert_gguf,  # noqa: F401  (pull: this module's API)
-                                       pull)
+                                       pull, transformers_reading)
 from multidraft.models.registry import ModelSpec
 from multidraft.tokenizer_identity import vocab_fingerprint
 
@@ -244,8 +244,8 @@ def load_tokenizer(name_or_path):
             converted = [model_store.gguf_entry_dir(digest, reference) for reference in (False, True)]
             converted = [folder for folder in converted if model_store.check_entry(folder, digest).ok]
             if not converted:                # not converted yet: read the GGUF's own tokenizer
-                return AutoTokenizer.from_pretrained(str(resolved.path.parent), gguf_file=resolved.path.name,
-                                                     local_files_only=True)
+                with transformers_reading(resolved.path) as gguf:
+                    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
             folder = converted[0]
         return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
 

@@ -16,6 +16,7 @@ Afterwards the staging folder (wheels) is deleted; the marker keeps the digests 
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import functools
 import gc
@@ -26,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -226,7 +228,7 @@ def _convert_into(gguf: Path, folder: Path, bar, reference_only: bool = False) -
     if getattr(bar, "disable", False):          # --no-progress: transformers' own bars ("Writing model shards") too
         from transformers.utils import logging as hf_logging
         hf_logging.disable_progress_bar()
-    with offline_env(), _alone(gguf) as gguf:
+    with offline_env(), transformers_reading(gguf) as gguf:
         bar.set_postfix_str("tokenizer")
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
         bar.update(1)
@@ -260,15 +262,41 @@ def _write_whole(gguf: Path, folder: Path):
     return config
 
 
+_TRANSFORMERS_READING = threading.RLock()    # the patches below are module globals: one reading at a time
+
+
 @contextlib.contextmanager
-def _alone(gguf: Path):
-    """`gguf` seen through a link in an empty folder: transformers given a folder and a gguf_file also reads the
-    folder's own tokenizer_config.json, config.json, ... (a pulled alias keeps its GGUF beside them, and a user's
-    GGUF may sit beside another model's files), which changed what it made (the chat template went missing)."""
-    with tempfile.TemporaryDirectory(prefix="multidraft-gguf-") as folder:
+def transformers_reading(gguf: Path):
+    """`gguf` as transformers should read it, for the duration of the block:
+    - through a link in an empty folder: transformers given a folder and a gguf_file also reads the folder's own
+      tokenizer_config.json, config.json, ... (a pulled alias keeps its GGUF beside them, and a user's GGUF may sit
+      beside another model's files), which changed what it made (the chat template went missing);
+    - its metadata parsed once, and without numpy's memmap (gguf_header.FieldsReader): transformers parses all of
+      it for the config, again for the tokenizer's class and again for the weights' processor, 8 s each on the
+      1.5B's 151k-token vocabulary. The parse is transformers' own; each caller gets its own copy of the result."""
+    import gguf as gguf_py
+    from transformers import modeling_gguf_pytorch_utils as hf_gguf
+
+    from multidraft.models.gguf_header import FieldsReader
+
+    with _TRANSFORMERS_READING, tempfile.TemporaryDirectory(prefix="multidraft-gguf-") as folder:
         link = Path(folder) / gguf.name
         link.symlink_to(gguf.resolve())
-        yield link
+        parse, reader = hf_gguf.load_gguf_checkpoint, gguf_py.GGUFReader
+        parsed = {}
+
+        def parse_once(path, return_tensors=False, **kwargs):
+            if return_tensors or kwargs:            # the weights themselves: nothing to share
+                return parse(path, return_tensors=return_tensors, **kwargs)
+            if str(path) not in parsed:
+                parsed[str(path)] = parse(path, return_tensors=False)
+            return copy.deepcopy(parsed[str(path)])
+
+        hf_gguf.load_gguf_checkpoint, gguf_py.GGUFReader = parse_once, FieldsReader
+        try:
+            yield link
+        finally:
+            hf_gguf.load_gguf_checkpoint, gguf_py.GGUFReader = parse, reader
 
 
 def _write_reference(gguf: Path, folder: Path):
