@@ -93,8 +93,8 @@ def cmd_info(args) -> int:
     ]
     if status.ok:
         lines.append(("path", f"{status.path} ({_size(model_store.folder_size(status.path))})"))
-        from multidraft.models.gguf_to_hf import REFERENCE_FILE
-        if (status.path / REFERENCE_FILE).is_file():              # pulled as the quantized runner's part only
+        from multidraft.models.gguf_to_hf import is_reference
+        if is_reference(status.path):                              # pulled as the quantized runner's part only
             whole = model_store.gguf_entry_dir(spec.gguf_sha256)
             lines.append(("hf weights", f"{whole} ({_size(model_store.folder_size(whole))})" if whole.is_dir()
                           else "converted from the GGUF on the first load that needs them (another runner, a GPU)"))

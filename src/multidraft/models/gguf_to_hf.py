@@ -26,6 +26,12 @@ REFERENCE_FILE = "reference.safetensors"   # not an HF checkpoint's name: from_p
 _PER_TENSOR = ("TensorProcessor", "LlamaTensorProcessor", "Gemma2TensorProcessor")
 
 
+def is_reference(folder: Path) -> bool:
+    """Whether `folder` holds only what the quantized runner reads of a conversion (`write_reference`), not HF
+    weights."""
+    return (Path(folder) / REFERENCE_FILE).is_file()
+
+
 def reference_rows(num_rows: int):
     """The rows of a matrix that the quantized runner checks against the HF conversion: six spread over it."""
     import torch

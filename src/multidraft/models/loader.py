@@ -23,10 +23,10 @@ from multidraft.errors import CorruptCacheError, InvalidOptionError, ModelNotFou
 from multidraft.fsutil import sha256_file
 from multidraft.models import integrity, model_store, registry
 from multidraft.models.device import configure_cuda, parse_device
-from multidraft.models.gguf_to_hf import REFERENCE_FILE
+from multidraft.models.gguf_to_hf import is_reference
 from multidraft.models.offline import offline_env
 from multidraft.models.pulling import (check_gguf_file, convert_gguf,  # noqa: F401  (pull: this module's API)
-                                       pull, transformers_reading)
+                                       pull, runner_part_or_whole, transformers_reading)
 from multidraft.models.registry import ModelSpec
 from multidraft.tokenizer_identity import vocab_fingerprint
 
@@ -114,7 +114,7 @@ def _hf_cache_snapshot(repo_id: str) -> Optional[Path]:
 def hf_folder(resolved: ResolvedModel, progress: bool = True) -> Path:
     """An HF folder for a resolved model. A GGUF file, and an alias pulled as the quantized runner's part of its
     conversion, are converted whole once and cached (30 s to minutes the first time)."""
-    if resolved.kind == "alias" and (resolved.path / REFERENCE_FILE).is_file():
+    if resolved.kind == "alias" and is_reference(resolved.path):
         return _converted(resolved.path / model_store.SOURCE_GGUF, resolved.spec.gguf_sha256, progress)
     if resolved.kind != "gguf":
         return resolved.path
@@ -125,17 +125,12 @@ def runner_folder(resolved: ResolvedModel, progress: bool = True) -> Path:
     """The folder the quantized runner reads (config, tokenizer, norms, rows to check its blocks against): the
     model's folder, or for a GGUF file not converted whole yet only that part of its conversion (seconds, a few MB;
     models/gguf_to_hf.py); the whole HF folder where that part cannot be written alone."""
-    from multidraft.models.quantized import QuantizedUnsupported
-
     if resolved.kind != "gguf":
         return resolved.path
     digest = sha256_file(resolved.path)
     if model_store.check_entry(model_store.gguf_entry_dir(digest), digest).ok:
         return model_store.gguf_entry_dir(digest)
-    try:
-        return _converted(resolved.path, digest, progress, reference=True)
-    except QuantizedUnsupported:         # an architecture whose conversion is not one tensor at a time
-        return _converted(resolved.path, digest, progress)
+    return runner_part_or_whole(lambda reference: _converted(resolved.path, digest, progress, reference))
 
 
 def _converted(gguf: Path, digest: str, progress: bool, reference: bool = False) -> Path:

@@ -66,13 +66,19 @@ def pull(alias: str, progress: bool = True, force: bool = False) -> Path:
         convert = functools.partial(convert_gguf, gguf, model_store.entry_dir(alias), spec.gguf_sha256,
                                     progress=progress, details={"source": source, "timings": timings},
                                     timings=timings, started=mark, keep_gguf=True)
-        from multidraft.models.quantized import QuantizedUnsupported    # here: it loads torch
-        try:
-            folder = convert(reference_only=True)
-        except QuantizedUnsupported:       # an architecture whose conversion is not one tensor at a time
-            folder = convert()
+        folder = runner_part_or_whole(lambda reference: convert(reference_only=reference))
         shutil.rmtree(staging, ignore_errors=True)
         return folder
+
+
+def runner_part_or_whole(convert):
+    """`convert(True)`: the quantized runner's part of a GGUF's conversion (gguf_to_hf); `convert(False)`, the whole
+    conversion, for an architecture whose conversion is not one tensor at a time."""
+    from multidraft.models.quantized import QuantizedUnsupported    # here: it loads torch
+    try:
+        return convert(True)
+    except QuantizedUnsupported:
+        return convert(False)
 
 
 # ---------------------------------------------------------------- download

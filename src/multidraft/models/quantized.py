@@ -42,7 +42,7 @@ import torch
 
 from multidraft.errors import MultidraftError
 from multidraft.models import fast_linear, gguf_kernels
-from multidraft.models.gguf_to_hf import REFERENCE_FILE, reference_rows
+from multidraft.models.gguf_to_hf import REFERENCE_FILE, is_reference, reference_rows
 from multidraft.models.gguf_weights import BlockMatrix, GGUFWeights
 
 ATTENTION = "multidraft_invariant"
@@ -303,7 +303,7 @@ class _FolderTensors:
     def __init__(self, folder: Path):
         folder = Path(folder)
         index = folder / "model.safetensors.index.json"
-        self.rows_only = (folder / REFERENCE_FILE).is_file()
+        self.rows_only = is_reference(folder)
         if index.is_file() and not self.rows_only:
             mapping = json.loads(index.read_text())["weight_map"]
             self._files = {name: folder / file for name, file in mapping.items()}
