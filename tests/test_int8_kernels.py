@@ -25,8 +25,8 @@ from tests.tiny_gguf import random_blocks
 
 pytestmark = pytest.mark.skipif(not gguf_kernels.load(progress=False),
                                 reason=f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
-TYPES = {"Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8}
-K_TYPES = ("Q4_K", "Q5_K", "Q6_K")
+TYPES = {"Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "IQ4_XS": 23, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8}
+K_TYPES = ("Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
 OUTPUTS = 45                             # not a multiple of 16, 64 or the thread split
 
 
@@ -241,6 +241,18 @@ def _integer_sums(type_name, blocks, q):
         return _integer_sums32(type_name, blocks, q)
     WIDTH = _width(type_name)
     raw = blocks.numpy().reshape(OUTPUTS, WIDTH // 256, -1)
+    if type_name == "IQ4_XS":       # its table values from gguf-py's dequantize with d = 1 and every scale 33 - 32
+        unit = raw.copy()
+        unit[..., 0:2] = np.array([1.0], np.float16).view(np.uint8)
+        unit[..., 2:8] = [0xAA, 0xAA, 0x11, 0x11, 0x11, 0x11]
+        values = gguf.quants.dequantize(unit.reshape(OUTPUTS, -1), gguf.GGMLQuantizationType.IQ4_XS)
+        values = values.reshape(OUTPUTS, -1, 8, 32).astype(np.int64)
+        assert set(np.unique(values)) <= {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+        high = raw[..., 2:4].copy().view(np.uint16).astype(np.int64)               # (n, sb, 1)
+        sc = np.stack([((raw[..., 4 + j // 2].astype(np.int64) >> (4 * (j % 2))) & 0xF)
+                       | (((high[..., 0] >> (2 * j)) & 3) << 4) for j in range(8)], axis=-1) - 32
+        isum = np.einsum("nsj,nsjl,msjl->mns", sc, values, q.reshape(q.shape[0], q.shape[1], 8, 32))
+        return isum, np.zeros_like(isum), raw[..., 0:2].copy().view(np.float16)[..., 0], None
     if type_name in ("Q4_K", "Q5_K"):
         sc, mn = _k4_scales(raw[..., 4:16])
         if type_name == "Q4_K":

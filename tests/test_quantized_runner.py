@@ -527,6 +527,24 @@ def test_a_converted_format_runs_on_the_8_bit_kernels_silently_and_computes_the_
     _assert_logits_are_the_eager_folders(model, folder)
 
 
+def test_iq4_xs_runs_on_its_8_bit_kernels_silently_and_computes_the_model():
+    """IQ4_XS (table values, no exact match in another format) on kernels of its own: the 8-bit runner, nothing
+    converted or expanded, so no warning; with fp32 activations the fp32 eager model's logits of the exact values."""
+    from multidraft.models import quantized
+
+    folder = temp_model_folder("tiny-gguf-iq4-xs-")
+    path = write_tiny_gguf(folder, "qwen2", "IQ4_XS", seed=7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = quantized.load_quantized_model(folder, path, activations="auto")
+    assert quantized.runner_name(model) == "quantized-q8"
+    assert not model.gguf_weights.converted and not model.gguf_weights.expanded
+    linears = [m.gguf_matrix for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert {m.type_name for m in linears} == {"IQ4_XS"} and all(m.has_q8_kernel for m in linears)
+    quantized.set_activations(model, "fp32")
+    _assert_logits_are_the_eager_folders(model, folder)
+
+
 def test_runner_cannot_be_switched_and_says_how():
     from multidraft.errors import InvalidOptionError
 

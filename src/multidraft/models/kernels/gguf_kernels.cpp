@@ -52,6 +52,7 @@ inline Format format_of(int64_t type) {
     case 12: return {256, 144};
     case 13: return {256, 176};
     case 14: return {256, 210};
+    case 23: return {256, 136};               // IQ4_XS
     default: return {0, 0};
   }
 }
@@ -63,6 +64,32 @@ inline void scale_min_k4(int j, const uint8_t* q, int& sc, int& mn) {
   } else {
     sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
     mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// IQ4_XS (ggml type 23): 256 values in 8 sub-blocks of 32, value = d * (ls_j - 32) * IQ4_VALUES[q] with one fp16 d,
+// a 6-bit ls_j per sub-block (low 4 bits in scales_l, high 2 in scales_h) and a 4-bit index q into a fixed table.
+// Bytes: d [0, 2), scales_h [2, 4), scales_l [4, 8), qs [8, 136): sub-block j's values 0-15 are the low nibbles of
+// qs[16 j .. 16 j + 15], its values 16-31 the high ones.
+constexpr int8_t IQ4_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// The eight sub-block scales ls_j - 32 (-32..31) of an IQ4_XS block.
+inline void iq4_xs_scales(const uint8_t* b, int8_t* sc) {
+  const int high = rd16(b + 2);
+  for (int j = 0; j < 8; ++j)
+    sc[j] = int8_t((((b[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((high >> (2 * j)) & 3) << 4)) - 32);
+}
+
+inline void decode_iq4_xs(const uint8_t* b, float* y) {      // exact: d * scale * value needs 11 + 6 + 7 bits
+  const float d = fp16_to_fp32(rd16(b));
+  int8_t sc[8];
+  iq4_xs_scales(b, sc);
+  for (int j = 0; j < 8; ++j) {
+    const float dl = d * float(sc[j]);
+    for (int l = 0; l < 16; ++l) {
+      y[32 * j + l] = dl * float(IQ4_VALUES[b[8 + 16 * j + l] & 0xF]);
+      y[32 * j + 16 + l] = dl * float(IQ4_VALUES[b[8 + 16 * j + l] >> 4]);
+    }
   }
 }
 
@@ -244,6 +271,7 @@ void decode_row(int64_t type, const uint8_t* row, int64_t K, float* y) {
       case 12: decode_q4_k_avx2(b, out); break;
       case 13: decode_q5_k(b, out); break;
       case 14: decode_q6_k_avx2(b, out); break;
+      case 23: decode_iq4_xs(b, out); break;
     }
   }
 }
