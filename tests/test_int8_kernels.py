@@ -524,6 +524,45 @@ def test_q5_k_packed_layout_reads_each_fifth_bit_where_it_is_laid_out():
         gguf_kernels.repack_q5_k_x8(blocks[:12])
 
 
+@pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
+def test_iq4_xs_packed_in_eights_gives_iq4_xss_bits_on_every_path_row_and_thread_count(path):
+    """IQ4_XS_X8: the AVX-512 kernels (avx512-vnni, amx) read it, every other path through the scalar reference;
+    the bits of IQ4_XS in GGUF's layout on the scalar reference, 1..40 rows."""
+    if gguf_kernels.missing_flag(path):
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
+    blocks, packed, x = _packed_case("IQ4_XS", gguf_kernels.repack_iq4_xs_x8, 27, 56, 40)
+    assert packed.shape == (56, 3 * 148)
+    _assert_packed_is_plain_at_every_row_and_thread_count(path, blocks, 23, packed, gguf_kernels.IQ4_XS_X8, x)
+
+
+def test_iq4_xs_packed_layout_reads_each_index_and_the_largest_dots():
+    blocks, packed, x = _packed_case("IQ4_XS", gguf_kernels.repack_iq4_xs_x8, 28, 16, 9)
+    expected = _bits(gguf_kernels.linear_q8(x, blocks, 23, 768))
+    assert torch.equal(_bits(gguf_kernels.linear_q8(x, packed, gguf_kernels.IQ4_XS_X8, 768)), expected)
+    # Negative control: one index changed (row 5's byte 3 of chunk 2 of pair 1, super-block 0: its sub-block 2
+    # value 19) changes row 5's outputs only
+    changed = packed.clone()
+    changed.view(-1)[160 + ((1 * 4 + 2) * 8 + 5) * 8 + 3] ^= 0x05
+    got = _bits(gguf_kernels.linear_q8(x, changed, gguf_kernels.IQ4_XS_X8, 768))
+    assert not torch.equal(got[:, 5], expected[:, 5])
+    assert torch.equal(got[:, :5], expected[:, :5]) and torch.equal(got[:, 6:], expected[:, 6:])
+    # The largest dots: every index 15 (113, 241 with the + 128) or 0 (-127), every scale -32 or 31, every input +-127
+    signs = torch.ones(2, 768)
+    signs[1] = -1
+    for index, scale_bits in ((0xFF, 0x00), (0x00, 0xFF), (0xFF, 0xFF)):
+        extreme = blocks.clone().view(16, 3, 136)
+        extreme[:, :, 2:8] = scale_bits                                       # every ls 0 (scale -32) or 63 (31)
+        extreme[:, :, 8:] = index
+        extreme = extreme.view(16, -1).contiguous()
+        assert torch.equal(_bits(gguf_kernels.linear_q8(signs, gguf_kernels.repack_iq4_xs_x8(extreme),
+                                                        gguf_kernels.IQ4_XS_X8, 768)),
+                           _bits(gguf_kernels.linear_q8_on(signs, extreme, 23, 768, "scalar")))
+    with pytest.raises(RuntimeError, match="repack_iq4_xs_x8's output"):
+        gguf_kernels.linear_q8(x, blocks, gguf_kernels.IQ4_XS_X8, 768)
+    with pytest.raises(RuntimeError, match="multiple of"):
+        gguf_kernels.repack_iq4_xs_x8(blocks[:12])
+
+
 @pytest.mark.parametrize("path", ["amx", "amx-emulated", "amx-emulated-tiles"])
 def test_the_q5_k_tile_kernel_reads_each_fifth_bit_and_the_largest_values(path):
     """The tile kernel at every row count (set_amx_vnni_rows(0, 0)): w = sc * q split as 8 hi + lo, each in [0, 217]

@@ -54,6 +54,9 @@ Q5_K_X8 = 113
 # 8 rows for the 256-bit kernels (kernels/q6_x8.inc): each packed only where `q6_k_layout()` names it.
 Q6_K_X16 = 114
 Q6_K_X8 = 115
+# IQ4_XS repacked in Q4_K_X8's layout for the AVX-512 kernels (kernels/iq4_x8.inc): packed only where `packs_32()`
+# (other paths read it exactly through the scalar reference: slowly).
+IQ4_XS_X8 = 116
 # The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) repacked in groups of 16 rows for the AVX512-VNNI kernel
 # (kernels/q32_x16.inc): type 100 + GGUF's, packed only where `packs_32()`.
 X16_32 = {plain: 100 + plain for plain in (2, 3, 6, 7, 8)}
@@ -62,6 +65,7 @@ PACKED = {Q4_K_X8: (12, lambda blocks: repack_q4_k_x8(blocks), 8),
           Q5_K_X8: (13, lambda blocks: repack_q5_k_x8(blocks), 8),
           Q6_K_X16: (14, lambda blocks: repack_q6_k_x16(blocks), 16),
           Q6_K_X8: (14, lambda blocks: repack_q6_k_x8(blocks), 8),
+          IQ4_XS_X8: (23, lambda blocks: repack_iq4_xs_x8(blocks), 8),
           **{packed: (plain, lambda blocks, plain=plain: repack_x16_32(blocks, plain), 16)
              for plain, packed in X16_32.items()}}
 
@@ -316,6 +320,12 @@ def repack_q5_k_x8(blocks: torch.Tensor) -> torch.Tensor:
     """Q5_K blocks (rows a multiple of 8) in the Q5_K_X8 layout of the AVX-512 kernels, with the same bits (other
     paths compute it exactly but slowly: pack it only where `packs_32()`)."""
     return torch.ops.multidraft_gguf.repack_q5_k_x8(blocks)
+
+
+def repack_iq4_xs_x8(blocks: torch.Tensor) -> torch.Tensor:
+    """IQ4_XS blocks (rows a multiple of 8) in the IQ4_XS_X8 layout of the AVX-512 kernels, with the same bits (pack
+    it only where `packs_32()`)."""
+    return torch.ops.multidraft_gguf.repack_iq4_xs_x8(blocks)
 
 
 def repack_q6_k_x16(blocks: torch.Tensor) -> torch.Tensor:

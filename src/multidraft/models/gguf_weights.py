@@ -90,8 +90,8 @@ class BlockMatrix:
 
     def pack_for_q8(self) -> None:
         """Repack the matrix for the 8-bit kernels, once, where a packed layout is faster: Q4_K (rows in eights) on
-        every path, Q6_K (in sixteens or eights: `q6_k_layout()`) on the amx and VNNI paths, Q5_K (rows in
-        eights) and the 32-value formats (rows in sixteens) on amx and avx512-vnni. A second copy of its blocks (the
+        every path, Q6_K (in sixteens or eights: `q6_k_layout()`) on the amx and VNNI paths, Q5_K and IQ4_XS (rows
+        in eights) and the 32-value formats (rows in sixteens) on amx and avx512-vnni. A second copy of its blocks (the
         original stays mapped from the file for the fp32 path and row lookups; in q8 mode only the copy is read)."""
         if self.packed is not None or not self.has_q8_kernel:
             return
@@ -99,6 +99,8 @@ class BlockMatrix:
             packed_type = gguf_kernels.Q4_K_X8
         elif self.type_id == 13 and gguf_kernels.packs_32():          # the same AVX-512 kernels' condition
             packed_type = gguf_kernels.Q5_K_X8
+        elif self.type_id == 23 and gguf_kernels.packs_32():
+            packed_type = gguf_kernels.IQ4_XS_X8
         elif self.type_id == 14 and (q6_layout := gguf_kernels.q6_k_layout()) != 14:
             packed_type = q6_layout
         elif self.type_id in gguf_kernels.X16_32 and gguf_kernels.packs_32():
@@ -215,8 +217,8 @@ class GGUFWeights:
         return (f"multidraft: {count} tensors of {self.path.name} ({names}) are in formats the CPU kernels do not "
                 f"read, so they were expanded to fp32 at load ({fp32} in place of {source}) and their "
                 f"linears run several times slower than the rest; a GGUF of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, "
-                f"Q4_K, Q5_K, Q6_K or IQ4_XS (Q3_K_M, Q4_K_M, Q5_K_M, Q6_K, Q8_0, IQ4_XS) runs every matrix on the 8-bit "
-                f"kernels")
+                f"Q4_K, Q5_K, Q6_K or IQ4_XS (Q3_K_M, Q4_K_M, Q5_K_M, Q6_K, Q8_0, IQ4_XS) runs every matrix on the "
+                f"8-bit kernels")
 
     def dense(self, gguf_name: str) -> torch.Tensor:
         """A small tensor (norm, bias) as fp32, in HF's shape order (outermost first)."""
