@@ -526,8 +526,9 @@ def test_q5_k_packed_layout_reads_each_fifth_bit_where_it_is_laid_out():
 
 @pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
 def test_iq4_xs_packed_in_eights_gives_iq4_xss_bits_on_every_path_row_and_thread_count(path):
-    """IQ4_XS_X8: the AVX-512 kernels (avx512-vnni, amx) read it, every other path through the scalar reference;
-    the bits of IQ4_XS in GGUF's layout on the scalar reference, 1..40 rows."""
+    """IQ4_XS_X8: the AVX-512 kernel (avx512-vnni, amx), the 256-bit ones (avx2, avx-vnni, vnni-emulated: the values
+    + 128 on vpdpbusd, or their magnitudes on maddubs) and the scalar reference: the bits of IQ4_XS in GGUF's layout
+    on the scalar reference, 1..40 rows."""
     if gguf_kernels.missing_flag(path):
         pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
     blocks, packed, x = _packed_case("IQ4_XS", gguf_kernels.repack_iq4_xs_x8, 27, 56, 40)
@@ -546,7 +547,8 @@ def test_iq4_xs_packed_layout_reads_each_index_and_the_largest_dots():
     got = _bits(gguf_kernels.linear_q8(x, changed, gguf_kernels.IQ4_XS_X8, 768))
     assert not torch.equal(got[:, 5], expected[:, 5])
     assert torch.equal(got[:, :5], expected[:, :5]) and torch.equal(got[:, 6:], expected[:, 6:])
-    # The largest dots: every index 15 (113, 241 with the + 128) or 0 (-127), every scale -32 or 31, every input +-127
+    # The largest dots on every path: every index 15 (113, 241 with the + 128) or 0 (-127), every scale -32 or 31,
+    # every input +-127
     signs = torch.ones(2, 768)
     signs[1] = -1
     for index, scale_bits in ((0xFF, 0x00), (0x00, 0xFF), (0xFF, 0xFF)):
@@ -554,9 +556,11 @@ def test_iq4_xs_packed_layout_reads_each_index_and_the_largest_dots():
         extreme[:, :, 2:8] = scale_bits                                       # every ls 0 (scale -32) or 63 (31)
         extreme[:, :, 8:] = index
         extreme = extreme.view(16, -1).contiguous()
-        assert torch.equal(_bits(gguf_kernels.linear_q8(signs, gguf_kernels.repack_iq4_xs_x8(extreme),
-                                                        gguf_kernels.IQ4_XS_X8, 768)),
-                           _bits(gguf_kernels.linear_q8_on(signs, extreme, 23, 768, "scalar")))
+        expected_extreme = _bits(gguf_kernels.linear_q8_on(signs, extreme, 23, 768, "scalar"))
+        for path in _paths_here():
+            assert torch.equal(_bits(gguf_kernels.linear_q8_on(signs, gguf_kernels.repack_iq4_xs_x8(extreme),
+                                                               gguf_kernels.IQ4_XS_X8, 768, path)), expected_extreme)
+            assert torch.equal(_bits(gguf_kernels.linear_q8_on(signs, extreme, 23, 768, path)), expected_extreme)
     with pytest.raises(RuntimeError, match="repack_iq4_xs_x8's output"):
         gguf_kernels.linear_q8(x, blocks, gguf_kernels.IQ4_XS_X8, 768)
     with pytest.raises(RuntimeError, match="multiple of"):

@@ -54,8 +54,7 @@ Q5_K_X8 = 113
 # 8 rows for the 256-bit kernels (kernels/q6_x8.inc): each packed only where `q6_k_layout()` names it.
 Q6_K_X16 = 114
 Q6_K_X8 = 115
-# IQ4_XS repacked in Q4_K_X8's layout for the AVX-512 kernels (kernels/iq4_x8.inc): packed only where `packs_32()`
-# (other paths read it exactly through the scalar reference: slowly).
+# IQ4_XS repacked in Q4_K_X8's layout (kernels/iq4_x8.inc, iq4_x8_256.inc): packed on every path.
 IQ4_XS_X8 = 116
 # The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) repacked in groups of 16 rows for the AVX512-VNNI kernel
 # (kernels/q32_x16.inc): type 100 + GGUF's, packed only where `packs_32()`.
@@ -323,8 +322,7 @@ def repack_q5_k_x8(blocks: torch.Tensor) -> torch.Tensor:
 
 
 def repack_iq4_xs_x8(blocks: torch.Tensor) -> torch.Tensor:
-    """IQ4_XS blocks (rows a multiple of 8) in the IQ4_XS_X8 layout of the AVX-512 kernels, with the same bits (pack
-    it only where `packs_32()`)."""
+    """IQ4_XS blocks (rows a multiple of 8) in the IQ4_XS_X8 layout that linear_q8 reads faster, with the same bits."""
     return torch.ops.multidraft_gguf.repack_iq4_xs_x8(blocks)
 
 
