@@ -25,8 +25,9 @@ from tests.tiny_gguf import random_blocks
 
 pytestmark = pytest.mark.skipif(not gguf_kernels.load(progress=False),
                                 reason=f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
-TYPES = {"Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "IQ4_XS": 23, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8}
-K_TYPES = ("Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
+TYPES = {"Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "Q2_K": 10, "IQ4_XS": 23, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7,
+         "Q8_0": 8}
+K_TYPES = ("Q4_K", "Q5_K", "Q6_K", "Q2_K", "IQ4_XS")
 OUTPUTS = 45                             # not a multiple of 16, 64 or the thread split
 
 
@@ -241,6 +242,20 @@ def _integer_sums(type_name, blocks, q):
         return _integer_sums32(type_name, blocks, q)
     WIDTH = _width(type_name)
     raw = blocks.numpy().reshape(OUTPUTS, WIDTH // 256, -1)
+    if type_name == "Q2_K":         # its 2-bit values from gguf-py's dequantize with d = 1, dmin = 0, every scale 1
+        unit = raw.copy()
+        unit[..., 0:16] = 0x01
+        unit[..., 80:82] = np.array([1.0], np.float16).view(np.uint8)
+        unit[..., 82:84] = 0
+        values = gguf.quants.dequantize(unit.reshape(OUTPUTS, -1), gguf.GGMLQuantizationType.Q2_K)
+        values = values.reshape(OUTPUTS, -1, 16, 16).astype(np.int64)
+        assert values.min() >= 0 and values.max() <= 3
+        sc, mn = (raw[..., 0:16] & 0xF).astype(np.int64), (raw[..., 0:16] >> 4).astype(np.int64)
+        xq = q.reshape(q.shape[0], q.shape[1], 16, 16)
+        isum = np.einsum("nsg,nsgl,msgl->mns", sc, values, xq)
+        msum = np.einsum("nsg,msg->mns", mn, xq.sum(-1))
+        fp16 = lambda at: raw[..., at:at + 2].copy().view(np.float16)[..., 0]    # noqa: E731
+        return isum, msum, fp16(80), fp16(82)
     if type_name == "IQ4_XS":       # its table values from gguf-py's dequantize with d = 1 and every scale 33 - 32
         unit = raw.copy()
         unit[..., 0:2] = np.array([1.0], np.float16).view(np.uint8)
@@ -303,7 +318,7 @@ def _epilogue(type_name, isum, msum, dx, dw, dmin, fused=True):
             mins = _fma32(mscale, msum[..., sb].astype(np.float32), mins)
     if type_name in ("Q4_1", "Q5_1"):                # values d * q + m
         return total + mins
-    return total - mins if type_name in ("Q4_K", "Q5_K") else total
+    return total - mins if type_name in ("Q4_K", "Q5_K", "Q2_K") else total
 
 
 @pytest.mark.parametrize("type_name", list(TYPES))

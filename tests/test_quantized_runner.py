@@ -450,9 +450,9 @@ def test_auto_activations_are_q8_where_a_matrix_has_an_8_bit_kernel():
         assert quantized.runner_name(model) == runner, type_name
 
 
-@pytest.mark.parametrize("type_name", ["Q2_K"])
+@pytest.mark.parametrize("type_name", ["IQ3_XXS"])
 def test_formats_without_a_kernel_run_in_fp32_and_the_load_says_what_that_costs(type_name):
-    """A Q2_K GGUF (no kernel reads it) loads with its matrices expanded to fp32, computes the model, and
+    """An IQ3_XXS GGUF (no kernel reads it) loads with its matrices expanded to fp32, computes the model, and
     says so once: which tensors, the memory it took, what runs on the kernels instead (it used to be silent)."""
     from multidraft.models import quantized
 
@@ -463,7 +463,7 @@ def test_formats_without_a_kernel_run_in_fp32_and_the_load_says_what_that_costs(
     messages = [str(w.message) for w in caught if "expanded to fp32" in str(w.message)]
     assert len(messages) == 1, [str(w.message) for w in caught]
     assert re.search(rf"16 tensors of model.gguf \({type_name} x 16\) .* at load \(\d+\.\d MB in place of "
-                     rf"\d+\.\d MB\).*\(Q3_K_M, Q4_K_M", messages[0]), messages[0]
+                     rf"\d+\.\d MB\).*\(Q2_K, Q3_K_M, Q4_K_M", messages[0]), messages[0]
     assert quantized.runner_name(model) == "quantized"
     _assert_logits_are_the_eager_folders(model, folder)
 
@@ -527,20 +527,21 @@ def test_a_converted_format_runs_on_the_8_bit_kernels_silently_and_computes_the_
     _assert_logits_are_the_eager_folders(model, folder)
 
 
-def test_iq4_xs_runs_on_its_8_bit_kernels_silently_and_computes_the_model():
-    """IQ4_XS (table values, no exact match in another format) on kernels of its own: the 8-bit runner, nothing
+@pytest.mark.parametrize("type_name", ["IQ4_XS", "Q2_K"])
+def test_formats_with_kernels_of_their_own_run_on_them_silently_and_compute_the_model(type_name):
+    """IQ4_XS and Q2_K (no exact match in another format) on kernels of their own: the 8-bit runner, nothing
     converted or expanded, so no warning; with fp32 activations the fp32 eager model's logits of the exact values."""
     from multidraft.models import quantized
 
-    folder = temp_model_folder("tiny-gguf-iq4-xs-")
-    path = write_tiny_gguf(folder, "qwen2", "IQ4_XS", seed=7)
+    folder = temp_model_folder(f"tiny-gguf-own-kernels-{type_name}-")
+    path = write_tiny_gguf(folder, "qwen2", type_name, seed=7)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         model = quantized.load_quantized_model(folder, path, activations="auto")
     assert quantized.runner_name(model) == "quantized-q8"
     assert not model.gguf_weights.converted and not model.gguf_weights.expanded
     linears = [m.gguf_matrix for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    assert {m.type_name for m in linears} == {"IQ4_XS"} and all(m.has_q8_kernel for m in linears)
+    assert {m.type_name for m in linears} == {type_name} and all(m.has_q8_kernel for m in linears)
     quantized.set_activations(model, "fp32")
     _assert_logits_are_the_eager_folders(model, folder)
 

@@ -9,8 +9,8 @@ took 9.3x and ran the linears at fp32's pace.
 
 IQ4_NL -> Q8_0. An IQ4_NL block is 32 values d * table[i] with one fp16 d and a 4-bit index i into a fixed table of
 int8s; a Q8_0 block is 32 values d * q with one fp16 d and int8 q: the same d and q = table[i], 34 bytes for 18.
-(IQ4_XS has kernels of its own; Q2_K and the other IQ formats have no exact match in a format the kernels compute:
-they stay fp32.)
+(Q2_K and IQ4_XS have kernels of their own; the other IQ formats have no exact match in a format the kernels
+compute: they stay fp32.)
 """
 
 from __future__ import annotations

@@ -35,15 +35,17 @@ from multidraft.models import fast_linear, kernel_build
 
 # GGUF tensor types the kernel reads as they are (ggml's numbering); Q3_K and IQ4_NL become Q6_K and Q8_0 at load
 # (gguf_convert.py); others are expanded to F32.
-NATIVE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 12: "Q4_K", 13: "Q5_K",
-                14: "Q6_K", 23: "IQ4_XS", 30: "BF16"}
+NATIVE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 12: "Q4_K",
+                13: "Q5_K", 14: "Q6_K", 23: "IQ4_XS", 30: "BF16"}
 
 # Types with an 8-bit-activation kernel (runner "quantized-q8"): activations quantized per 256 values for the K
 # formats and IQ4_XS, per 32 for the others.
-Q8_TYPES = {2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 23: "IQ4_XS"}
+Q8_TYPES = {2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K",
+            23: "IQ4_XS"}
 # Each Q8 type's (values per block, bytes per block, offsets of its fp16 scale fields).
 BLOCK_LAYOUTS = {2: (32, 18, (0,)), 3: (32, 20, (0, 2)), 6: (32, 22, (0,)), 7: (32, 24, (0, 2)), 8: (32, 34, (0,)),
-                 12: (256, 144, (0, 2)), 13: (256, 176, (0, 2)), 14: (256, 210, (208,)), 23: (256, 136, (0,))}
+                 10: (256, 84, (80, 82)), 12: (256, 144, (0, 2)), 13: (256, 176, (0, 2)), 14: (256, 210, (208,)),
+                 23: (256, 136, (0,))}
 
 # Q4_K repacked in groups of 8 rows for the 8-bit kernels (kernels/q8_x8.inc): our own type number, not GGUF's.
 Q4_K_X8 = 112

@@ -49,6 +49,7 @@ inline Format format_of(int64_t type) {
     case 6: return {32, 22};
     case 7: return {32, 24};
     case 8: return {32, 34};
+    case 10: return {256, 84};                // Q2_K
     case 12: return {256, 144};
     case 13: return {256, 176};
     case 14: return {256, 210};
@@ -90,6 +91,19 @@ inline void decode_iq4_xs(const uint8_t* b, float* y) {      // exact: d * scale
       y[32 * j + l] = dl * float(IQ4_VALUES[b[8 + 16 * j + l] & 0xF]);
       y[32 * j + 16 + l] = dl * float(IQ4_VALUES[b[8 + 16 * j + l] >> 4]);
     }
+  }
+}
+
+// Q2_K (ggml type 10): 256 values in 16 groups of 16, value = d * sc_g * q - dmin * m_g with a 4-bit scale and min
+// per group (byte g of [0, 16): scale low, min high), q 2 bits (value k: bits 2 ((k % 128) / 32) of byte
+// 16 + 32 (k / 128) + k % 32), d and dmin fp16 at 80 and 82.
+inline int q2_value(const uint8_t* b, int k) { return (b[16 + 32 * (k / 128) + k % 32] >> (2 * ((k % 128) / 32))) & 3; }
+
+inline void decode_q2_k(const uint8_t* b, float* y) {    // gguf-py's order: (d * sc) * q - dmin * m
+  const float d = fp16_to_fp32(rd16(b + 80)), dmin = fp16_to_fp32(rd16(b + 82));
+  for (int k = 0; k < 256; ++k) {
+    const float dl = d * float(b[k / 16] & 0xF), ml = dmin * float(b[k / 16] >> 4);
+    y[k] = dl * float(q2_value(b, k)) - ml;
   }
 }
 
@@ -268,6 +282,7 @@ void decode_row(int64_t type, const uint8_t* row, int64_t K, float* y) {
       case 6: decode_q5_0_avx2(b, out); break;
       case 7: decode_q5_1_avx2(b, out); break;
       case 8: decode_q8_0_avx2(b, out); break;
+      case 10: decode_q2_k(b, out); break;
       case 12: decode_q4_k_avx2(b, out); break;
       case 13: decode_q5_k(b, out); break;
       case 14: decode_q6_k_avx2(b, out); break;
