@@ -1,4 +1,5 @@
 # usage: python requantize_iq4_xs.py SOURCE.gguf OUT.gguf: llama.cpp's quantizer (llama-cpp-python) to IQ4_XS
+# (LLAMA_FTYPE_MOSTLY_Q2_K in place of LLAMA_FTYPE_MOSTLY_IQ4_XS made the Q2_K model)
 import sys, time, ctypes, llama_cpp
 src, dst = sys.argv[1].encode(), sys.argv[2].encode()
 params = llama_cpp.llama_model_quantize_default_params()
