@@ -501,17 +501,25 @@ def test_lossless_conversions_keep_every_value_bit_for_bit(type_name, target):
     assert np.array_equal(ours, expected)
 
 
+def _loaded_without_warnings(prefix, type_name, seed):
+    """(the quantized runner's model of a tiny qwen2 GGUF in `type_name`, its folder), loaded with every warning an
+    error."""
+    from multidraft.models import quantized
+
+    folder = temp_model_folder(prefix)
+    path = write_tiny_gguf(folder, "qwen2", type_name, seed=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return quantized.load_quantized_model(folder, path, activations="auto"), folder
+
+
 @pytest.mark.parametrize("type_name", ["Q3_K", "IQ4_NL"])
 def test_a_converted_format_runs_on_the_8_bit_kernels_silently_and_computes_the_model(type_name):
     """Q3_K (Q3_K_M's main format) as Q6_K blocks, IQ4_NL as Q8_0 blocks of the same values: the 8-bit runner, no
     fp32 expansion (so no warning), the fp32 eager model's logits from the HF folder of the exact values."""
     from multidraft.models import quantized
 
-    folder = temp_model_folder(f"tiny-gguf-converted-{type_name}-")
-    path = write_tiny_gguf(folder, "qwen2", type_name, seed=6)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        model = quantized.load_quantized_model(folder, path, activations="auto")
+    model, folder = _loaded_without_warnings(f"tiny-gguf-converted-{type_name}-", type_name, seed=6)
     assert quantized.runner_name(model) == "quantized-q8"
     assert model.gguf_weights.converted == {type_name: 16} and not model.gguf_weights.expanded
     # where a packed copy serves the 8-bit kernels (VNNI / AMX paths), the converted plain copy is freed, and made
@@ -533,11 +541,7 @@ def test_formats_with_kernels_of_their_own_run_on_them_silently_and_compute_the_
     converted or expanded, so no warning; with fp32 activations the fp32 eager model's logits of the exact values."""
     from multidraft.models import quantized
 
-    folder = temp_model_folder(f"tiny-gguf-own-kernels-{type_name}-")
-    path = write_tiny_gguf(folder, "qwen2", type_name, seed=7)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        model = quantized.load_quantized_model(folder, path, activations="auto")
+    model, folder = _loaded_without_warnings(f"tiny-gguf-own-kernels-{type_name}-", type_name, seed=7)
     assert quantized.runner_name(model) == "quantized-q8"
     assert not model.gguf_weights.converted and not model.gguf_weights.expanded
     linears = [m.gguf_matrix for m in model.modules() if isinstance(m, torch.nn.Linear)]

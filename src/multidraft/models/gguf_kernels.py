@@ -3,9 +3,9 @@ batch-invariant, built once with the system's C++ compiler like the fast runner'
 
 Ops (torch.ops.multidraft_gguf):
 - linear(x (..., K) fp32, blocks (N, row_bytes) uint8, type, K) -> (..., N): x @ W^T with W the blocks' values;
-- linear_q8(x, blocks, type, K): the same with x quantized per row to int8, per 256 values for Q4_K / Q6_K and per 32
-  for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (llama.cpp's arithmetic), on the instruction-set path chosen at load (`isa()`;
-  kernels/q8_linear.inc);
+- linear_q8(x, blocks, type, K): the same with x quantized per row to int8, per 256 values for Q2_K / Q4_K / Q5_K /
+  Q6_K / IQ4_XS and per 32 for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (llama.cpp's arithmetic), on the instruction-set path
+  chosen at load (`isa()`; kernels/q8_linear.inc);
 - linear_q8_many(x, [blocks], [type], K, [bias or None]): several linear_q8 on one input quantized once, + biases;
 - dequantize(blocks, type, K, ids) -> (len(ids), K) fp32: chosen rows of W (embedding lookups, prefill GEMM);
 - attention(q (H, T, D), k (KVH, S, D), v, visible (T, S) bool, scaling) -> (T, H, D), each KV head's keys read
