@@ -582,6 +582,45 @@ def test_iq4_xs_packed_layout_reads_each_index_and_the_largest_dots():
         gguf_kernels.repack_iq4_xs_x8(blocks[:12])
 
 
+@pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
+def test_q2_k_packed_in_eights_gives_q2_ks_bits_on_every_path_row_and_thread_count(path):
+    """Q2_K_X8: the AVX-512 kernel (avx512-vnni, amx), every other path through the scalar reference: the bits of
+    Q2_K in GGUF's layout on the scalar reference, 1..40 rows."""
+    if gguf_kernels.missing_flag(path):
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
+    blocks, packed, x = _packed_case("Q2_K", gguf_kernels.repack_q2_k_x8, 37, 56, 40)
+    assert packed.shape == (56, 3 * 84)
+    _assert_packed_is_plain_at_every_row_and_thread_count(path, blocks, 10, packed, gguf_kernels.Q2_K_X8, x)
+
+
+def test_q2_k_packed_layout_reads_each_value_and_the_largest_dots():
+    blocks, packed, x = _packed_case("Q2_K", gguf_kernels.repack_q2_k_x8, 38, 16, 9)
+    expected = _bits(gguf_kernels.linear_q8(x, blocks, 10, 768))
+    assert torch.equal(_bits(gguf_kernels.linear_q8(x, packed, gguf_kernels.Q2_K_X8, 768)), expected)
+    # Negative control: one value changed (row 6's byte 5 of half 1, chunk 3, super-block 0: bits 2 of value 128 +
+    # 32 + 24 + 5) changes row 6's outputs only
+    changed = packed.clone()
+    changed.view(-1)[160 + ((1 * 4 + 3) * 8 + 6) * 8 + 5] ^= 0x04
+    got = _bits(gguf_kernels.linear_q8(x, changed, gguf_kernels.Q2_K_X8, 768))
+    assert not torch.equal(got[:, 6], expected[:, 6])
+    assert torch.equal(got[:, :6], expected[:, :6]) and torch.equal(got[:, 7:], expected[:, 7:])
+    # The largest dots: every value 3, every scale and min 15, every input +-127
+    extreme = blocks.clone().view(16, 3, 84)
+    extreme[:, :, :80] = 255
+    extreme = extreme.view(16, -1).contiguous()
+    signs = torch.ones(2, 768)
+    signs[1] = -1
+    expected_extreme = _bits(gguf_kernels.linear_q8_on(signs, extreme, 10, 768, "scalar"))
+    for path in _paths_here():
+        assert torch.equal(_bits(gguf_kernels.linear_q8_on(signs, gguf_kernels.repack_q2_k_x8(extreme),
+                                                           gguf_kernels.Q2_K_X8, 768, path)), expected_extreme)
+        assert torch.equal(_bits(gguf_kernels.linear_q8_on(signs, extreme, 10, 768, path)), expected_extreme)
+    with pytest.raises(RuntimeError, match="repack_q2_k_x8's output"):       # (its rows are Q2_K's size)
+        gguf_kernels.linear_q8(x[:, :512], packed, gguf_kernels.Q2_K_X8, 512)
+    with pytest.raises(RuntimeError, match="multiple of 8"):
+        gguf_kernels.repack_q2_k_x8(blocks[:12])
+
+
 @pytest.mark.parametrize("path", ["amx", "amx-emulated", "amx-emulated-tiles"])
 def test_the_q5_k_tile_kernel_reads_each_fifth_bit_and_the_largest_values(path):
     """The tile kernel at every row count (set_amx_vnni_rows(0, 0)): w = sc * q split as 8 hi + lo, each in [0, 217]

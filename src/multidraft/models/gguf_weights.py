@@ -90,8 +90,8 @@ class BlockMatrix:
 
     def pack_for_q8(self) -> None:
         """Repack the matrix for the 8-bit kernels, once, where a packed layout is faster: Q4_K and IQ4_XS (rows in
-        eights) on every path, Q6_K (in sixteens or eights: `q6_k_layout()`) on the amx and VNNI paths, Q5_K (rows in
-        eights) and the 32-value formats (rows in sixteens) on amx and avx512-vnni. A second copy of its blocks (the
+        eights) on every path, Q6_K (in sixteens or eights: `q6_k_layout()`) on the amx and VNNI paths, Q5_K and Q2_K
+        (rows in eights) and the 32-value formats (rows in sixteens) on amx and avx512-vnni. A second copy of its blocks (the
         original stays mapped from the file for the fp32 path and row lookups; in q8 mode only the copy is read)."""
         if self.packed is not None or not self.has_q8_kernel:
             return
@@ -101,6 +101,8 @@ class BlockMatrix:
             packed_type = gguf_kernels.Q5_K_X8
         elif self.type_id == 23:
             packed_type = gguf_kernels.IQ4_XS_X8
+        elif self.type_id == 10 and gguf_kernels.packs_32():
+            packed_type = gguf_kernels.Q2_K_X8
         elif self.type_id == 14 and (q6_layout := gguf_kernels.q6_k_layout()) != 14:
             packed_type = q6_layout
         elif self.type_id in gguf_kernels.X16_32 and gguf_kernels.packs_32():
