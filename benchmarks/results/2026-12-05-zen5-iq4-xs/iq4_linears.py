@@ -1,5 +1,5 @@
 """us per 8960 x 1536 linear (random blocks, hot), 2 threads, min of 30: IQ4_XS against Q4_K plain and Q4_K_X8.
-usage: PYTHONPATH=src python iq4_linears.py [PATH [x]]  (x: also IQ4_XS_X8, the packed layout)"""
+usage: PYTHONPATH=src python iq4_linears.py [PATH [x [q2]]]  (x: also IQ4_XS_X8; q2: also Q2_K and Q2_K_X8)"""
 import time, torch, numpy as np, sys
 from multidraft.models import gguf_kernels as g
 g.load()
@@ -26,3 +26,15 @@ if len(sys.argv) > 2:
         for _ in range(30):
             s = time.perf_counter(); g.linear_q8_on(x, b, g.IQ4_XS_X8, K, path); best = min(best, time.perf_counter() - s)
         print(path, rows, "rows: IQ4_XS_X8", f"{best * 1e6:.0f}")
+if len(sys.argv) > 3:
+    q2 = g.random_blocks(10, N, K, gen)
+    q2x = g.repack(q2, g.Q2_K_X8)
+    for rows in (1, 4, 8, 16):
+        x = torch.randn(rows, K, generator=gen)
+        line = []
+        for name, (b, t) in (("Q2_K", (q2, 10)), ("Q2_K_X8", (q2x, g.Q2_K_X8))):
+            best = 1e9
+            for _ in range(30):
+                s = time.perf_counter(); g.linear_q8_on(x, b, t, K, path); best = min(best, time.perf_counter() - s)
+            line.append(f"{name} {best * 1e6:.0f}")
+        print(path, rows, "rows:", ", ".join(line))
