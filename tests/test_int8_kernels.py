@@ -551,31 +551,40 @@ def test_iq4_xs_packed_in_eights_gives_iq4_xss_bits_on_every_path_row_and_thread
     _assert_packed_is_plain_at_every_row_and_thread_count(path, blocks, 23, packed, gguf_kernels.IQ4_XS_X8, x)
 
 
-def test_iq4_xs_packed_layout_reads_each_index_and_the_largest_dots():
-    blocks, packed, x = _packed_case("IQ4_XS", gguf_kernels.repack_iq4_xs_x8, 28, 16, 9)
-    expected = _bits(gguf_kernels.linear_q8(x, blocks, 23, 768))
-    assert torch.equal(_bits(gguf_kernels.linear_q8(x, packed, gguf_kernels.IQ4_XS_X8, 768)), expected)
-    # Negative control: one index changed (row 5's byte 3 of chunk 2 of pair 1, super-block 0: its sub-block 2
-    # value 19) changes row 5's outputs only
+def _assert_a_changed_byte_changes_its_row_only(blocks, packed, plain_type, packed_type, x, at, flip, row):
+    """The packed layout gives the plain blocks' bits, and `flip` xor-ed into its byte `at` (of output `row`) changes
+    that row's outputs only: the byte is read where the layout lays it out."""
+    expected = _bits(gguf_kernels.linear_q8(x, blocks, plain_type, 768))
+    assert torch.equal(_bits(gguf_kernels.linear_q8(x, packed, packed_type, 768)), expected)
     changed = packed.clone()
-    changed.view(-1)[160 + ((1 * 4 + 2) * 8 + 5) * 8 + 3] ^= 0x05
-    got = _bits(gguf_kernels.linear_q8(x, changed, gguf_kernels.IQ4_XS_X8, 768))
-    assert not torch.equal(got[:, 5], expected[:, 5])
-    assert torch.equal(got[:, :5], expected[:, :5]) and torch.equal(got[:, 6:], expected[:, 6:])
-    # The largest dots on every path: every index 15 (113, 241 with the + 128) or 0 (-127), every scale -32 or 31,
-    # every input +-127
+    changed.view(-1)[at] ^= flip
+    got = _bits(gguf_kernels.linear_q8(x, changed, packed_type, 768))
+    assert not torch.equal(got[:, row], expected[:, row])
+    assert torch.equal(got[:, :row], expected[:, :row]) and torch.equal(got[:, row + 1:], expected[:, row + 1:])
+
+
+def _assert_largest_dots_on_every_path(extreme, plain_type, repack, packed_type):
+    """Inputs +-127 over `extreme` blocks: the scalar reference's bits on every path, plain and packed."""
     signs = torch.ones(2, 768)
     signs[1] = -1
+    expected = _bits(gguf_kernels.linear_q8_on(signs, extreme, plain_type, 768, "scalar"))
+    for path in _paths_here():
+        assert torch.equal(_bits(gguf_kernels.linear_q8_on(signs, repack(extreme), packed_type, 768, path)), expected)
+        assert torch.equal(_bits(gguf_kernels.linear_q8_on(signs, extreme, plain_type, 768, path)), expected)
+
+
+def test_iq4_xs_packed_layout_reads_each_index_and_the_largest_dots():
+    blocks, packed, x = _packed_case("IQ4_XS", gguf_kernels.repack_iq4_xs_x8, 28, 16, 9)
+    # row 5's byte 3 of chunk 2 of pair 1, super-block 0: its sub-block 2 value 19
+    _assert_a_changed_byte_changes_its_row_only(blocks, packed, 23, gguf_kernels.IQ4_XS_X8, x,
+                                                160 + ((1 * 4 + 2) * 8 + 5) * 8 + 3, 0x05, 5)
+    # every index 15 (113, 241 with the + 128) or 0 (-127), every scale -32 or 31
     for index, scale_bits in ((0xFF, 0x00), (0x00, 0xFF), (0xFF, 0xFF)):
         extreme = blocks.clone().view(16, 3, 136)
         extreme[:, :, 2:8] = scale_bits                                       # every ls 0 (scale -32) or 63 (31)
         extreme[:, :, 8:] = index
-        extreme = extreme.view(16, -1).contiguous()
-        expected_extreme = _bits(gguf_kernels.linear_q8_on(signs, extreme, 23, 768, "scalar"))
-        for path in _paths_here():
-            assert torch.equal(_bits(gguf_kernels.linear_q8_on(signs, gguf_kernels.repack_iq4_xs_x8(extreme),
-                                                               gguf_kernels.IQ4_XS_X8, 768, path)), expected_extreme)
-            assert torch.equal(_bits(gguf_kernels.linear_q8_on(signs, extreme, 23, 768, path)), expected_extreme)
+        _assert_largest_dots_on_every_path(extreme.view(16, -1).contiguous(), 23, gguf_kernels.repack_iq4_xs_x8,
+                                           gguf_kernels.IQ4_XS_X8)
     with pytest.raises(RuntimeError, match="repack_iq4_xs_x8's output"):
         gguf_kernels.linear_q8(x, blocks, gguf_kernels.IQ4_XS_X8, 768)
     with pytest.raises(RuntimeError, match="multiple of"):
@@ -595,26 +604,13 @@ def test_q2_k_packed_in_eights_gives_q2_ks_bits_on_every_path_row_and_thread_cou
 
 def test_q2_k_packed_layout_reads_each_value_and_the_largest_dots():
     blocks, packed, x = _packed_case("Q2_K", gguf_kernels.repack_q2_k_x8, 38, 16, 9)
-    expected = _bits(gguf_kernels.linear_q8(x, blocks, 10, 768))
-    assert torch.equal(_bits(gguf_kernels.linear_q8(x, packed, gguf_kernels.Q2_K_X8, 768)), expected)
-    # Negative control: one value changed (row 6's byte 5 of half 1, chunk 3, super-block 0: bits 2 of value 128 +
-    # 32 + 24 + 5) changes row 6's outputs only
-    changed = packed.clone()
-    changed.view(-1)[160 + ((1 * 4 + 3) * 8 + 6) * 8 + 5] ^= 0x04
-    got = _bits(gguf_kernels.linear_q8(x, changed, gguf_kernels.Q2_K_X8, 768))
-    assert not torch.equal(got[:, 6], expected[:, 6])
-    assert torch.equal(got[:, :6], expected[:, :6]) and torch.equal(got[:, 7:], expected[:, 7:])
-    # The largest dots: every value 3, every scale and min 15, every input +-127
+    # row 6's byte 5 of half 1, chunk 3, super-block 0: bits 2 of value 128 + 32 + 24 + 5
+    _assert_a_changed_byte_changes_its_row_only(blocks, packed, 10, gguf_kernels.Q2_K_X8, x,
+                                                160 + ((1 * 4 + 3) * 8 + 6) * 8 + 5, 0x04, 6)
     extreme = blocks.clone().view(16, 3, 84)
-    extreme[:, :, :80] = 255
-    extreme = extreme.view(16, -1).contiguous()
-    signs = torch.ones(2, 768)
-    signs[1] = -1
-    expected_extreme = _bits(gguf_kernels.linear_q8_on(signs, extreme, 10, 768, "scalar"))
-    for path in _paths_here():
-        assert torch.equal(_bits(gguf_kernels.linear_q8_on(signs, gguf_kernels.repack_q2_k_x8(extreme),
-                                                           gguf_kernels.Q2_K_X8, 768, path)), expected_extreme)
-        assert torch.equal(_bits(gguf_kernels.linear_q8_on(signs, extreme, 10, 768, path)), expected_extreme)
+    extreme[:, :, :80] = 255                             # every value 3, every scale and min 15
+    _assert_largest_dots_on_every_path(extreme.view(16, -1).contiguous(), 10, gguf_kernels.repack_q2_k_x8,
+                                       gguf_kernels.Q2_K_X8)
     with pytest.raises(RuntimeError, match="repack_q2_k_x8's output"):       # (its rows are Q2_K's size)
         gguf_kernels.linear_q8(x[:, :512], packed, gguf_kernels.Q2_K_X8, 512)
     with pytest.raises(RuntimeError, match="multiple of 8"):
