@@ -2,8 +2,8 @@
 
 `BlockMatrix` is one weight matrix kept in its GGUF encoding (rows of blocks along the input dimension), mapped
 from the file, not copied: the linear kernel decodes it on the fly (gguf_kernels.py). Q3_K blocks become the Q6_K
-blocks of the same values at load, IQ4_NL the Q8_0 ones (gguf_convert.py); other block types the kernel does not
-read (the IQ formats but IQ4_NL and IQ4_XS, TQ1_0, TQ2_0) are expanded to F32 once at load with gguf-py (and the load says what that
+blocks of the same values at load, IQ4_NL the Q8_0 ones (gguf_convert.py); block types the kernel does not read
+(IQ1_*, IQ2_*, IQ3_*, TQ1_0, TQ2_0) are expanded to F32 once at load with gguf-py (and the load says what that
 costs), so any GGUF that gguf-py reads works.
 Names: HF parameter names are mapped to GGUF names with gguf-py's own table (the one llama.cpp's converter uses).
 """
@@ -91,8 +91,9 @@ class BlockMatrix:
     def pack_for_q8(self) -> None:
         """Repack the matrix for the 8-bit kernels, once, where a packed layout is faster: Q4_K and IQ4_XS (rows in
         eights) on every path, Q6_K (in sixteens or eights: `q6_k_layout()`) on the amx and VNNI paths, Q5_K and Q2_K
-        (rows in eights) and the 32-value formats (rows in sixteens) on amx and avx512-vnni. A second copy of its blocks (the
-        original stays mapped from the file for the fp32 path and row lookups; in q8 mode only the copy is read)."""
+        (rows in eights) and the 32-value formats (rows in sixteens) on amx and avx512-vnni. A second copy of its
+        blocks (the original stays mapped from the file for the fp32 path and row lookups; in q8 mode only the copy is
+        read)."""
         if self.packed is not None or not self.has_q8_kernel:
             return
         if self.type_id == 12:

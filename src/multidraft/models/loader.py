@@ -363,7 +363,8 @@ def _repair(resolved: ResolvedModel, folder: Optional[Path] = None) -> str:
     if resolved.kind == "alias":
         return model_store.repair_hint(resolved.name)
     if resolved.kind == "gguf":
-        return f"delete {model_store.gguf_entry_dir(sha256_file(resolved.path))} and load the GGUF file again to reconvert it"
+        folder = model_store.gguf_entry_dir(sha256_file(resolved.path))
+        return f"delete {folder} and load the GGUF file again to reconvert it"
     return "download or save the model folder again"
 
 
