@@ -578,17 +578,71 @@ def test_iq4_xs_packed_layout_reads_each_index_and_the_largest_dots():
     # row 5's byte 3 of chunk 2 of pair 1, super-block 0: its sub-block 2 value 19
     _assert_a_changed_byte_changes_its_row_only(blocks, packed, 23, gguf_kernels.IQ4_XS_X8, x,
                                                 160 + ((1 * 4 + 2) * 8 + 5) * 8 + 3, 0x05, 5)
-    # every index 15 (113, 241 with the + 128) or 0 (-127), every scale -32 or 31
-    for index, scale_bits in ((0xFF, 0x00), (0x00, 0xFF), (0xFF, 0xFF)):
-        extreme = blocks.clone().view(16, 3, 136)
-        extreme[:, :, 2:8] = scale_bits                                       # every ls 0 (scale -32) or 63 (31)
-        extreme[:, :, 8:] = index
-        _assert_largest_dots_on_every_path(extreme.view(16, -1).contiguous(), 23, gguf_kernels.repack_iq4_xs_x8,
-                                           gguf_kernels.IQ4_XS_X8)
+    for extreme in _iq4_xs_extremes(blocks):        # (the table values + 128: up to 241 on the VNNI kernels)
+        _assert_largest_dots_on_every_path(extreme, 23, gguf_kernels.repack_iq4_xs_x8, gguf_kernels.IQ4_XS_X8)
     with pytest.raises(RuntimeError, match="repack_iq4_xs_x8's output"):
         gguf_kernels.linear_q8(x, blocks, gguf_kernels.IQ4_XS_X8, 768)
     with pytest.raises(RuntimeError, match="multiple of"):
         gguf_kernels.repack_iq4_xs_x8(blocks[:12])
+
+
+def _iq4_xs_extremes(blocks):
+    """Every index 0 or 15 (values -127, 113) and every scale -32 or 31 (ls 0 or 63), the four combinations."""
+    for index, scale_bits in ((0xFF, 0x00), (0x00, 0xFF), (0xFF, 0xFF), (0x00, 0x00)):
+        extreme = blocks.clone().view(len(blocks), -1, 136)
+        extreme[:, :, 2:8] = scale_bits
+        extreme[:, :, 8:] = index
+        yield extreme.view(len(blocks), -1).contiguous()
+
+
+def _q2_k_extremes(blocks):
+    """Every value 3 with every scale 15 and every min 15 or 0, and every value 0 with the mins 15."""
+    for scale_bits, values in ((0xFF, 0xFF), (0x0F, 0xFF), (0xFF, 0x00)):
+        extreme = blocks.clone().view(len(blocks), -1, 84)
+        extreme[:, :, :16] = scale_bits
+        extreme[:, :, 16:80] = values
+        yield extreme.view(len(blocks), -1).contiguous()
+
+
+# type name -> (GGUF type, packed type, repack, (byte of group 0's row 6 in super-block 1, bits flipped), extremes)
+_NEWER_TILE_KERNELS = {
+    "IQ4_XS": (23, gguf_kernels.IQ4_XS_X8, gguf_kernels.repack_iq4_xs_x8,
+               (1184 + 160 + ((2 * 4 + 1) * 8 + 6) * 8 + 4, 0x30), _iq4_xs_extremes),      # sub-block 5's index
+    "Q2_K": (10, gguf_kernels.Q2_K_X8, gguf_kernels.repack_q2_k_x8,
+             (672 + 160 + ((1 * 4 + 2) * 8 + 6) * 8 + 4, 0x30), _q2_k_extremes),          # value 128 + 64 + 16 + 4
+}
+
+
+@pytest.mark.parametrize("type_name", sorted(_NEWER_TILE_KERNELS))
+@pytest.mark.parametrize("path", ["amx", "amx-emulated", "amx-emulated-tiles"])
+def test_the_iq4_xs_and_q2_k_tile_kernels_read_each_value_and_the_largest_ones(path, type_name):
+    """IQ4_XS_X8's and Q2_K_X8's tile kernels at every row count (set_amx_vnni_rows(0, 0)), their products and
+    epilogues overlapped or not, 1..40 rows over 7 groups (three pairs and one alone): the scalar reference's bits;
+    IQ4_XS's w = sc * v split as 256 hi + lo with hi signed (|w| up to 32 * 127), Q2_K's w = sc * q in one byte and
+    16 mins a super-block, at their extremes with every input +-127; one changed value changes its row only."""
+    if gguf_kernels.missing_flag(path):
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
+    plain_type, packed_type, repack, (at, flip), extremes = _NEWER_TILE_KERNELS[type_name]
+    blocks, packed, x = _packed_case(type_name, repack, 29, 56, 40)
+    signs = torch.ones(20, 768)
+    signs[1::2] = -1
+    limits, pipelined = gguf_kernels.set_amx_vnni_rows(0, 0), gguf_kernels.set_amx_pipelined(True)
+    try:
+        for overlapped in (False, True):
+            gguf_kernels.set_amx_pipelined(overlapped)
+            _assert_packed_is_plain_at_every_row_and_thread_count(path, blocks, plain_type, packed, packed_type, x)
+        expected = _bits(gguf_kernels.linear_q8_on(x[:12], blocks, plain_type, 768, "scalar"))
+        changed = packed.clone()
+        changed.view(-1)[at] ^= flip
+        got = _bits(gguf_kernels.linear_q8_on(x[:12], changed, packed_type, 768, path))
+        assert not torch.equal(got[:, 6], expected[:, 6])
+        assert torch.equal(got[:, :6], expected[:, :6]) and torch.equal(got[:, 7:], expected[:, 7:])
+        for extreme in extremes(blocks[:24]):                # three groups: a pair and one alone
+            assert torch.equal(_bits(gguf_kernels.linear_q8_on(signs, repack(extreme), packed_type, 768, path)),
+                               _bits(gguf_kernels.linear_q8_on(signs, extreme, plain_type, 768, "scalar")))
+    finally:
+        gguf_kernels.set_amx_vnni_rows(*limits)
+        gguf_kernels.set_amx_pipelined(pipelined)
 
 
 @pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)

@@ -1,5 +1,5 @@
-"""Where the amx path should hand Q4_K_X8, Q6_K_X16, Q5_K_X8, Q5_0 and Q8_0 in sixteens (these on Q4_K's limit) from
-its AVX512-VNNI kernels to its tile kernels: per input row count, one matrix's time on each
+"""Where the amx path should hand Q4_K_X8, Q6_K_X16, Q5_K_X8, Q5_0 and Q8_0 in sixteens, IQ4_XS_X8 and Q2_K_X8 (all
+but Q6_K on Q4_K's limit) from its AVX512-VNNI kernels to its tile kernels: per input row count, one matrix's time on each
 (gguf_kernels.set_amx_vnni_rows: 0 = tiles at every row count, a huge limit = VNNI at every row count; the same
 bits), the weights read from memory (a round over many copies of the 1.5B's shapes, larger than the caches), 2
 threads, min over rounds. Prints a table and the row counts at which VNNI still wins. The tile kernels run twice:
@@ -20,7 +20,8 @@ from multidraft.models import gguf_kernels as g
 
 SHAPES = {"Q4_K": (12, g.Q4_K_X8, 8960, 1536), "Q6_K": (14, g.Q6_K_X16, 1536, 8960),   # gate/up; down
           "Q5_K": (13, g.Q5_K_X8, 8960, 1536),                                    # a Q5_K_M model's
-          "Q5_0": (6, g.X16_32[6], 2048, 640), "Q8_0": (8, g.X16_32[8], 1536, 1536)}  # gemma3's gate; a Q8_0 q
+          "Q5_0": (6, g.X16_32[6], 2048, 640), "Q8_0": (8, g.X16_32[8], 1536, 1536),  # gemma3's gate; a Q8_0 q
+          "IQ4_XS": (23, g.IQ4_XS_X8, 8960, 1536), "Q2_K": (10, g.Q2_K_X8, 8960, 1536)}   # those models' gate/up
 
 
 def main():
