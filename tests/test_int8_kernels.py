@@ -647,8 +647,9 @@ def test_the_iq4_xs_and_q2_k_tile_kernels_read_each_value_and_the_largest_ones(p
 
 @pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
 def test_q2_k_packed_in_eights_gives_q2_ks_bits_on_every_path_row_and_thread_count(path):
-    """Q2_K_X8: the AVX-512 kernel (avx512-vnni, amx), every other path through the scalar reference: the bits of
-    Q2_K in GGUF's layout on the scalar reference, 1..40 rows."""
+    """Q2_K_X8: the AVX-512 kernel (avx512-vnni, amx up to Q4_K's VNNI limit), the tile kernel (amx past it,
+    amx-emulated), the 256-bit ones (avx2, avx-vnni, vnni-emulated) and the scalar reference: the bits of Q2_K in
+    GGUF's layout on the scalar reference, 1..40 rows."""
     if gguf_kernels.missing_flag(path):
         pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
     blocks, packed, x = _packed_case("Q2_K", gguf_kernels.repack_q2_k_x8, 37, 56, 40)

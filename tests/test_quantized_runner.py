@@ -480,7 +480,7 @@ def _assert_logits_are_the_eager_folders(model, folder):
     assert float((ours - theirs).abs().max()) <= 1e-4 * float(theirs.abs().max())
 
 
-@pytest.mark.parametrize("type_name,target", [("Q3_K", "Q6_K"), ("IQ4_NL", "Q8_0")])
+@pytest.mark.parametrize("type_name,target", [("Q3_K", "Q6_K"), ("IQ4_NL", "Q8_0"), ("IQ3_S", "Q6_K")])
 def test_lossless_conversions_keep_every_value_bit_for_bit(type_name, target):
     from multidraft.models.gguf_weights import CONVERSIONS
 
@@ -492,6 +492,10 @@ def test_lossless_conversions_keep_every_value_bit_for_bit(type_name, target):
     if type_name == "Q3_K":
         raw[:4, :32] = 0                                # every high bit clear (q = low - 4) in some rows' first block
         raw[4:8, :32] = 255                             # and every one set
+    if type_name == "IQ3_S":                            # in some rows' first block:
+        raw[:4, 106:110] = 255                          # every scale 31 (s = 15)
+        raw[4:8, 74:106] = 255                          # every value negative
+        raw[8:12, 2:74] = 255                           # every grid index 511
     converted = convert(raw)
     per_block = gguf.GGML_QUANT_SIZES[target_type][1] * 2048 // gguf.GGML_QUANT_SIZES[target_type][0]
     assert converted.shape == (48, per_block)
@@ -513,10 +517,11 @@ def _loaded_without_warnings(prefix, type_name, seed):
         return quantized.load_quantized_model(folder, path, activations="auto"), folder
 
 
-@pytest.mark.parametrize("type_name", ["Q3_K", "IQ4_NL"])
+@pytest.mark.parametrize("type_name", ["Q3_K", "IQ4_NL", "IQ3_S"])
 def test_a_converted_format_runs_on_the_8_bit_kernels_silently_and_computes_the_model(type_name):
-    """Q3_K (Q3_K_M's main format) as Q6_K blocks, IQ4_NL as Q8_0 blocks of the same values: the 8-bit runner, no
-    fp32 expansion (so no warning), the fp32 eager model's logits from the HF folder of the exact values."""
+    """Q3_K (Q3_K_M's main format) and IQ3_S (IQ3_M's) as Q6_K blocks, IQ4_NL as Q8_0 blocks of the same values: the
+    8-bit runner, no fp32 expansion (so no warning), the fp32 eager model's logits from the HF folder of the exact
+    values."""
     from multidraft.models import quantized
 
     model, folder = _loaded_without_warnings(f"tiny-gguf-converted-{type_name}-", type_name, seed=6)

@@ -7,17 +7,24 @@ values (d's bytes, scale - 32, q + 32), and the Q6_K kernels (8-bit activations 
 fp32 path) compute a Q3_K_M / Q3_K_S / Q3_K_L GGUF at 1.9x its file's bytes (210 / 110), where expanding it to fp32
 took 9.3x and ran the linears at fp32's pace.
 
+IQ3_S -> Q6_K. An IQ3_S block is 256 values d * (1 + 2 s) * g * sign: one fp16 d, a 4-bit s per 32 values, g from
+a fixed grid of 512 quadruples of odd numbers 1..15 (an index of 9 bits per 4 values) and a sign bit per value. So
+Q6_K's d is the same d, each sub-block of 16 the scale 1 + 2 s (1..31) of its 32, and q = sign * g (-15..15): the
+very same values, 210 bytes for 110 (IQ3_S, IQ3_M and IQ3_XS GGUFs are mostly IQ3_S).
+
 IQ4_NL -> Q8_0. An IQ4_NL block is 32 values d * table[i] with one fp16 d and a 4-bit index i into a fixed table of
 int8s; a Q8_0 block is 32 values d * q with one fp16 d and int8 q: the same d and q = table[i], 34 bytes for 18.
-(Q2_K and IQ4_XS have kernels of their own; the other IQ formats have no exact match in a format the kernels
-compute: they stay fp32.)
+(Q2_K and IQ4_XS have kernels of their own. The other IQ formats have no exact match in a format the kernels
+compute, so they stay fp32: IQ3_XXS's values d * (2 s + 1) / 4 * g with g up to 62 would need Q6_K's d to be d / 2,
+which fp16 does not hold exactly for the smallest d; IQ2's grid values reach 43, past Q6_K's 31; IQ1's d / 8 as
+IQ3_XXS's.)
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-Q3_K_BYTES, Q6_K_BYTES = 110, 210
+Q3_K_BYTES, Q6_K_BYTES, IQ3_S_BYTES = 110, 210, 110
 IQ4_NL_BYTES, Q8_0_BYTES = 18, 34
 IQ4_NL_TABLE = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int8)
 
@@ -43,8 +50,13 @@ def q3_k_as_q6_k(rows: np.ndarray) -> np.ndarray:
     scale_high = (packed[:, 8 + s % 4] >> (2 * (s // 4)).astype(np.uint8)) & 0x03
     scales = (scale_low | (scale_high << 4)).astype(np.int16) - 32
 
-    u = (q + 32).astype(np.uint8)                                  # Q6_K's stored q: 28..35 here
-    out = np.empty((blocks.shape[0], Q6_K_BYTES), np.uint8)
+    return _q6_k_blocks((q + 32).astype(np.uint8), scales, d).reshape(count, -1)
+
+
+def _q6_k_blocks(u: np.ndarray, scales: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Q6_K blocks (ggml's layout: ql[128], qh[64], scales[16], d) of values d * scale * (u - 32): u (blocks, 256)
+    uint8 in 0..63 (Q6_K's stored q), scales (blocks, 16) per 16 values in -128..127, d (blocks, 2) the fp16 bytes."""
+    out = np.empty((u.shape[0], Q6_K_BYTES), np.uint8)
     for h in range(2):                                             # ggml's Q6_K order, per half of 128 values
         part = [u[:, 128 * h + 32 * k:128 * h + 32 * k + 32] for k in range(4)]
         out[:, 64 * h:64 * h + 32] = (part[0] & 0x0F) | ((part[2] & 0x0F) << 4)
@@ -53,7 +65,37 @@ def q3_k_as_q6_k(rows: np.ndarray) -> np.ndarray:
                                              | ((part[3] >> 4) << 6))
     out[:, 192:208] = scales.astype(np.int8).view(np.uint8)
     out[:, 208:210] = d
+    return out
+
+
+def iq3_s_as_q6_k(rows: np.ndarray) -> np.ndarray:
+    """(rows, row bytes) uint8 of IQ3_S blocks -> (rows, row bytes * 210 / 110) uint8 of Q6_K blocks of the same
+    values (block_iq3_s: d, qs[64] (an index's low 8 bits), qh[8] (its 9th: index j's in qh[j / 8] at bit j % 8),
+    signs[32] (value v's in signs[v / 8] at bit v % 8, set: negative), scales[4] (32 values' s: byte k's low nibble
+    for values 64 k.., its high one for 64 k + 32..); index j names values 4 j .. 4 j + 3)."""
+    count = rows.shape[0]
+    blocks = np.ascontiguousarray(rows).reshape(-1, IQ3_S_BYTES)
+    out = np.empty((blocks.shape[0], Q6_K_BYTES), np.uint8)
+    grid = _iq3_s_grid()
+    for start in range(0, blocks.shape[0], 8192):                # ~1 MB of blocks at a time: small temporaries
+        part = blocks[start:start + 8192]
+        d, qs, qh, signs, packed = part[:, :2], part[:, 2:66], part[:, 66:74], part[:, 74:106], part[:, 106:110]
+        index = qs.astype(np.uint16) | (np.unpackbits(qh, axis=1, bitorder="little").astype(np.uint16) << 8)
+        g = grid[index].view(np.uint8).reshape(-1, 256)             # odd, 1..15 (a quadruple per uint32 gathered)
+        negative = np.unpackbits(signs, axis=1, bitorder="little") * np.uint8(255)  # 255 where the sign bit is set
+        u = ((g ^ negative) - negative) + np.uint8(32)          # 32 -+ g, mod 256: Q6_K's stored q, 17..47
+        s = np.stack([packed & 0x0F, packed >> 4], axis=2).reshape(-1, 8)           # per 32 values
+        scales = np.repeat(1 + 2 * s, 2, axis=1)                                   # per 16 values, 1..31
+        out[start:start + 8192] = _q6_k_blocks(u, scales, d)
     return out.reshape(count, -1)
+
+
+def _iq3_s_grid() -> np.ndarray:
+    """IQ3_S's grid as gguf-py has it: (512,) uint32, each the 4 values' bytes in order."""
+    from gguf.quants import IQ3_S
+
+    IQ3_S.init_grid()
+    return np.ascontiguousarray(IQ3_S.grid.reshape(512, 4).astype(np.uint8)).view(np.uint32).reshape(512)
 
 
 def iq4_nl_as_q8_0(rows: np.ndarray) -> np.ndarray:

@@ -332,8 +332,7 @@ def repack_iq4_xs_x8(blocks: torch.Tensor) -> torch.Tensor:
 
 
 def repack_q2_k_x8(blocks: torch.Tensor) -> torch.Tensor:
-    """Q2_K blocks (rows a multiple of 8) in the Q2_K_X8 layout of the AVX-512 kernels, with the same bits (other
-    paths read it exactly but slowly: pack it only where `packs_32()`)."""
+    """Q2_K blocks (rows a multiple of 8) in the Q2_K_X8 layout that linear_q8 reads faster, with the same bits."""
     return torch.ops.multidraft_gguf.repack_q2_k_x8(blocks)
 
 

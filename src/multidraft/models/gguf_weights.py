@@ -1,10 +1,10 @@
 """A GGUF file's tensors as the quantized runner uses them: weight matrices as their blocks, small tensors as fp32.
 
 `BlockMatrix` is one weight matrix kept in its GGUF encoding (rows of blocks along the input dimension), mapped
-from the file, not copied: the linear kernel decodes it on the fly (gguf_kernels.py). Q3_K blocks become the Q6_K
-blocks of the same values at load, IQ4_NL the Q8_0 ones (gguf_convert.py); block types the kernel does not read
-(IQ1_*, IQ2_*, IQ3_*, TQ1_0, TQ2_0) are expanded to F32 once at load with gguf-py (and the load says what that
-costs), so any GGUF that gguf-py reads works.
+from the file, not copied: the linear kernel decodes it on the fly (gguf_kernels.py). Q3_K and IQ3_S blocks become
+the Q6_K blocks of the same values at load, IQ4_NL the Q8_0 ones (gguf_convert.py); block types the kernel does not
+read (IQ1_*, IQ2_*, IQ3_XXS, TQ1_0, TQ2_0) are expanded to F32 once at load with gguf-py (and the load says what
+that costs), so any GGUF that gguf-py reads works.
 Names: HF parameter names are mapped to GGUF names with gguf-py's own table (the one llama.cpp's converter uses).
 """
 
@@ -23,8 +23,9 @@ from multidraft.errors import CorruptCacheError
 from multidraft.models import gguf_convert, gguf_kernels
 
 F32 = 0
-# ggml's type number -> (its lossless re-encoding, the type it becomes): Q3_K -> Q6_K, IQ4_NL -> Q8_0
-CONVERSIONS = {11: (gguf_convert.q3_k_as_q6_k, 14), 20: (gguf_convert.iq4_nl_as_q8_0, 8)}
+# ggml's type number -> (its lossless re-encoding, the type it becomes): Q3_K -> Q6_K, IQ4_NL -> Q8_0, IQ3_S -> Q6_K
+CONVERSIONS = {11: (gguf_convert.q3_k_as_q6_k, 14), 20: (gguf_convert.iq4_nl_as_q8_0, 8),
+               21: (gguf_convert.iq3_s_as_q6_k, 14)}
 
 
 @dataclass
@@ -89,9 +90,9 @@ class BlockMatrix:
         return int(self.q8_weights[0].numel())
 
     def pack_for_q8(self) -> None:
-        """Repack the matrix for the 8-bit kernels, once, where a packed layout is faster: Q4_K and IQ4_XS (rows in
-        eights) on every path, Q6_K (in sixteens or eights: `q6_k_layout()`) on the amx and VNNI paths, Q5_K and Q2_K
-        (rows in eights) and the 32-value formats (rows in sixteens) on amx and avx512-vnni. A second copy of its
+        """Repack the matrix for the 8-bit kernels, once, where a packed layout is faster: Q4_K, IQ4_XS and Q2_K (rows
+        in eights) on every path, Q6_K (in sixteens or eights: `q6_k_layout()`) on the amx and VNNI paths, Q5_K (rows
+        in eights) and the 32-value formats (rows in sixteens) on amx and avx512-vnni. A second copy of its
         blocks (the original stays mapped from the file for the fp32 path and row lookups; in q8 mode only the copy is
         read)."""
         if self.packed is not None or not self.has_q8_kernel:
@@ -102,7 +103,7 @@ class BlockMatrix:
             packed_type = gguf_kernels.Q5_K_X8
         elif self.type_id == 23:
             packed_type = gguf_kernels.IQ4_XS_X8
-        elif self.type_id == 10 and gguf_kernels.packs_32():
+        elif self.type_id == 10:
             packed_type = gguf_kernels.Q2_K_X8
         elif self.type_id == 14 and (q6_layout := gguf_kernels.q6_k_layout()) != 14:
             packed_type = q6_layout
@@ -220,8 +221,8 @@ class GGUFWeights:
         return (f"multidraft: {count} tensors of {self.path.name} ({names}) are in formats the CPU kernels do not "
                 f"read, so they were expanded to fp32 at load ({fp32} in place of {source}) and their "
                 f"linears run several times slower than the rest; a GGUF of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, "
-                f"Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL or IQ4_XS (Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, Q6_K, Q8_0, IQ4_XS) runs "
-                f"every matrix on the 8-bit kernels")
+                f"Q3_K, Q4_K, Q5_K, Q6_K, IQ3_S, IQ4_NL or IQ4_XS (Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, Q6_K, Q8_0, IQ3_M, "
+                f"IQ4_XS) runs every matrix on the 8-bit kernels")
 
     def dense(self, gguf_name: str) -> torch.Tensor:
         """A small tensor (norm, bias) as fp32, in HF's shape order (outermost first)."""
