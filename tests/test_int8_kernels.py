@@ -11,6 +11,7 @@ bit, at every row count and thread count.
 - The real VNNI paths run where the CPU has them (skipped elsewhere, the reason naming the flag).
 """
 
+import re
 from pathlib import Path
 
 import gguf
@@ -25,9 +26,9 @@ from tests.tiny_gguf import random_blocks
 
 pytestmark = pytest.mark.skipif(not gguf_kernels.load(progress=False),
                                 reason=f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
-TYPES = {"Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "Q2_K": 10, "IQ4_XS": 23, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7,
-         "Q8_0": 8}
-K_TYPES = ("Q4_K", "Q5_K", "Q6_K", "Q2_K", "IQ4_XS")
+TYPES = {"Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "Q2_K": 10, "IQ4_XS": 23, "IQ3_XXS": 18, "IQ2_XXS": 16, "Q4_0": 2,
+         "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8}
+K_TYPES = ("Q4_K", "Q5_K", "Q6_K", "Q2_K", "IQ4_XS", "IQ3_XXS", "IQ2_XXS")
 OUTPUTS = 45                             # not a multiple of 16, 64 or the thread split
 
 
@@ -268,6 +269,19 @@ def _integer_sums(type_name, blocks, q):
                        | (((high[..., 0] >> (2 * j)) & 3) << 4) for j in range(8)], axis=-1) - 32
         isum = np.einsum("nsj,nsjl,msjl->mns", sc, values, q.reshape(q.shape[0], q.shape[1], 8, 32))
         return isum, np.zeros_like(isum), raw[..., 0:2].copy().view(np.float16)[..., 0], None
+    if type_name in ("IQ3_XXS", "IQ2_XXS"):   # g * sign from gguf-py's dequantize with d = 1, every ls 0: d / 4 (8) g
+        eighths = type_name == "IQ2_XXS"
+        aux = raw[..., 2:66].copy().view(np.uint32)[..., 1::2] if eighths else raw[..., 66:98].copy().view(np.uint32)
+        unit = raw.copy()
+        unit[..., 0:2] = np.array([1.0], np.float16).view(np.uint8)
+        unit[..., slice(9, 66, 8) if eighths else slice(69, 98, 4)] &= 0x0F     # each sub-block's ls
+        values = gguf.quants.dequantize(unit.reshape(OUTPUTS, -1), gguf.GGMLQuantizationType[type_name])
+        values = (values * (8 if eighths else 4)).reshape(OUTPUTS, -1, 8, 32).astype(np.int64)
+        assert np.abs(values).max() <= (43 if eighths else 62)
+        ls = (aux >> 28).astype(np.int64)                                                 # (n, sb, 8)
+        isum = np.einsum("nsj,nsjl,msjl->mns", 2 * ls + 1, values, q.reshape(q.shape[0], q.shape[1], 8, 32))
+        dw = raw[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32) * np.float32(0.125 if eighths else 0.25)
+        return isum, np.zeros_like(isum), dw, None
     if type_name in ("Q4_K", "Q5_K"):
         sc, mn = _k4_scales(raw[..., 4:16])
         if type_name == "Q4_K":
@@ -643,6 +657,36 @@ def test_the_iq4_xs_and_q2_k_tile_kernels_read_each_value_and_the_largest_ones(p
     finally:
         gguf_kernels.set_amx_vnni_rows(*limits)
         gguf_kernels.set_amx_pipelined(pipelined)
+
+
+@pytest.mark.parametrize("type_name", ["IQ3_XXS", "IQ2_XXS"])
+def test_iq3_xxs_and_iq2_xxs_at_their_largest_values_on_every_path(type_name):
+    """Every group the grid's entry with the largest pair of neighbours (IQ3_XXS: 62, 52; IQ2_XXS: 43, 43: maddubs adds
+    neighbours' products as int16) at every scale 31 (ls 15) with every input +-127, every sign bit set or clear (the
+    parity bit with them): the scalar reference's bits on every path."""
+    octets = type_name == "IQ2_XXS"
+    grid = gguf_kernels._iq_grids().split("IQ2_XXS_GRID")[1 if octets else 0]
+    words = [int(w, 16) for w in re.findall(r"0x([0-9a-f]+)u", grid)]
+    value = lambda i, k: (words[i] >> (8 * k)) & 0xFF                 # noqa: E731
+    pairs = range(0, 8 if octets else 4, 2)
+    index = max(range(256), key=lambda i: max(value(i, k) + value(i, k + 1) for k in pairs))
+    assert max(value(index, k) + value(index, k + 1) for k in pairs) == (43 + 43 if octets else 62 + 52)
+    size = 66 if octets else 98
+    blocks = random_blocks(type_name, 16, 768, np.random.default_rng(31)).reshape(16, 3, size)
+    for sign_bits, signs in ((0x0FFFFFFF, torch.ones(2, 768)), (0x00000000, -torch.ones(2, 768))):
+        aux = np.full((16, 3, 8), 0xF0000000 | sign_bits, np.uint32).view(np.uint8).reshape(16, 3, 8, 4)
+        if octets:                                     # per sub-block: 4 grid bytes, then its uint32
+            grid_bytes = np.full((16, 3, 8, 4), index, np.uint8)
+            blocks[:, :, 2:66] = np.concatenate([grid_bytes, aux], axis=3).reshape(16, 3, 64)
+        else:                                          # 64 grid bytes, then 8 uint32
+            blocks[:, :, 2:66], blocks[:, :, 66:98] = index, aux.reshape(16, 3, 32)
+        plain = torch.from_numpy(blocks.reshape(16, -1).copy())
+        signs[1] = -signs[1]
+        expected = gguf_kernels.linear_q8_on(signs, plain, TYPES[type_name], 768, "scalar")
+        assert float(expected.abs().min()) > 0
+        for path in _paths_here():
+            got = gguf_kernels.linear_q8_on(signs, plain, TYPES[type_name], 768, path)
+            assert torch.equal(_bits(got), _bits(expected)), path
 
 
 @pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)

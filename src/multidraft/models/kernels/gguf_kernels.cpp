@@ -54,6 +54,8 @@ inline Format format_of(int64_t type) {
     case 13: return {256, 176};
     case 14: return {256, 210};
     case 23: return {256, 136};               // IQ4_XS
+    case 18: return {256, 98};                // IQ3_XXS
+    case 16: return {256, 66};                // IQ2_XXS
     default: return {0, 0};
   }
 }
@@ -91,6 +93,47 @@ inline void decode_iq4_xs(const uint8_t* b, float* y) {      // exact: d * scale
       y[32 * j + l] = dl * float(IQ4_VALUES[b[8 + 16 * j + l] & 0xF]);
       y[32 * j + 16 + l] = dl * float(IQ4_VALUES[b[8 + 16 * j + l] >> 4]);
     }
+  }
+}
+
+// IQ3_XXS (ggml type 18): 256 values in 8 sub-blocks of 32, value = d * (2 ls_j + 1) / 4 * g * sign with one fp16 d,
+// a 4-bit ls_j per sub-block, g from a fixed grid of 256 quadruples (IQ3_XXS_GRID: even values 4..62) named by one
+// byte per 4 values, and a sign per value: per 8 values 7 bits, the low ones of 8 sign bits whose count is even
+// (the 8th is their parity). Bytes: d [0, 2), qs [2, 66) (value k's quadruple in byte 2 + k / 4), then sub-block j's
+// uint32 at 66 + 4 j: bits 7 l .. 7 l + 6 the signs of its values 8 l .. 8 l + 7, bits 28-31 ls_j.
+#include "iq_grids.inc"
+
+// IQ2_XXS (ggml type 16): the same with d / 8 and a grid of 256 octets (IQ2_XXS_GRID: values 8, 25, 43) named by one
+// byte per 8 values. Bytes: d [0, 2), then per sub-block j 8 bytes at 2 + 8 j: its 4 grid bytes, then its uint32 of
+// signs and ls_j as IQ3_XXS's.
+template <int TYPE>                                      // 16: IQ2_XXS, 18: IQ3_XXS
+inline uint32_t iq_xxs_aux(const uint8_t* b, int j) {
+  uint32_t aux;
+  std::memcpy(&aux, b + (TYPE == 18 ? 66 + 4 * j : 6 + 8 * j), 4);
+  return aux;
+}
+// The 8 sign bits of values 8 l .. 8 l + 7 of a sub-block (bit i: value 8 l + i negative).
+inline uint32_t iq_signs8(uint32_t aux, int l) {
+  const uint32_t low = (aux >> (7 * l)) & 127;
+  return low | uint32_t(__builtin_popcount(low) & 1) << 7;
+}
+template <int TYPE>
+inline int iq_xxs_scale(const uint8_t* b, int j) { return 2 * int(iq_xxs_aux<TYPE>(b, j) >> 28) + 1; }   // 1..31
+// Value k's g * sign (IQ3_XXS: -62..62; IQ2_XXS: -43..43): the block's values are d / 4 (d / 8) * scale * this.
+template <int TYPE>
+inline int iq_xxs_value(const uint8_t* b, int k) {
+  const int g = TYPE == 18 ? int((IQ3_XXS_GRID[b[2 + k / 4]] >> (8 * (k % 4))) & 0xFF)
+                           : int((IQ2_XXS_GRID[b[2 + 8 * (k / 32) + k % 32 / 8]] >> (8 * (k % 8))) & 0xFF);
+  return (iq_signs8(iq_xxs_aux<TYPE>(b, k / 32), k % 32 / 8) >> (k % 8)) & 1 ? -g : g;
+}
+
+// gguf-py's d * (0.5 + ls) * 0.5 (IQ2_XXS: * 0.25) * g * sign, every step exact
+template <int TYPE>
+inline void decode_iq_xxs(const uint8_t* b, float* y) {
+  const float d = fp16_to_fp32(rd16(b));
+  for (int j = 0; j < 8; ++j) {
+    const float db = d * (0.5f + float(iq_xxs_aux<TYPE>(b, j) >> 28)) * (TYPE == 18 ? 0.5f : 0.25f);
+    for (int l = 0; l < 32; ++l) y[32 * j + l] = db * float(iq_xxs_value<TYPE>(b, 32 * j + l));
   }
 }
 
@@ -287,6 +330,8 @@ void decode_row(int64_t type, const uint8_t* row, int64_t K, float* y) {
       case 13: decode_q5_k(b, out); break;
       case 14: decode_q6_k_avx2(b, out); break;
       case 23: decode_iq4_xs(b, out); break;
+      case 18: decode_iq_xxs<18>(b, out); break;
+      case 16: decode_iq_xxs<16>(b, out); break;
     }
   }
 }
