@@ -113,10 +113,22 @@ inline uint32_t iq_xxs_aux(const uint8_t* b, int j) {
   return aux;
 }
 // The 8 sign bits of values 8 l .. 8 l + 7 of a sub-block (bit i: value 8 l + i negative).
-inline uint32_t iq_signs8(uint32_t aux, int l) {
+constexpr uint32_t iq_signs8(uint32_t aux, int l) {
   const uint32_t low = (aux >> (7 * l)) & 127;
   return low | uint32_t(__builtin_popcount(low) & 1) << 7;
 }
+// The 8 values' signs of each 7-bit sign index as bytes, -1 or +1 (value i's in byte i): for the vector kernels.
+struct SignBytes { long long of[128]; };
+constexpr SignBytes iq_sign_bytes() {
+  SignBytes t{};
+  for (uint32_t k = 0; k < 128; ++k) {
+    uint64_t bytes = 0;
+    for (int i = 0; i < 8; ++i) bytes |= uint64_t((iq_signs8(k, 0) >> i) & 1 ? 0xFF : 0x01) << (8 * i);
+    t.of[k] = (long long)bytes;
+  }
+  return t;
+}
+constexpr SignBytes IQ_SIGN_BYTES = iq_sign_bytes();
 template <int TYPE>
 inline int iq_xxs_scale(const uint8_t* b, int j) { return 2 * int(iq_xxs_aux<TYPE>(b, j) >> 28) + 1; }   // 1..31
 // Value k's g * sign (IQ3_XXS: -62..62; IQ2_XXS: -43..43): the block's values are d / 4 (d / 8) * scale * this.
