@@ -22,7 +22,9 @@ amx.write_text(text.replace(anchor, """struct NullTiles {
 """ + anchor, 1))
 linear = root / "src/multidraft/models/kernels/q8_linear.inc"
 text = linear.read_text()
-assert "amx_x8<EmulatedTilesVectorParts>" in text
+# trees from 2026-12-05's fifth session on pick the Tiles policy in one place (on_tiles)
+text = text.replace("else run(EmulatedTilesVectorParts());", "else run(NullTiles());")
+assert "amx_x8<EmulatedTilesVectorParts>" in text or "else run(NullTiles());" in text
 text = text.replace("amx_x8<EmulatedTilesVectorParts>", "amx_x8<NullTiles>")
 text = text.replace("amx_x16<EmulatedTilesVectorParts>", "amx_x16<NullTiles>")
 # trees from 2026-12-05 on: the Q5_K and 32-value tile kernels too

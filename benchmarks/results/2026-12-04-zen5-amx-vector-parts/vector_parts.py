@@ -20,8 +20,11 @@ if hasattr(g, "set_amx_vnni_rows"):
     g.set_amx_vnni_rows(0, 0)
 generator = torch.Generator().manual_seed(1)
 K, N = 1536, 8960
-cases = {name: (g.repack(g.random_blocks(plain, N, K, generator), packed), packed)
-         for name, plain, packed in (("Q4_K", 12, g.Q4_K_X8), ("Q6_K", 14, g.Q6_K_X16))}
+# argv[5] (optional): the packed layouts to time, from these (IQ4_XS_X8 and Q2_K_X8: trees from 2026-12-05 on)
+layouts = {"Q4_K": (12, "Q4_K_X8"), "Q6_K": (14, "Q6_K_X16"), "IQ4_XS": (23, "IQ4_XS_X8"), "Q2_K": (10, "Q2_K_X8")}
+names = sys.argv[5].split(",") if len(sys.argv) > 5 else ["Q4_K", "Q6_K"]
+cases = {name: (g.repack(g.random_blocks(layouts[name][0], N, K, generator), getattr(g, layouts[name][1])),
+                getattr(g, layouts[name][1])) for name in names}
 for t in threads:
     torch.set_num_threads(t)
     for name, (w, type_id) in cases.items():
