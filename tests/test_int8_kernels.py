@@ -26,9 +26,9 @@ from tests.tiny_gguf import random_blocks
 
 pytestmark = pytest.mark.skipif(not gguf_kernels.load(progress=False),
                                 reason=f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
-TYPES = {"Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "Q2_K": 10, "IQ4_XS": 23, "IQ3_XXS": 18, "IQ2_XXS": 16, "Q4_0": 2,
-         "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8}
-K_TYPES = ("Q4_K", "Q5_K", "Q6_K", "Q2_K", "IQ4_XS", "IQ3_XXS", "IQ2_XXS")
+TYPES = {"Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "Q2_K": 10, "IQ4_XS": 23, "IQ3_XXS": 18, "IQ2_XXS": 16, "IQ2_XS": 17,
+         "IQ2_S": 22, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8}
+K_TYPES = ("Q4_K", "Q5_K", "Q6_K", "Q2_K", "IQ4_XS", "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S")
 OUTPUTS = 45                             # not a multiple of 16, 64 or the thread split
 
 
@@ -269,17 +269,23 @@ def _integer_sums(type_name, blocks, q):
                        | (((high[..., 0] >> (2 * j)) & 3) << 4) for j in range(8)], axis=-1) - 32
         isum = np.einsum("nsj,nsjl,msjl->mns", sc, values, q.reshape(q.shape[0], q.shape[1], 8, 32))
         return isum, np.zeros_like(isum), raw[..., 0:2].copy().view(np.float16)[..., 0], None
-    if type_name in ("IQ3_XXS", "IQ2_XXS"):   # g * sign from gguf-py's dequantize with d = 1, every ls 0: d / 4 (8) g
-        eighths = type_name == "IQ2_XXS"
-        aux = raw[..., 2:66].copy().view(np.uint32)[..., 1::2] if eighths else raw[..., 66:98].copy().view(np.uint32)
+    if type_name.startswith(("IQ2", "IQ3")):   # g * sign from gguf-py's dequantize with d = 1, every ls 0: d / 8 (4) g
+        eighths = type_name != "IQ3_XXS"
         unit = raw.copy()
         unit[..., 0:2] = np.array([1.0], np.float16).view(np.uint8)
-        unit[..., slice(9, 66, 8) if eighths else slice(69, 98, 4)] &= 0x0F     # each sub-block's ls
+        if type_name in ("IQ3_XXS", "IQ2_XXS"):          # ls: the top nibble of a uint32 per 32 values
+            aux = raw[..., 66:98] if type_name == "IQ3_XXS" else raw[..., 2:66].reshape(*raw.shape[:2], 8, 8)[..., 4:]
+            ls = np.repeat((aux.copy().view(np.uint32).reshape(*raw.shape[:2], 8) >> 28).astype(np.int64), 2, -1)
+            unit[..., slice(69, 98, 4) if type_name == "IQ3_XXS" else slice(9, 66, 8)] &= 0x0F
+        else:                                            # IQ2_XS, IQ2_S: a nibble per 16 values
+            at = 66 if type_name == "IQ2_XS" else 74
+            packed = raw[..., at:at + 8].astype(np.int64)
+            ls = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(*raw.shape[:2], 16)
+            unit[..., at:at + 8] = 0
         values = gguf.quants.dequantize(unit.reshape(OUTPUTS, -1), gguf.GGMLQuantizationType[type_name])
-        values = (values * (8 if eighths else 4)).reshape(OUTPUTS, -1, 8, 32).astype(np.int64)
+        values = (values * (8 if eighths else 4)).reshape(OUTPUTS, -1, 16, 16).astype(np.int64)
         assert np.abs(values).max() <= (43 if eighths else 62)
-        ls = (aux >> 28).astype(np.int64)                                                 # (n, sb, 8)
-        isum = np.einsum("nsj,nsjl,msjl->mns", 2 * ls + 1, values, q.reshape(q.shape[0], q.shape[1], 8, 32))
+        isum = np.einsum("nsh,nshl,mshl->mns", 2 * ls + 1, values, q.reshape(q.shape[0], q.shape[1], 16, 16))
         dw = raw[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32) * np.float32(0.125 if eighths else 0.25)
         return isum, np.zeros_like(isum), dw, None
     if type_name in ("Q4_K", "Q5_K"):
@@ -657,6 +663,16 @@ def test_the_iq4_xs_and_q2_k_tile_kernels_read_each_value_and_the_largest_ones(p
     finally:
         gguf_kernels.set_amx_vnni_rows(*limits)
         gguf_kernels.set_amx_pipelined(pipelined)
+
+
+@pytest.mark.parametrize("type_name", ["IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S"])
+def test_the_iq_grid_formats_decode_to_gguf_pys_values_bit_for_bit(type_name):
+    """The fp32 runner's decoder (and so the reference the model is checked against) of the grid formats: gguf-py's
+    dequantization, every bit, on random blocks."""
+    raw = random_blocks(type_name, 24, 768, np.random.default_rng(41), scale=0.05)
+    expected = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[type_name])
+    ours = gguf_kernels.dequantize(torch.from_numpy(raw), TYPES[type_name], 768).numpy()
+    assert np.array_equal(ours.view(np.uint32), expected.view(np.uint32))
 
 
 @pytest.mark.parametrize("type_name", ["IQ3_XXS", "IQ2_XXS"])

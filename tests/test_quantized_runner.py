@@ -450,9 +450,9 @@ def test_auto_activations_are_q8_where_a_matrix_has_an_8_bit_kernel():
         assert quantized.runner_name(model) == runner, type_name
 
 
-@pytest.mark.parametrize("type_name", ["IQ2_XS"])
+@pytest.mark.parametrize("type_name", ["IQ1_S"])
 def test_formats_without_a_kernel_run_in_fp32_and_the_load_says_what_that_costs(type_name):
-    """An IQ2_XS GGUF (no kernel reads it) loads with its matrices expanded to fp32, computes the model, and
+    """An IQ1_S GGUF (no kernel reads it) loads with its matrices expanded to fp32, computes the model, and
     says so once: which tensors, the memory it took, what runs on the kernels instead (it used to be silent)."""
     from multidraft.models import quantized
 
@@ -540,9 +540,9 @@ def test_a_converted_format_runs_on_the_8_bit_kernels_silently_and_computes_the_
     _assert_logits_are_the_eager_folders(model, folder)
 
 
-@pytest.mark.parametrize("type_name", ["IQ4_XS", "Q2_K", "IQ3_XXS", "IQ2_XXS"])
+@pytest.mark.parametrize("type_name", ["IQ4_XS", "Q2_K", "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S"])
 def test_formats_with_kernels_of_their_own_run_on_them_silently_and_compute_the_model(type_name):
-    """IQ4_XS, Q2_K, IQ3_XXS and IQ2_XXS (no exact match in another format) on kernels of their own: the 8-bit
+    """IQ4_XS, Q2_K, IQ3_XXS and IQ2_XXS / XS / S (no exact match in another format) on kernels of their own: the 8-bit
     runner, nothing converted or expanded, so no warning; with fp32 activations the fp32 eager model's logits of the
     exact values."""
     from multidraft.models import quantized

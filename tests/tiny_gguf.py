@@ -20,8 +20,8 @@ from tests.tiny_models import make_tiny_hf_model, make_tokenizer
 # Byte offsets of the fp16 scale fields in one block of each format, and the scale's typical size.
 SCALE_FIELDS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "Q4_K": (0, 2),
                 "Q5_K": (0, 2), "Q6_K": (208,), "Q2_K": (80, 82), "Q3_K": (108,),
-                "IQ4_NL": (0,), "IQ4_XS": (0,), "IQ3_S": (0,), "IQ3_XXS": (0,), "IQ2_XXS": (0,),
-                "IQ2_XS": (0,)}                     # Q3_K, IQ4_NL, IQ3_S: converted; IQ2_XS: no kernel
+                "IQ4_NL": (0,), "IQ4_XS": (0,), "IQ3_S": (0,), "IQ3_XXS": (0,), "IQ2_XXS": (0,), "IQ2_XS": (0,),
+                "IQ2_S": (0,), "IQ1_S": (0,)}       # Q3_K, IQ4_NL, IQ3_S: converted; IQ1_S: no kernel
 FORMATS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16", "F32")
 
 

@@ -14,9 +14,9 @@ very same values, 210 bytes for 110 (IQ3_S, IQ3_M and IQ3_XS GGUFs are mostly IQ
 
 IQ4_NL -> Q8_0. An IQ4_NL block is 32 values d * table[i] with one fp16 d and a 4-bit index i into a fixed table of
 int8s; a Q8_0 block is 32 values d * q with one fp16 d and int8 q: the same d and q = table[i], 34 bytes for 18.
-(Q2_K, IQ2_XXS, IQ3_XXS and IQ4_XS have kernels of their own: IQ3_XXS's values d * (2 s + 1) / 4 * g with g up to
-62 would need Q6_K's d to be d / 2, which fp16 does not hold exactly for the smallest d, and IQ2's grid values reach
-43, past Q6_K's 31. The other IQ formats (IQ2_XS, IQ2_S, IQ1_S, IQ1_M) stay fp32.)
+(Q2_K, IQ2_XXS / XS / S, IQ3_XXS and IQ4_XS have kernels of their own: IQ3_XXS's values d * (2 s + 1) / 4 * g with
+g up to 62 would need Q6_K's d to be d / 2, which fp16 does not hold exactly for the smallest d, and IQ2's grid
+values reach 43, past Q6_K's 31. IQ1_S and IQ1_M (d / 8 as IQ3_XXS's d / 2) stay fp32.)
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ batch-invariant, built once with the system's C++ compiler like the fast runner'
 Ops (torch.ops.multidraft_gguf):
 - linear(x (..., K) fp32, blocks (N, row_bytes) uint8, type, K) -> (..., N): x @ W^T with W the blocks' values;
 - linear_q8(x, blocks, type, K): the same with x quantized per row to int8, per 256 values for Q2_K / Q4_K / Q5_K /
-  Q6_K / IQ2_XXS / IQ3_XXS / IQ4_XS and per 32 for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (llama.cpp's arithmetic), on the
-  instruction-set path chosen at load (`isa()`; kernels/q8_linear.inc);
+  Q6_K / IQ2_XXS / IQ2_XS / IQ2_S / IQ3_XXS / IQ4_XS and per 32 for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (llama.cpp's
+  arithmetic), on the instruction-set path chosen at load (`isa()`; kernels/q8_linear.inc);
 - linear_q8_many(x, [blocks], [type], K, [bias or None]): several linear_q8 on one input quantized once, + biases;
 - dequantize(blocks, type, K, ids) -> (len(ids), K) fp32: chosen rows of W (embedding lookups, prefill GEMM);
 - attention(q (H, T, D), k (KVH, S, D), v, visible (T, S) bool, scaling) -> (T, H, D), each KV head's keys read
@@ -36,16 +36,18 @@ from multidraft.models import fast_linear, kernel_build
 # GGUF tensor types the kernel reads as they are (ggml's numbering); Q3_K, IQ3_S and IQ4_NL become Q6_K, Q6_K and Q8_0
 # at load (gguf_convert.py); others are expanded to F32.
 NATIVE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 12: "Q4_K",
-                13: "Q5_K", 14: "Q6_K", 16: "IQ2_XXS", 18: "IQ3_XXS", 23: "IQ4_XS", 30: "BF16"}
+                13: "Q5_K", 14: "Q6_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 22: "IQ2_S", 23: "IQ4_XS",
+                30: "BF16"}
 
 # Types with an 8-bit-activation kernel (runner "quantized-q8"): activations quantized per 256 values for the K
-# formats, IQ2_XXS, IQ3_XXS and IQ4_XS, per 32 for the others.
+# formats and the IQ formats on them, per 32 for the others.
 Q8_TYPES = {2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K",
-            16: "IQ2_XXS", 18: "IQ3_XXS", 23: "IQ4_XS"}
+            16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 22: "IQ2_S", 23: "IQ4_XS"}
 # Each Q8 type's (values per block, bytes per block, offsets of its fp16 scale fields).
 BLOCK_LAYOUTS = {2: (32, 18, (0,)), 3: (32, 20, (0, 2)), 6: (32, 22, (0,)), 7: (32, 24, (0, 2)), 8: (32, 34, (0,)),
                  10: (256, 84, (80, 82)), 12: (256, 144, (0, 2)), 13: (256, 176, (0, 2)), 14: (256, 210, (208,)),
-                 16: (256, 66, (0,)), 18: (256, 98, (0,)), 23: (256, 136, (0,))}
+                 16: (256, 66, (0,)), 17: (256, 74, (0,)), 18: (256, 98, (0,)), 22: (256, 82, (0,)),
+                 23: (256, 136, (0,))}
 
 # Q4_K repacked in groups of 8 rows for the 8-bit kernels (kernels/q8_x8.inc): our own type number, not GGUF's.
 Q4_K_X8 = 112
@@ -93,19 +95,22 @@ def source() -> str:
 
 
 def _iq_grids() -> str:
-    """The C++ tables of IQ3_XXS's and IQ2_XXS's fixed grids (the codebooks llama.cpp defines), written into the
-    kernels' source at build time from gguf-py's copies: 256 quadruples (octets) of bytes as little-endian uint32
-    (uint64)."""
+    """The C++ tables of the IQ formats' fixed grids (the codebooks llama.cpp defines), written into the kernels'
+    source at build time from gguf-py's copies: IQ3_XXS's 256 quadruples of bytes as little-endian uint32, IQ2_XXS's
+    256, IQ2_XS's 512 and IQ2_S's 1024 octets as uint64."""
     import numpy as np
-    from gguf.quants import IQ2_XXS, IQ3_XXS
+    from gguf.quants import IQ2_S, IQ2_XS, IQ2_XXS, IQ3_XXS
 
-    def table(quant, values: int, c_type: str, name: str) -> str:
+    def table(quant, values: int, name: str) -> str:
         quant.init_grid()
-        words = np.ascontiguousarray(quant.grid.reshape(256, values).astype(np.uint8)).view(f"<u{values}")
-        digits = 2 * values
-        rows = [", ".join(f"0x{int(w):0{digits}x}u" for w in words.reshape(256)[i:i + 8]) for i in range(0, 256, 8)]
-        return f"alignas(64) constexpr {c_type} {name}[256] = {{\n    " + ",\n    ".join(rows) + "};\n"
-    return table(IQ3_XXS, 4, "uint32_t", "IQ3_XXS_GRID") + table(IQ2_XXS, 8, "uint64_t", "IQ2_XXS_GRID")
+        entries = quant.grid.shape[-2]
+        words = np.ascontiguousarray(quant.grid.reshape(entries, values).astype(np.uint8)).view(f"<u{values}")
+        rows = [", ".join(f"0x{int(w):0{2 * values}x}u" for w in words.reshape(entries)[i:i + 8])
+                for i in range(0, entries, 8)]
+        c_type = "uint32_t" if values == 4 else "uint64_t"
+        return f"alignas(64) constexpr {c_type} {name}[{entries}] = {{\n    " + ",\n    ".join(rows) + "};\n"
+    return (table(IQ3_XXS, 4, "IQ3_XXS_GRID") + table(IQ2_XXS, 8, "IQ2_XXS_GRID") + table(IQ2_XS, 8, "IQ2_XS_GRID")
+            + table(IQ2_S, 8, "IQ2_S_GRID"))
 
 
 def unavailable_reason() -> Optional[str]:
@@ -415,9 +420,9 @@ def set_attention_wide(on: bool) -> bool:
 
 
 def set_amx_vnni_rows(q4_k: int, q6_k: int) -> tuple:
-    """Up to how many input rows the amx path runs Q4_K_X8 (and Q5_K_X8, IQ4_XS_X8, the 32-value formats) / Q6_K_X16
-    on its AVX512-VNNI kernels instead of the tile kernels (0: tiles at every row count); returns the previous limits. The same bits either way: for
-    tests and for timing the crossover on an AMX CPU."""
+    """Up to how many input rows the amx path runs Q4_K_X8 (and Q5_K_X8, IQ4_XS_X8, Q2_K_X8, the 32-value formats) /
+    Q6_K_X16 on its AVX512-VNNI kernels instead of the tile kernels (0: tiles at every row count); returns the previous
+    limits. The same bits either way: for tests and for timing the crossover on an AMX CPU."""
     return tuple(int(v) for v in torch.ops.multidraft_gguf.set_amx_vnni_rows(int(q4_k), int(q6_k)))
 
 

@@ -3,7 +3,7 @@
 `BlockMatrix` is one weight matrix kept in its GGUF encoding (rows of blocks along the input dimension), mapped
 from the file, not copied: the linear kernel decodes it on the fly (gguf_kernels.py). Q3_K and IQ3_S blocks become
 the Q6_K blocks of the same values at load, IQ4_NL the Q8_0 ones (gguf_convert.py); block types the kernel does not
-read (IQ1_*, IQ2_XS, IQ2_S, TQ1_0, TQ2_0) are expanded to F32 once at load with gguf-py (and the load says what
+read (IQ1_S, IQ1_M, TQ1_0, TQ2_0) are expanded to F32 once at load with gguf-py (and the load says what
 that costs), so any GGUF that gguf-py reads works.
 Names: HF parameter names are mapped to GGUF names with gguf-py's own table (the one llama.cpp's converter uses).
 """
@@ -221,8 +221,8 @@ class GGUFWeights:
         return (f"multidraft: {count} tensors of {self.path.name} ({names}) are in formats the CPU kernels do not "
                 f"read, so they were expanded to fp32 at load ({fp32} in place of {source}) and their "
                 f"linears run several times slower than the rest; a GGUF of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, "
-                f"Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ3_XXS, IQ3_S, IQ4_NL or IQ4_XS (Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, "
-                f"Q6_K, Q8_0, IQ2_XXS, IQ3_XXS, IQ3_M, IQ4_XS) runs every matrix on the 8-bit kernels")
+                f"Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL or IQ4_XS (Q2_K, Q3_K_M, "
+                f"Q4_K_M, Q5_K_M, Q6_K, Q8_0, the IQ2 and IQ3 mixes, IQ4_XS) runs every matrix on the 8-bit kernels")
 
     def dense(self, gguf_name: str) -> torch.Tensor:
         """A small tensor (norm, bias) as fp32, in HF's shape order (outermost first)."""

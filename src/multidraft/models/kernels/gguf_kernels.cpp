@@ -56,6 +56,8 @@ inline Format format_of(int64_t type) {
     case 23: return {256, 136};               // IQ4_XS
     case 18: return {256, 98};                // IQ3_XXS
     case 16: return {256, 66};                // IQ2_XXS
+    case 17: return {256, 74};                // IQ2_XS
+    case 22: return {256, 82};                // IQ2_S
     default: return {0, 0};
   }
 }
@@ -129,23 +131,48 @@ constexpr SignBytes iq_sign_bytes() {
   return t;
 }
 constexpr SignBytes IQ_SIGN_BYTES = iq_sign_bytes();
+// IQ2_XS (ggml type 17): IQ2_XXS's values with a 4-bit ls per 16 values (byte 66 + j: its low nibble for values
+// 32 j .., its high one for 32 j + 16 ..) and per 8 values a uint16 at 2 + 2 e: 9 bits of grid index (IQ2_XS_GRID:
+// 512 octets) and 7 of sign index. IQ2_S (ggml type 22): a 10-bit index (IQ2_S_GRID: 1024 octets), its low 8 bits
+// in byte 2 + e and its high 2 in byte 66 + e / 4 at bit 2 (e % 4); the 8 signs in byte 34 + e; the ls at 74 + j.
+template <int TYPE>                                      // 16, 17, 22: IQ2_XXS, IQ2_XS, IQ2_S; 18: IQ3_XXS
+inline uint64_t iq2_octet(const uint8_t* b, int e) {    // group e's 8 grid values, value i in byte i
+  if constexpr (TYPE == 16) return IQ2_XXS_GRID[b[2 + 8 * (e / 4) + e % 4]];
+  if constexpr (TYPE == 17) return IQ2_XS_GRID[rd16(b + 2 + 2 * e) & 511];
+  return IQ2_S_GRID[b[2 + e] | ((b[66 + e / 4] >> (2 * (e % 4))) & 3) << 8];
+}
 template <int TYPE>
-inline int iq_xxs_scale(const uint8_t* b, int j) { return 2 * int(iq_xxs_aux<TYPE>(b, j) >> 28) + 1; }   // 1..31
-// Value k's g * sign (IQ3_XXS: -62..62; IQ2_XXS: -43..43): the block's values are d / 4 (d / 8) * scale * this.
+inline uint32_t iq2_signs(const uint8_t* b, int e) {    // group e's 8 sign bits (bit i: value 8 e + i negative)
+  if constexpr (TYPE == 16) return iq_signs8(iq_xxs_aux<16>(b, e / 4), e % 4);
+  if constexpr (TYPE == 17) return iq_signs8(uint32_t(rd16(b + 2 + 2 * e)) >> 9, 0);
+  return b[34 + e];
+}
+// 2 ls + 1 (1..31) of values 16 h .. 16 h + 15
 template <int TYPE>
-inline int iq_xxs_value(const uint8_t* b, int k) {
-  const int g = TYPE == 18 ? int((IQ3_XXS_GRID[b[2 + k / 4]] >> (8 * (k % 4))) & 0xFF)
-                           : int((IQ2_XXS_GRID[b[2 + 8 * (k / 32) + k % 32 / 8]] >> (8 * (k % 8))) & 0xFF);
-  return (iq_signs8(iq_xxs_aux<TYPE>(b, k / 32), k % 32 / 8) >> (k % 8)) & 1 ? -g : g;
+inline int iq_grid_scale16(const uint8_t* b, int h) {
+  if constexpr (TYPE == 16 || TYPE == 18) return 2 * int(iq_xxs_aux<TYPE>(b, h / 2) >> 28) + 1;
+  const uint8_t byte = b[(TYPE == 17 ? 66 : 74) + h / 2];
+  return 2 * ((h % 2 ? byte >> 4 : byte) & 15) + 1;
+}
+// Value k's g * sign (IQ3_XXS: -62..62; the IQ2 formats: -43..43): the block's values are d / 4 (IQ2: d / 8) *
+// scale16 * this.
+template <int TYPE>
+inline int iq_grid_value(const uint8_t* b, int k) {
+  if constexpr (TYPE == 18) {
+    const int g = int((IQ3_XXS_GRID[b[2 + k / 4]] >> (8 * (k % 4))) & 0xFF);
+    return (iq_signs8(iq_xxs_aux<18>(b, k / 32), k % 32 / 8) >> (k % 8)) & 1 ? -g : g;
+  }
+  const int g = int((iq2_octet<TYPE>(b, k / 8) >> (8 * (k % 8))) & 0xFF);
+  return (iq2_signs<TYPE>(b, k / 8) >> (k % 8)) & 1 ? -g : g;
 }
 
-// gguf-py's d * (0.5 + ls) * 0.5 (IQ2_XXS: * 0.25) * g * sign, every step exact
+// gguf-py's d * (0.5 + ls) * 0.5 (IQ2: * 0.25) * g * sign, every step exact
 template <int TYPE>
-inline void decode_iq_xxs(const uint8_t* b, float* y) {
+inline void decode_iq_grid(const uint8_t* b, float* y) {
   const float d = fp16_to_fp32(rd16(b));
-  for (int j = 0; j < 8; ++j) {
-    const float db = d * (0.5f + float(iq_xxs_aux<TYPE>(b, j) >> 28)) * (TYPE == 18 ? 0.5f : 0.25f);
-    for (int l = 0; l < 32; ++l) y[32 * j + l] = db * float(iq_xxs_value<TYPE>(b, 32 * j + l));
+  for (int h = 0; h < 16; ++h) {
+    const float db = d * (0.5f + float(iq_grid_scale16<TYPE>(b, h) / 2)) * (TYPE == 18 ? 0.5f : 0.25f);
+    for (int l = 0; l < 16; ++l) y[16 * h + l] = db * float(iq_grid_value<TYPE>(b, 16 * h + l));
   }
 }
 
@@ -342,8 +369,10 @@ void decode_row(int64_t type, const uint8_t* row, int64_t K, float* y) {
       case 13: decode_q5_k(b, out); break;
       case 14: decode_q6_k_avx2(b, out); break;
       case 23: decode_iq4_xs(b, out); break;
-      case 18: decode_iq_xxs<18>(b, out); break;
-      case 16: decode_iq_xxs<16>(b, out); break;
+      case 16: decode_iq_grid<16>(b, out); break;
+      case 17: decode_iq_grid<17>(b, out); break;
+      case 18: decode_iq_grid<18>(b, out); break;
+      case 22: decode_iq_grid<22>(b, out); break;
     }
   }
 }
