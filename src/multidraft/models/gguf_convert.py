@@ -75,7 +75,7 @@ def iq3_s_as_q6_k(rows: np.ndarray) -> np.ndarray:
     count = rows.shape[0]
     blocks = np.ascontiguousarray(rows).reshape(-1, IQ3_S_BYTES)
     out = np.empty((blocks.shape[0], Q6_K_BYTES), np.uint8)
-    grid = _iq3_s_grid()
+    grid = grid_words("IQ3_S")
     for start in range(0, blocks.shape[0], 8192):                # ~1 MB of blocks at a time: small temporaries
         part = blocks[start:start + 8192]
         d, qs, qh, signs, packed = part[:, :2], part[:, 2:66], part[:, 66:74], part[:, 74:106], part[:, 106:110]
@@ -89,12 +89,16 @@ def iq3_s_as_q6_k(rows: np.ndarray) -> np.ndarray:
     return out.reshape(count, -1)
 
 
-def _iq3_s_grid() -> np.ndarray:
-    """IQ3_S's grid as gguf-py has it: (512,) uint32, each the 4 values' bytes in order."""
-    from gguf.quants import IQ3_S
+def grid_words(quant_name: str) -> np.ndarray:
+    """An IQ format's fixed grid as gguf-py has it (the codebook llama.cpp defines): one little-endian word per entry,
+    its values' bytes in order (uint32 for quadruples: IQ3_XXS, IQ3_S; uint64 for octets: IQ2_XXS, IQ2_XS, IQ2_S)."""
+    import gguf.quants
 
-    IQ3_S.init_grid()
-    return np.ascontiguousarray(IQ3_S.grid.reshape(512, 4).astype(np.uint8)).view(np.uint32).reshape(512)
+    quant = getattr(gguf.quants, quant_name)
+    quant.init_grid()
+    entries, values = quant.grid.shape[-2:]
+    words = np.ascontiguousarray(quant.grid.reshape(entries, values).astype(np.uint8)).view(f"<u{values}")
+    return words.reshape(entries)
 
 
 def iq4_nl_as_q8_0(rows: np.ndarray) -> np.ndarray:

@@ -31,7 +31,7 @@ from typing import Optional
 
 import torch
 
-from multidraft.models import fast_linear, kernel_build
+from multidraft.models import fast_linear, gguf_convert, kernel_build
 
 # GGUF tensor types the kernel reads as they are (ggml's numbering); Q3_K, IQ3_S and IQ4_NL become Q6_K, Q6_K and Q8_0
 # at load (gguf_convert.py); others are expanded to F32.
@@ -60,7 +60,7 @@ Q6_K_X16 = 114
 Q6_K_X8 = 115
 # IQ4_XS repacked in Q4_K_X8's layout (kernels/iq4_x8.inc, iq4_x8_256.inc): packed on every path.
 IQ4_XS_X8 = 116
-# Q2_K repacked in groups of 8 rows for the AVX-512 kernels (kernels/q2_x8.inc): packed only where `packs_32()`.
+# Q2_K repacked in groups of 8 rows (kernels/q2_x8.inc, q2_x8_256.inc): packed on every path.
 Q2_K_X8 = 117
 # The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) repacked in groups of 16 rows for the AVX512-VNNI kernel
 # (kernels/q32_x16.inc): type 100 + GGUF's, packed only where `packs_32()`.
@@ -98,19 +98,14 @@ def _iq_grids() -> str:
     """The C++ tables of the IQ formats' fixed grids (the codebooks llama.cpp defines), written into the kernels'
     source at build time from gguf-py's copies: IQ3_XXS's 256 quadruples of bytes as little-endian uint32, IQ2_XXS's
     256, IQ2_XS's 512 and IQ2_S's 1024 octets as uint64."""
-    import numpy as np
-    from gguf.quants import IQ2_S, IQ2_XS, IQ2_XXS, IQ3_XXS
-
-    def table(quant, values: int, name: str) -> str:
-        quant.init_grid()
-        entries = quant.grid.shape[-2]
-        words = np.ascontiguousarray(quant.grid.reshape(entries, values).astype(np.uint8)).view(f"<u{values}")
-        rows = [", ".join(f"0x{int(w):0{2 * values}x}u" for w in words.reshape(entries)[i:i + 8])
-                for i in range(0, entries, 8)]
-        c_type = "uint32_t" if values == 4 else "uint64_t"
-        return f"alignas(64) constexpr {c_type} {name}[{entries}] = {{\n    " + ",\n    ".join(rows) + "};\n"
-    return (table(IQ3_XXS, 4, "IQ3_XXS_GRID") + table(IQ2_XXS, 8, "IQ2_XXS_GRID") + table(IQ2_XS, 8, "IQ2_XS_GRID")
-            + table(IQ2_S, 8, "IQ2_S_GRID"))
+    def table(quant_name: str) -> str:
+        words = gguf_convert.grid_words(quant_name)
+        digits = 2 * words.dtype.itemsize
+        rows = [", ".join(f"0x{int(w):0{digits}x}u" for w in words[i:i + 8]) for i in range(0, len(words), 8)]
+        c_type = "uint32_t" if words.dtype.itemsize == 4 else "uint64_t"
+        return (f"alignas(64) constexpr {c_type} {quant_name}_GRID[{len(words)}] = {{\n    " + ",\n    ".join(rows)
+                + "};\n")
+    return table("IQ3_XXS") + table("IQ2_XXS") + table("IQ2_XS") + table("IQ2_S")
 
 
 def unavailable_reason() -> Optional[str]:
