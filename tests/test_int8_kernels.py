@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from multidraft.errors import InvalidOptionError
-from multidraft.models import gguf_kernels
+from multidraft.models import gguf_convert, gguf_kernels
 from multidraft.models.gguf_weights import BlockMatrix
 from tests.tiny_gguf import random_blocks
 
@@ -474,9 +474,11 @@ def test_a_path_that_crashes_its_probe_costs_that_path_only(monkeypatch, tmp_pat
 
 
 def _packed_case(type_name, repack, seed, outputs, rows):
-    """(GGUF blocks of type_name, the same repacked, an input of `rows` rows of very different sizes), 768 wide."""
+    """(GGUF blocks of type_name (IQ3_S: the Q6_K blocks it converts to at load), the same repacked, an input of
+    `rows` rows of very different sizes), 768 wide."""
     rng = np.random.default_rng(seed)
-    blocks = torch.from_numpy(random_blocks(type_name, outputs, 768, rng, scale=0.05))
+    raw = random_blocks(type_name, outputs, 768, rng, scale=0.05)
+    blocks = torch.from_numpy(gguf_convert.iq3_s_as_q6_k(raw) if type_name == "IQ3_S" else raw)
     x = torch.randn(rows, 768, generator=torch.Generator().manual_seed(seed)) * torch.logspace(-2, 1, rows)[:, None]
     return blocks, repack(blocks), x
 
@@ -606,6 +608,54 @@ def test_iq4_xs_packed_layout_reads_each_index_and_the_largest_dots():
         gguf_kernels.repack_iq4_xs_x8(blocks[:12])
 
 
+@pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
+def test_iq3_s_packed_with_its_own_table_gives_its_q6_k_blocks_bits_on_every_path_row_and_thread_count(path):
+    """IQ3_S, converted to Q6_K at load, packed in IQ4_XS_X8's layout with IQ3_S's table (odd values -15..15): every
+    path's kernels of that layout give the bits of its Q6_K blocks on the scalar reference, 1..40 rows, so whether a
+    matrix is packed changes no bit."""
+    if gguf_kernels.missing_flag(path):
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
+    blocks, packed, x = _packed_case("IQ3_S", gguf_kernels.repack_q6_k_iq3_s_x8, 33, 56, 40)
+    assert packed.shape == (56, 3 * 148)                # Q6_K's 210 bytes a super-block and row -> 148
+    _assert_packed_is_plain_at_every_row_and_thread_count(path, blocks, 14, packed, gguf_kernels.IQ4_XS_X8, x)
+
+
+def test_iq3_s_packed_layout_reads_its_table_each_index_and_the_largest_dots():
+    repack = gguf_kernels.repack_q6_k_iq3_s_x8
+    blocks, packed, x = _packed_case("IQ3_S", repack, 34, 16, 9)
+    # row 5's byte 3 of chunk 2 of pair 1, super-block 0: its sub-block 2 value 19
+    _assert_a_changed_byte_changes_its_row_only(blocks, packed, 14, gguf_kernels.IQ4_XS_X8, x,
+                                                160 + ((1 * 4 + 2) * 8 + 5) * 8 + 3, 0x05, 5)
+    # the kernels read the table from the matrix (each super-block holds a copy): IQ4_XS's in its place changes every
+    # output on every path
+    expected = _bits(gguf_kernels.linear_q8_on(x, blocks, 14, 768, "scalar"))
+    other = packed.clone()
+    other.view(-1, 1184)[:, 16:32] = torch.tensor(gguf_convert.IQ4_NL_TABLE).view(torch.uint8)
+    for path in _paths_here():
+        got = _bits(gguf_kernels.linear_q8_on(x, other, gguf_kernels.IQ4_XS_X8, 768, path))
+        assert bool((got != expected).any(dim=0).all()), path
+    for extreme in _iq3_s_extremes(blocks):             # |w| = 31 * 15 at most
+        _assert_largest_dots_on_every_path(extreme, 14, repack, gguf_kernels.IQ4_XS_X8)
+    # Q6_K blocks that hold no IQ3_S's values are refused: a real Q6_K matrix, one value even, two 16s' scales apart
+    with pytest.raises(RuntimeError, match="cannot hold"):
+        repack(torch.from_numpy(random_blocks("Q6_K", 16, 768, np.random.default_rng(35))))
+    for at, change in ((5, 0x01), (193, 0x02)):         # ql byte 5's low nibble; scale of values 16..31
+        broken = blocks.clone()
+        broken[3, at] ^= change
+        with pytest.raises(RuntimeError, match="cannot hold"):
+            repack(broken)
+
+
+def _iq3_s_extremes(blocks):
+    """IQ3_S blocks (as Q6_K, as many rows as `blocks`) with every grid entry 24 (15, 15, 1, 1: maddubs adds the two
+    15s' products as int16), every scale 31 or 1 (s 15 or 0), every sign set or clear."""
+    raw = random_blocks("IQ3_S", len(blocks), 768, np.random.default_rng(36), scale=0.05).reshape(len(blocks), 3, 110)
+    raw[:, :, 2:66], raw[:, :, 66:74] = 24, 0
+    for scale_bits, sign_bits in ((0xFF, 0x00), (0xFF, 0xFF), (0x00, 0xFF), (0x00, 0x00)):
+        raw[:, :, 106:110], raw[:, :, 74:106] = scale_bits, sign_bits
+        yield torch.from_numpy(gguf_convert.iq3_s_as_q6_k(raw.reshape(len(blocks), -1)))
+
+
 def _iq4_xs_extremes(blocks):
     """Every index 0 or 15 (values -127, 113) and every scale -32 or 31 (ls 0 or 63), the four combinations."""
     for index, scale_bits in ((0xFF, 0x00), (0x00, 0xFF), (0xFF, 0xFF), (0x00, 0x00)):
@@ -628,6 +678,8 @@ def _q2_k_extremes(blocks):
 _NEWER_TILE_KERNELS = {
     "IQ4_XS": (23, gguf_kernels.IQ4_XS_X8, gguf_kernels.repack_iq4_xs_x8,
                (1184 + 160 + ((2 * 4 + 1) * 8 + 6) * 8 + 4, 0x30), _iq4_xs_extremes),      # sub-block 5's index
+    "IQ3_S": (14, gguf_kernels.IQ4_XS_X8, gguf_kernels.repack_q6_k_iq3_s_x8,
+              (1184 + 160 + ((2 * 4 + 1) * 8 + 6) * 8 + 4, 0x30), _iq3_s_extremes),      # as IQ4_XS's
     "Q2_K": (10, gguf_kernels.Q2_K_X8, gguf_kernels.repack_q2_k_x8,
              (672 + 160 + ((1 * 4 + 2) * 8 + 6) * 8 + 4, 0x30), _q2_k_extremes),          # value 128 + 64 + 16 + 4
 }
@@ -636,7 +688,7 @@ _NEWER_TILE_KERNELS = {
 @pytest.mark.parametrize("type_name", sorted(_NEWER_TILE_KERNELS))
 @pytest.mark.parametrize("path", ["amx", "amx-emulated", "amx-emulated-tiles"])
 def test_the_iq4_xs_and_q2_k_tile_kernels_read_each_value_and_the_largest_ones(path, type_name):
-    """IQ4_XS_X8's and Q2_K_X8's tile kernels at every row count (set_amx_vnni_rows(0, 0)), their products and
+    """IQ4_XS_X8's (with IQ4_XS's table and with IQ3_S's) and Q2_K_X8's tile kernels at every row count (set_amx_vnni_rows(0, 0)), their products and
     epilogues overlapped or not, 1..40 rows over 7 groups (three pairs and one alone): the scalar reference's bits;
     IQ4_XS's w = sc * v split as 256 hi + lo with hi signed (|w| up to 32 * 127), Q2_K's w = sc * q in one byte and
     16 mins a super-block, at their extremes with every input +-127; one changed value changes its row only."""

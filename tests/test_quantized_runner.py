@@ -536,6 +536,12 @@ def test_a_converted_format_runs_on_the_8_bit_kernels_silently_and_computes_the_
         dropped = model(ids).logits
         assert all(m.blocks.shape[0] == m.rows for m in linears)          # made again
         assert torch.equal(model(ids).logits, dropped)
+    if type_name == "IQ3_S":          # packed with its own table in IQ4_XS_X8's layout, at its Q6_K blocks' bits
+        generator = torch.Generator().manual_seed(6)
+        for m in linears:
+            assert m.packed_type == gguf_kernels.IQ4_XS_X8 and m.packed.shape == (m.rows, m.width // 256 * 148)
+            x = torch.randn(3, m.width, generator=generator)
+            assert torch.equal(m.linear(x, q8=True), gguf_kernels.linear_q8(x, m.blocks, 14, m.width))
     quantized.set_activations(model, "fp32")             # the exact values' products, as the eager model's
     _assert_logits_are_the_eager_folders(model, folder)
 

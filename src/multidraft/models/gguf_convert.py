@@ -10,7 +10,8 @@ took 9.3x and ran the linears at fp32's pace.
 IQ3_S -> Q6_K. An IQ3_S block is 256 values d * (1 + 2 s) * g * sign: one fp16 d, a 4-bit s per 32 values, g from
 a fixed grid of 512 quadruples of odd numbers 1..15 (an index of 9 bits per 4 values) and a sign bit per value. So
 Q6_K's d is the same d, each sub-block of 16 the scale 1 + 2 s (1..31) of its 32, and q = sign * g (-15..15): the
-very same values, 210 bytes for 110 (IQ3_S, IQ3_M and IQ3_XS GGUFs are mostly IQ3_S).
+very same values, 210 bytes for 110 (IQ3_S, IQ3_M and IQ3_XS GGUFs are mostly IQ3_S). The 8-bit kernels read these
+blocks packed in IQ4_XS's layout with a table of IQ3_S's 16 values (kernels/iq4_x8.inc: 148 bytes, the same bits).
 
 IQ4_NL -> Q8_0. An IQ4_NL block is 32 values d * table[i] with one fp16 d and a 4-bit index i into a fixed table of
 int8s; a Q8_0 block is 32 values d * q with one fp16 d and int8 q: the same d and q = table[i], 34 bytes for 18.

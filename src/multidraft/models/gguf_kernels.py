@@ -349,6 +349,23 @@ def repack_iq4_xs_x8(blocks: torch.Tensor) -> torch.Tensor:
     return torch.ops.multidraft_gguf.repack_iq4_xs_x8(blocks)
 
 
+def repack_q6_k_iq3_s_x8(blocks: torch.Tensor) -> torch.Tensor:
+    """Q6_K blocks converted from IQ3_S (gguf_convert.iq3_s_as_q6_k; rows a multiple of 8) in the IQ4_XS_X8 layout with
+    IQ3_S's table of odd values: the same bits at 148 bytes a super-block for Q6_K's 210 (an error for Q6_K blocks
+    that are not an IQ3_S's values)."""
+    return torch.ops.multidraft_gguf.repack_q6_k_iq3_s_x8(blocks)
+
+
+def random_iq3_s_as_q6_k(rows: int, width: int, generator: torch.Generator) -> torch.Tensor:
+    """Random IQ3_S blocks (a moderate fp16 d, every other byte random) as the Q6_K blocks they convert to: test data
+    for repack_q6_k_iq3_s_x8."""
+    blocks = torch.randint(0, 256, (rows, width // 256, gguf_convert.IQ3_S_BYTES), generator=generator,
+                           dtype=torch.uint8)
+    d = (torch.rand(rows, width // 256, generator=generator) * 0.05 + 0.001).to(torch.float16)
+    blocks[:, :, :2] = d.view(torch.uint8).view(rows, width // 256, 2)
+    return torch.from_numpy(gguf_convert.iq3_s_as_q6_k(blocks.reshape(rows, -1).numpy()))
+
+
 def repack_q2_k_x8(blocks: torch.Tensor) -> torch.Tensor:
     """Q2_K blocks (rows a multiple of 8) in the Q2_K_X8 layout that linear_q8 reads faster, with the same bits."""
     return torch.ops.multidraft_gguf.repack_q2_k_x8(blocks)
@@ -377,6 +394,15 @@ def repack(blocks: torch.Tensor, packed_type: int) -> torch.Tensor:
     return PACKED[packed_type][1](blocks)
 
 
+def checked_layouts() -> list:
+    """(type, plain type, random blocks (rows, width, generator), repack or None) for every layout the 8-bit kernels
+    read: each Q8 type as it is, each packed layout, and IQ3_S (as Q6_K) in IQ4_XS_X8's layout with its own table."""
+    plain = [(t, t, lambda rows, width, g, t=t: random_blocks(t, rows, width, g), None) for t in Q8_TYPES]
+    packed = [(t, PACKED[t][0], lambda rows, width, g, t=t: random_blocks(PACKED[t][0], rows, width, g),
+               lambda blocks, t=t: repack(blocks, t)) for t in PACKED]
+    return plain + packed + [(IQ4_XS_X8, 14, random_iq3_s_as_q6_k, repack_q6_k_iq3_s_x8)]
+
+
 @functools.lru_cache(maxsize=None)
 def self_check(path: str, max_rows: int = 40) -> bool:
     """True when `path` gives the scalar reference's bits on random blocks of every Q8 type (and the packed
@@ -384,13 +410,12 @@ def self_check(path: str, max_rows: int = 40) -> bool:
     `multidraft bench forward-cost --isa` switches paths twice a round (16-40 ms a check on a Zen 5)."""
     generator = torch.Generator().manual_seed(1234)
     width = 512
-    for type_id in tuple(Q8_TYPES) + tuple(PACKED):
-        plain = PACKED[type_id][0] if type_id in PACKED else type_id
-        blocks = random_blocks(plain, 48 if type_id in PACKED else 37, width, generator)
+    for type_id, plain, make, pack in checked_layouts():
+        blocks = make(48 if pack else 37, width, generator)
         x = torch.randn(max_rows, width, generator=generator)
         expected = linear_q8_on(x, blocks, plain, width, "scalar").view(torch.int32)   # each row on its own
-        if type_id in PACKED:
-            blocks = repack(blocks, type_id)
+        if pack:
+            blocks = pack(blocks)
         for rows in range(1, max_rows + 1):
             got = linear_q8_on(x[max_rows - rows:], blocks, type_id, width, path)
             if not torch.equal(got.view(torch.int32), expected[max_rows - rows:]):

@@ -36,13 +36,15 @@ class BlockMatrix:
     type_id: int
     width: int
     name: str = ""
-    # the layout the 8-bit kernels read fastest (gguf_kernels.PACKED: Q4_K_X8, Q6_K_X16, Q6_K_X8, X16_32), made by
+    # the layout the 8-bit kernels read fastest (gguf_kernels.PACKED: Q4_K_X8, Q6_K_X16, Q6_K_X8, X16_32, ...), made by
     # pack_for_q8
     packed: Optional[torch.Tensor] = field(default=None, repr=False)
     packed_type: Optional[int] = None
     # where `blocks` is a converted copy (gguf_convert), how to make it again from the file: once a packed copy
     # serves the 8-bit kernels, drop_plain frees it, and it is made again only if something reads it
     rebuild: Optional[Callable[[], torch.Tensor]] = field(default=None, repr=False)
+    # the file's GGUF type where `blocks` is a converted copy (IQ3_S's Q6_K blocks pack in IQ4_XS_X8's layout)
+    source_type: Optional[int] = None
 
     def drop_plain(self) -> bool:
         """Free the plain blocks of a converted matrix that has a packed copy; False where there is nothing to free
@@ -90,15 +92,18 @@ class BlockMatrix:
         return int(self.q8_weights[0].numel())
 
     def pack_for_q8(self) -> None:
-        """Repack the matrix for the 8-bit kernels, once, where a packed layout is faster: Q4_K, IQ4_XS and Q2_K (rows
-        in eights) on every path, Q6_K (in sixteens or eights: `q6_k_layout()`) on the amx and VNNI paths, Q5_K (rows
+        """Repack the matrix for the 8-bit kernels, once, where a packed layout is faster: Q4_K, IQ4_XS, Q2_K and IQ3_S
+        (its Q6_K blocks in IQ4_XS_X8's layout, with its own table) in eights on every path, Q6_K (in sixteens or eights: `q6_k_layout()`) on the amx and VNNI paths, Q5_K (rows
         in eights) and the 32-value formats (rows in sixteens) on amx and avx512-vnni. A second copy of its
         blocks (the original stays mapped from the file for the fp32 path and row lookups; in q8 mode only the copy is
         read)."""
         if self.packed is not None or not self.has_q8_kernel:
             return
+        repack = None
         if self.type_id == 12:
             packed_type = gguf_kernels.Q4_K_X8
+        elif self.source_type == 21:              # IQ3_S (as Q6_K): a 4-bit table as IQ4_XS's, 148 bytes for 210
+            packed_type, repack = gguf_kernels.IQ4_XS_X8, gguf_kernels.repack_q6_k_iq3_s_x8
         elif self.type_id == 13 and gguf_kernels.packs_32():          # the same AVX-512 kernels' condition
             packed_type = gguf_kernels.Q5_K_X8
         elif self.type_id == 23:
@@ -113,7 +118,7 @@ class BlockMatrix:
             return
         if self.rows % gguf_kernels.PACKED[packed_type][2] == 0:     # rows in the layout's groups
             self.packed_type = packed_type
-            self.packed = gguf_kernels.repack(self.blocks, packed_type)
+            self.packed = repack(self.blocks) if repack else gguf_kernels.repack(self.blocks, packed_type)
 
     def linear(self, x: torch.Tensor, q8: bool = False) -> torch.Tensor:
         if q8 and self.has_q8_kernel:
@@ -125,7 +130,8 @@ class BlockMatrix:
 
     def select_rows(self, order: torch.Tensor) -> "BlockMatrix":
         """The same matrix with its rows reordered (a copy of the reordered blocks)."""
-        return BlockMatrix(self.blocks.index_select(0, order).contiguous(), self.type_id, self.width, self.name)
+        return BlockMatrix(self.blocks.index_select(0, order).contiguous(), self.type_id, self.width, self.name,
+                           source_type=self.source_type)
 
 
 def mapped_tensor(array: np.ndarray) -> torch.Tensor:
@@ -193,8 +199,9 @@ class GGUFWeights:
         type_id = int(tensor.tensor_type)
         width = int(tensor.shape[0])              # GGUF lists dimensions innermost first
         data = tensor.data
-        rebuild = None
+        rebuild, source_type = None, None
         if type_id in CONVERSIONS:                # the same values in a format the kernels compute (gguf_convert)
+            source_type = type_id
             convert, type_id = CONVERSIONS[type_id]
             data = convert(data)
             rebuild = lambda: torch.from_numpy(convert(tensor.data))        # noqa: E731  (BlockMatrix.drop_plain)
@@ -207,7 +214,7 @@ class GGUFWeights:
             data, type_id = values.reshape(-1, width).view(np.uint8), F32
         elif data.dtype != np.uint8:              # F32 / F16 / BF16 tensors come typed: the same bytes, as rows
             data = data.reshape(-1, width).view(np.uint8)
-        return BlockMatrix(mapped_tensor(data), type_id, width, gguf_name, rebuild=rebuild)
+        return BlockMatrix(mapped_tensor(data), type_id, width, gguf_name, rebuild=rebuild, source_type=source_type)
 
     def expansion_warning(self) -> Optional[str]:
         """What the matrices of types without a kernel cost (None: there were none): they were expanded to fp32 at
