@@ -474,11 +474,12 @@ def test_a_path_that_crashes_its_probe_costs_that_path_only(monkeypatch, tmp_pat
 
 
 def _packed_case(type_name, repack, seed, outputs, rows):
-    """(GGUF blocks of type_name (IQ3_S: the Q6_K blocks it converts to at load), the same repacked, an input of
-    `rows` rows of very different sizes), 768 wide."""
+    """(GGUF blocks of type_name (IQ3_S, Q3_K: the Q6_K blocks they convert to at load), the same repacked, an input
+    of `rows` rows of very different sizes), 768 wide."""
     rng = np.random.default_rng(seed)
     raw = random_blocks(type_name, outputs, 768, rng, scale=0.05)
-    blocks = torch.from_numpy(gguf_convert.iq3_s_as_q6_k(raw) if type_name == "IQ3_S" else raw)
+    convert = {"IQ3_S": gguf_convert.iq3_s_as_q6_k, "Q3_K": gguf_convert.q3_k_as_q6_k}.get(type_name)
+    blocks = torch.from_numpy(convert(raw) if convert else raw)
     x = torch.randn(rows, 768, generator=torch.Generator().manual_seed(seed)) * torch.logspace(-2, 1, rows)[:, None]
     return blocks, repack(blocks), x
 
@@ -608,42 +609,52 @@ def test_iq4_xs_packed_layout_reads_each_index_and_the_largest_dots():
         gguf_kernels.repack_iq4_xs_x8(blocks[:12])
 
 
+@pytest.mark.parametrize("type_name", ["IQ3_S", "Q3_K"])
 @pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
-def test_iq3_s_packed_with_its_own_table_gives_its_q6_k_blocks_bits_on_every_path_row_and_thread_count(path):
-    """IQ3_S, converted to Q6_K at load, packed in IQ4_XS_X8's layout with IQ3_S's table (odd values -15..15): every
-    path's kernels of that layout give the bits of its Q6_K blocks on the scalar reference, 1..40 rows, so whether a
-    matrix is packed changes no bit."""
+def test_converted_formats_packed_with_their_own_tables_give_their_q6_k_blocks_bits_everywhere(path, type_name):
+    """IQ3_S and Q3_K, converted to Q6_K at load, packed in IQ4_XS_X8's layout with IQ3_S's table (odd values
+    -15..15) and in Q3_K_X8 (the table -4..3, a scale per 16 values): every path's kernels of these layouts give the
+    bits of their Q6_K blocks on the scalar reference, 1..40 rows, 1 and 2 threads, so whether a matrix is packed
+    changes no bit."""
     if gguf_kernels.missing_flag(path):
         pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
-    blocks, packed, x = _packed_case("IQ3_S", gguf_kernels.repack_q6_k_iq3_s_x8, 33, 56, 40)
-    assert packed.shape == (56, 3 * 148)                # Q6_K's 210 bytes a super-block and row -> 148
-    _assert_packed_is_plain_at_every_row_and_thread_count(path, blocks, 14, packed, gguf_kernels.IQ4_XS_X8, x)
+    packed_type, repack, row_bytes, _, _ = _CONVERTED[type_name]
+    blocks, packed, x = _packed_case(type_name, repack, 33, 56, 40)
+    assert packed.shape == (56, 3 * row_bytes)          # Q6_K's 210 bytes a super-block and row -> 148 / 164
+    _assert_packed_is_plain_at_every_row_and_thread_count(path, blocks, 14, packed, packed_type, x)
 
 
-def test_iq3_s_packed_layout_reads_its_table_each_index_and_the_largest_dots():
-    repack = gguf_kernels.repack_q6_k_iq3_s_x8
-    blocks, packed, x = _packed_case("IQ3_S", repack, 34, 16, 9)
+@pytest.mark.parametrize("type_name", ["IQ3_S", "Q3_K"])
+def test_converted_formats_packed_layouts_read_their_table_each_index_and_the_largest_dots(type_name):
+    packed_type, repack, row_bytes, extremes, broken_bytes = _CONVERTED[type_name]
+    blocks, packed, x = _packed_case(type_name, repack, 34, 16, 9)
     # row 5's byte 3 of chunk 2 of pair 1, super-block 0: its sub-block 2 value 19
-    _assert_a_changed_byte_changes_its_row_only(blocks, packed, 14, gguf_kernels.IQ4_XS_X8, x,
+    _assert_a_changed_byte_changes_its_row_only(blocks, packed, 14, packed_type, x,
                                                 160 + ((1 * 4 + 2) * 8 + 5) * 8 + 3, 0x05, 5)
-    # the kernels read the table from the matrix (each super-block holds a copy): IQ4_XS's in its place changes every
-    # output on every path
+    # IQ3_S: the kernels read the table from the matrix (each super-block holds a copy): IQ4_XS's in its place changes
+    # every output on every path. Q3_K_X8 keeps none (its indices are the values + 4).
     expected = _bits(gguf_kernels.linear_q8_on(x, blocks, 14, 768, "scalar"))
-    other = packed.clone()
-    other.view(-1, 1184)[:, 16:32] = torch.tensor(gguf_convert.IQ4_NL_TABLE).view(torch.uint8)
-    for path in _paths_here():
-        got = _bits(gguf_kernels.linear_q8_on(x, other, gguf_kernels.IQ4_XS_X8, 768, path))
-        assert bool((got != expected).any(dim=0).all()), path
-    for extreme in _iq3_s_extremes(blocks):             # |w| = 31 * 15 at most
-        _assert_largest_dots_on_every_path(extreme, 14, repack, gguf_kernels.IQ4_XS_X8)
-    # Q6_K blocks that hold no IQ3_S's values are refused: a real Q6_K matrix, one value even, two 16s' scales apart
+    tables = packed.view(-1, row_bytes * 8)[:, 16:32]
+    if type_name == "Q3_K":
+        assert not tables.any()
+    else:
+        other = packed.clone()
+        other.view(-1, row_bytes * 8)[:, 16:32] = torch.tensor(gguf_convert.IQ4_NL_TABLE).view(torch.uint8)
+        for path in _paths_here():
+            got = _bits(gguf_kernels.linear_q8_on(x, other, packed_type, 768, path))
+            assert bool((got != expected).any(dim=0).all()), path
+    for extreme in extremes(blocks):
+        _assert_largest_dots_on_every_path(extreme, 14, repack, packed_type)
+    # Q6_K blocks that hold none of the format's values are refused: a real Q6_K matrix, and one changed byte
     with pytest.raises(RuntimeError, match="cannot hold"):
         repack(torch.from_numpy(random_blocks("Q6_K", 16, 768, np.random.default_rng(35))))
-    for at, change in ((5, 0x01), (193, 0x02)):         # ql byte 5's low nibble; scale of values 16..31
+    for at, change in broken_bytes:
         broken = blocks.clone()
         broken[3, at] ^= change
         with pytest.raises(RuntimeError, match="cannot hold"):
             repack(broken)
+    with pytest.raises(RuntimeError, match="multiple of 8"):
+        repack(blocks[:12])
 
 
 def _iq3_s_extremes(blocks):
@@ -654,6 +665,25 @@ def _iq3_s_extremes(blocks):
     for scale_bits, sign_bits in ((0xFF, 0x00), (0xFF, 0xFF), (0x00, 0xFF), (0x00, 0x00)):
         raw[:, :, 106:110], raw[:, :, 74:106] = scale_bits, sign_bits
         yield torch.from_numpy(gguf_convert.iq3_s_as_q6_k(raw.reshape(len(blocks), -1)))
+
+
+def _q3_k_extremes(blocks):
+    """Q3_K blocks (as Q6_K, as many rows as `blocks`) with every value -4 or 3 and every scale -32 or 31 (|w| up to
+    128, one past an int8)."""
+    raw = random_blocks("Q3_K", len(blocks), 768, np.random.default_rng(37), scale=0.05).reshape(len(blocks), 3, 110)
+    for value_bits, scale_bits in ((0x00, 0x00), (0xFF, 0x00), (0x00, 0xFF), (0xFF, 0xFF)):
+        raw[:, :, :96], raw[:, :, 96:108] = value_bits, scale_bits       # hmask and qs; the packed scales
+        yield torch.from_numpy(gguf_convert.q3_k_as_q6_k(raw.reshape(len(blocks), -1)))
+
+
+# type name -> (packed type, repack from its Q6_K blocks, bytes a row and super-block, extremes, (byte, xor) that
+# make a converted block one the layout cannot hold)
+_CONVERTED = {
+    "IQ3_S": (gguf_kernels.IQ4_XS_X8, gguf_kernels.repack_q6_k_iq3_s_x8, 148, _iq3_s_extremes,
+              ((5, 0x01), (193, 0x02))),             # a value even (ql byte 5's low bit); a 16's scale not its twin's
+    "Q3_K": (gguf_kernels.Q3_K_X8, gguf_kernels.repack_q6_k_q3_k_x8, 164, _q3_k_extremes,
+             ((5, 0x08), (192, 0x40))),              # a value moved by 8; a scale past -32..31
+}
 
 
 def _iq4_xs_extremes(blocks):
@@ -680,6 +710,8 @@ _NEWER_TILE_KERNELS = {
                (1184 + 160 + ((2 * 4 + 1) * 8 + 6) * 8 + 4, 0x30), _iq4_xs_extremes),      # sub-block 5's index
     "IQ3_S": (14, gguf_kernels.IQ4_XS_X8, gguf_kernels.repack_q6_k_iq3_s_x8,
               (1184 + 160 + ((2 * 4 + 1) * 8 + 6) * 8 + 4, 0x30), _iq3_s_extremes),      # as IQ4_XS's
+    "Q3_K": (14, gguf_kernels.Q3_K_X8, gguf_kernels.repack_q6_k_q3_k_x8,
+             (1312 + 160 + ((2 * 4 + 1) * 8 + 6) * 8 + 4, 0x30), _q3_k_extremes),       # as IQ4_XS's
     "Q2_K": (10, gguf_kernels.Q2_K_X8, gguf_kernels.repack_q2_k_x8,
              (672 + 160 + ((1 * 4 + 2) * 8 + 6) * 8 + 4, 0x30), _q2_k_extremes),          # value 128 + 64 + 16 + 4
 }
@@ -688,10 +720,11 @@ _NEWER_TILE_KERNELS = {
 @pytest.mark.parametrize("type_name", sorted(_NEWER_TILE_KERNELS))
 @pytest.mark.parametrize("path", ["amx", "amx-emulated", "amx-emulated-tiles"])
 def test_the_iq4_xs_and_q2_k_tile_kernels_read_each_value_and_the_largest_ones(path, type_name):
-    """IQ4_XS_X8's (with IQ4_XS's table and with IQ3_S's) and Q2_K_X8's tile kernels at every row count (set_amx_vnni_rows(0, 0)), their products and
-    epilogues overlapped or not, 1..40 rows over 7 groups (three pairs and one alone): the scalar reference's bits;
-    IQ4_XS's w = sc * v split as 256 hi + lo with hi signed (|w| up to 32 * 127), Q2_K's w = sc * q in one byte and
-    16 mins a super-block, at their extremes with every input +-127; one changed value changes its row only."""
+    """IQ4_XS_X8's (with IQ4_XS's table and with IQ3_S's), Q3_K_X8's and Q2_K_X8's tile kernels at every row count
+    (set_amx_vnni_rows(0, 0)), their products and epilogues overlapped or not, 1..40 rows over 7 groups (three pairs
+    and one alone): the scalar reference's bits; IQ4_XS's w = sc * v split as 256 hi + lo with hi signed (|w| up to
+    32 * 127; Q3_K's a scale per 16), Q2_K's w = sc * q in one byte and 16 mins a super-block, at their extremes with
+    every input +-127; one changed value changes its row only."""
     if gguf_kernels.missing_flag(path):
         pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
     plain_type, packed_type, repack, (at, flip), extremes = _NEWER_TILE_KERNELS[type_name]

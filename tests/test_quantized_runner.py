@@ -536,10 +536,11 @@ def test_a_converted_format_runs_on_the_8_bit_kernels_silently_and_computes_the_
         dropped = model(ids).logits
         assert all(m.blocks.shape[0] == m.rows for m in linears)          # made again
         assert torch.equal(model(ids).logits, dropped)
-    if type_name == "IQ3_S":          # packed with its own table in IQ4_XS_X8's layout, at its Q6_K blocks' bits
+    if type_name != "IQ4_NL":         # packed in layouts of their own, at their Q6_K blocks' bits
+        layout = {"IQ3_S": (gguf_kernels.IQ4_XS_X8, 148), "Q3_K": (gguf_kernels.Q3_K_X8, 164)}[type_name]
         generator = torch.Generator().manual_seed(6)
         for m in linears:
-            assert m.packed_type == gguf_kernels.IQ4_XS_X8 and m.packed.shape == (m.rows, m.width // 256 * 148)
+            assert (m.packed_type, m.packed.shape[1]) == (layout[0], m.width // 256 * layout[1])
             x = torch.randn(3, m.width, generator=generator)
             assert torch.equal(m.linear(x, q8=True), gguf_kernels.linear_q8(x, m.blocks, 14, m.width))
     quantized.set_activations(model, "fp32")             # the exact values' products, as the eager model's

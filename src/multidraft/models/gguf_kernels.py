@@ -62,6 +62,9 @@ Q6_K_X8 = 115
 IQ4_XS_X8 = 116
 # Q2_K repacked in groups of 8 rows (kernels/q2_x8.inc, q2_x8_256.inc): packed on every path.
 Q2_K_X8 = 117
+# Q3_K (converted to Q6_K at load) in IQ4_XS_X8's layout with a scale per 16 values and the table -4..3
+# (kernels/iq4_x8.inc): packed on every path, from the Q6_K blocks (repack_q6_k_q3_k_x8).
+Q3_K_X8 = 118
 # The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) repacked in groups of 16 rows for the AVX512-VNNI kernel
 # (kernels/q32_x16.inc): type 100 + GGUF's, packed only where `packs_32()`.
 X16_32 = {plain: 100 + plain for plain in (2, 3, 6, 7, 8)}
@@ -356,14 +359,21 @@ def repack_q6_k_iq3_s_x8(blocks: torch.Tensor) -> torch.Tensor:
     return torch.ops.multidraft_gguf.repack_q6_k_iq3_s_x8(blocks)
 
 
-def random_iq3_s_as_q6_k(rows: int, width: int, generator: torch.Generator) -> torch.Tensor:
-    """Random IQ3_S blocks (a moderate fp16 d, every other byte random) as the Q6_K blocks they convert to: test data
-    for repack_q6_k_iq3_s_x8."""
-    blocks = torch.randint(0, 256, (rows, width // 256, gguf_convert.IQ3_S_BYTES), generator=generator,
-                           dtype=torch.uint8)
+def repack_q6_k_q3_k_x8(blocks: torch.Tensor) -> torch.Tensor:
+    """Q6_K blocks converted from Q3_K (gguf_convert.q3_k_as_q6_k; rows a multiple of 8) in the Q3_K_X8 layout: the
+    same bits at 164 bytes a super-block for Q6_K's 210 (an error for Q6_K blocks that are not a Q3_K's values)."""
+    return torch.ops.multidraft_gguf.repack_q6_k_q3_k_x8(blocks)
+
+
+def random_converted_blocks(type_id: int, rows: int, width: int, generator: torch.Generator) -> torch.Tensor:
+    """Random blocks of a format converted at load (11: Q3_K, 21: IQ3_S; a moderate fp16 d, every other byte random)
+    as the Q6_K blocks they convert to: test data for repack_q6_k_q3_k_x8 and repack_q6_k_iq3_s_x8."""
+    size, d_at, convert = ((gguf_convert.Q3_K_BYTES, 108, gguf_convert.q3_k_as_q6_k) if type_id == 11
+                           else (gguf_convert.IQ3_S_BYTES, 0, gguf_convert.iq3_s_as_q6_k))
+    blocks = torch.randint(0, 256, (rows, width // 256, size), generator=generator, dtype=torch.uint8)
     d = (torch.rand(rows, width // 256, generator=generator) * 0.05 + 0.001).to(torch.float16)
-    blocks[:, :, :2] = d.view(torch.uint8).view(rows, width // 256, 2)
-    return torch.from_numpy(gguf_convert.iq3_s_as_q6_k(blocks.reshape(rows, -1).numpy()))
+    blocks[:, :, d_at:d_at + 2] = d.view(torch.uint8).view(rows, width // 256, 2)
+    return torch.from_numpy(convert(blocks.reshape(rows, -1).numpy()))
 
 
 def repack_q2_k_x8(blocks: torch.Tensor) -> torch.Tensor:
@@ -396,11 +406,14 @@ def repack(blocks: torch.Tensor, packed_type: int) -> torch.Tensor:
 
 def checked_layouts() -> list:
     """(type, plain type, random blocks (rows, width, generator), repack or None) for every layout the 8-bit kernels
-    read: each Q8 type as it is, each packed layout, and IQ3_S (as Q6_K) in IQ4_XS_X8's layout with its own table."""
+    read: each Q8 type as it is, each packed layout, and IQ3_S and Q3_K (as Q6_K) in IQ4_XS_X8's layout and Q3_K_X8."""
     plain = [(t, t, lambda rows, width, g, t=t: random_blocks(t, rows, width, g), None) for t in Q8_TYPES]
     packed = [(t, PACKED[t][0], lambda rows, width, g, t=t: random_blocks(PACKED[t][0], rows, width, g),
                lambda blocks, t=t: repack(blocks, t)) for t in PACKED]
-    return plain + packed + [(IQ4_XS_X8, 14, random_iq3_s_as_q6_k, repack_q6_k_iq3_s_x8)]
+    converted = [(IQ4_XS_X8, 14, lambda rows, width, g: random_converted_blocks(21, rows, width, g),
+                  repack_q6_k_iq3_s_x8),
+                 (Q3_K_X8, 14, lambda rows, width, g: random_converted_blocks(11, rows, width, g), repack_q6_k_q3_k_x8)]
+    return plain + packed + converted
 
 
 @functools.lru_cache(maxsize=None)
@@ -440,9 +453,9 @@ def set_attention_wide(on: bool) -> bool:
 
 
 def set_amx_vnni_rows(q4_k: int, q6_k: int) -> tuple:
-    """Up to how many input rows the amx path runs Q4_K_X8 (and Q5_K_X8, IQ4_XS_X8, Q2_K_X8, the 32-value formats) /
-    Q6_K_X16 on its AVX512-VNNI kernels instead of the tile kernels (0: tiles at every row count); returns the previous
-    limits. The same bits either way: for tests and for timing the crossover on an AMX CPU."""
+    """Up to how many input rows the amx path runs Q4_K_X8 (and Q5_K_X8, IQ4_XS_X8, Q3_K_X8, Q2_K_X8, the 32-value
+    formats) / Q6_K_X16 on its AVX512-VNNI kernels instead of the tile kernels (0: tiles at every row count); returns
+    the previous limits. The same bits either way: for tests and for timing the crossover on an AMX CPU."""
     return tuple(int(v) for v in torch.ops.multidraft_gguf.set_amx_vnni_rows(int(q4_k), int(q6_k)))
 
 

@@ -43,7 +43,8 @@ class BlockMatrix:
     # where `blocks` is a converted copy (gguf_convert), how to make it again from the file: once a packed copy
     # serves the 8-bit kernels, drop_plain frees it, and it is made again only if something reads it
     rebuild: Optional[Callable[[], torch.Tensor]] = field(default=None, repr=False)
-    # the file's GGUF type where `blocks` is a converted copy (IQ3_S's Q6_K blocks pack in IQ4_XS_X8's layout)
+    # the file's GGUF type where `blocks` is a converted copy (IQ3_S's and Q3_K's Q6_K blocks pack in layouts of their
+    # own)
     source_type: Optional[int] = None
 
     def drop_plain(self) -> bool:
@@ -92,9 +93,10 @@ class BlockMatrix:
         return int(self.q8_weights[0].numel())
 
     def pack_for_q8(self) -> None:
-        """Repack the matrix for the 8-bit kernels, once, where a packed layout is faster: Q4_K, IQ4_XS, Q2_K and IQ3_S
-        (its Q6_K blocks in IQ4_XS_X8's layout, with its own table) in eights on every path, Q6_K (in sixteens or eights: `q6_k_layout()`) on the amx and VNNI paths, Q5_K (rows
-        in eights) and the 32-value formats (rows in sixteens) on amx and avx512-vnni. A second copy of its
+        """Repack the matrix for the 8-bit kernels, once, where a packed layout is faster: Q4_K, IQ4_XS, Q2_K, and
+        IQ3_S and Q3_K from their Q6_K blocks (IQ4_XS_X8's layout with their own tables; Q3_K_X8 with a scale per 16),
+        rows in eights, on every path; Q6_K (in sixteens or eights: `q6_k_layout()`) on the amx and VNNI paths; Q5_K
+        (rows in eights) and the 32-value formats (rows in sixteens) on amx and avx512-vnni. A second copy of its
         blocks (the original stays mapped from the file for the fp32 path and row lookups; in q8 mode only the copy is
         read)."""
         if self.packed is not None or not self.has_q8_kernel:
@@ -104,6 +106,8 @@ class BlockMatrix:
             packed_type = gguf_kernels.Q4_K_X8
         elif self.source_type == 21:              # IQ3_S (as Q6_K): a 4-bit table as IQ4_XS's, 148 bytes for 210
             packed_type, repack = gguf_kernels.IQ4_XS_X8, gguf_kernels.repack_q6_k_iq3_s_x8
+        elif self.source_type == 11:              # Q3_K (as Q6_K): the same with a scale per 16, 164 bytes for 210
+            packed_type, repack = gguf_kernels.Q3_K_X8, gguf_kernels.repack_q6_k_q3_k_x8
         elif self.type_id == 13 and gguf_kernels.packs_32():          # the same AVX-512 kernels' condition
             packed_type = gguf_kernels.Q5_K_X8
         elif self.type_id == 23:
@@ -116,7 +120,7 @@ class BlockMatrix:
             packed_type = gguf_kernels.X16_32[self.type_id]
         else:
             return
-        if self.rows % gguf_kernels.PACKED[packed_type][2] == 0:     # rows in the layout's groups
+        if self.rows % (gguf_kernels.PACKED[packed_type][2] if repack is None else 8) == 0:   # the layout's groups
             self.packed_type = packed_type
             self.packed = repack(self.blocks) if repack else gguf_kernels.repack(self.blocks, packed_type)
 

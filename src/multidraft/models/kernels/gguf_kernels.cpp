@@ -1377,6 +1377,7 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("repack_q5_k_x8(Tensor blocks) -> Tensor");
   m.def("repack_iq4_xs_x8(Tensor blocks) -> Tensor");
   m.def("repack_q6_k_iq3_s_x8(Tensor blocks) -> Tensor");
+  m.def("repack_q6_k_q3_k_x8(Tensor blocks) -> Tensor");
   m.def("repack_q2_k_x8(Tensor blocks) -> Tensor");
   m.def("repack_q6_k_x8(Tensor blocks) -> Tensor");
   m.def("repack_q6_k_x16(Tensor blocks) -> Tensor");
@@ -1413,6 +1414,7 @@ TORCH_LIBRARY_IMPL(multidraft_gguf, CPU, m) {
   m.impl("repack_q5_k_x8", &repack_q5_k_x8);
   m.impl("repack_iq4_xs_x8", &repack_iq4_xs_x8);
   m.impl("repack_q6_k_iq3_s_x8", &repack_q6_k_iq3_s_x8);
+  m.impl("repack_q6_k_q3_k_x8", &repack_q6_k_q3_k_x8);
   m.impl("repack_q2_k_x8", &repack_q2_k_x8);
   m.impl("repack_q6_k_x8", &repack_q6_k_x8);
   m.impl("repack_q6_k_x16", &repack_q6_k_x16);
