@@ -62,8 +62,9 @@ Q6_K_X8 = 115
 IQ4_XS_X8 = 116
 # Q2_K repacked in groups of 8 rows (kernels/q2_x8.inc, q2_x8_256.inc): packed on every path.
 Q2_K_X8 = 117
-# Q3_K (converted to Q6_K at load) in IQ4_XS_X8's layout with a scale per 16 values and the table -4..3
-# (kernels/iq4_x8.inc): packed on every path, from the Q6_K blocks (repack_q6_k_q3_k_x8).
+# Q3_K (converted to Q6_K at load) in IQ4_XS_X8's layout with a scale per 16 values and no table (its indices are the
+# values + 4; kernels/iq4_x8.inc): packed on every path, from the Q6_K blocks (repack_q6_k_q3_k_x8). IQ3_S's Q6_K
+# blocks pack as IQ4_XS_X8 with a table of their own (repack_q6_k_iq3_s_x8).
 Q3_K_X8 = 118
 # The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) repacked in groups of 16 rows for the AVX512-VNNI kernel
 # (kernels/q32_x16.inc): type 100 + GGUF's, packed only where `packs_32()`.
