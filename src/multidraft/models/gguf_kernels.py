@@ -366,6 +366,11 @@ def repack_q6_k_q3_k_x8(blocks: torch.Tensor) -> torch.Tensor:
     return torch.ops.multidraft_gguf.repack_q6_k_q3_k_x8(blocks)
 
 
+# The formats converted to Q6_K at load that pack in layouts of their own (GGUF type -> (packed type, its repack of the
+# Q6_K blocks)), rows in eights: IQ3_S in IQ4_XS_X8's layout with its table, Q3_K in Q3_K_X8.
+CONVERTED_PACKS = {21: (IQ4_XS_X8, repack_q6_k_iq3_s_x8), 11: (Q3_K_X8, repack_q6_k_q3_k_x8)}
+
+
 def random_converted_blocks(type_id: int, rows: int, width: int, generator: torch.Generator) -> torch.Tensor:
     """Random blocks of a format converted at load (11: Q3_K, 21: IQ3_S; a moderate fp16 d, every other byte random)
     as the Q6_K blocks they convert to: test data for repack_q6_k_q3_k_x8 and repack_q6_k_iq3_s_x8."""
@@ -411,9 +416,8 @@ def checked_layouts() -> list:
     plain = [(t, t, lambda rows, width, g, t=t: random_blocks(t, rows, width, g), None) for t in Q8_TYPES]
     packed = [(t, PACKED[t][0], lambda rows, width, g, t=t: random_blocks(PACKED[t][0], rows, width, g),
                lambda blocks, t=t: repack(blocks, t)) for t in PACKED]
-    converted = [(IQ4_XS_X8, 14, lambda rows, width, g: random_converted_blocks(21, rows, width, g),
-                  repack_q6_k_iq3_s_x8),
-                 (Q3_K_X8, 14, lambda rows, width, g: random_converted_blocks(11, rows, width, g), repack_q6_k_q3_k_x8)]
+    converted = [(t, 14, lambda rows, width, g, source=source: random_converted_blocks(source, rows, width, g), pack)
+                 for source, (t, pack) in CONVERTED_PACKS.items()]
     return plain + packed + converted
 
 

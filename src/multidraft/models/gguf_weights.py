@@ -101,13 +101,13 @@ class BlockMatrix:
         read)."""
         if self.packed is not None or not self.has_q8_kernel:
             return
-        repack = None
+        if self.source_type in gguf_kernels.CONVERTED_PACKS:      # IQ3_S, Q3_K: 148 / 164 bytes for Q6_K's 210
+            packed_type, repack = gguf_kernels.CONVERTED_PACKS[self.source_type]
+            if self.rows % 8 == 0:
+                self.packed_type, self.packed = packed_type, repack(self.blocks)
+            return
         if self.type_id == 12:
             packed_type = gguf_kernels.Q4_K_X8
-        elif self.source_type == 21:              # IQ3_S (as Q6_K): a 4-bit table as IQ4_XS's, 148 bytes for 210
-            packed_type, repack = gguf_kernels.IQ4_XS_X8, gguf_kernels.repack_q6_k_iq3_s_x8
-        elif self.source_type == 11:              # Q3_K (as Q6_K): the same with a scale per 16, 164 bytes for 210
-            packed_type, repack = gguf_kernels.Q3_K_X8, gguf_kernels.repack_q6_k_q3_k_x8
         elif self.type_id == 13 and gguf_kernels.packs_32():          # the same AVX-512 kernels' condition
             packed_type = gguf_kernels.Q5_K_X8
         elif self.type_id == 23:
@@ -120,9 +120,9 @@ class BlockMatrix:
             packed_type = gguf_kernels.X16_32[self.type_id]
         else:
             return
-        if self.rows % (gguf_kernels.PACKED[packed_type][2] if repack is None else 8) == 0:   # the layout's groups
+        if self.rows % gguf_kernels.PACKED[packed_type][2] == 0:     # rows in the layout's groups
             self.packed_type = packed_type
-            self.packed = repack(self.blocks) if repack else gguf_kernels.repack(self.blocks, packed_type)
+            self.packed = gguf_kernels.repack(self.blocks, packed_type)
 
     def linear(self, x: torch.Tensor, q8: bool = False) -> torch.Tensor:
         if q8 and self.has_q8_kernel:
