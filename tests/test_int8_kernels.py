@@ -27,7 +27,7 @@ from tests.tiny_gguf import random_blocks
 pytestmark = pytest.mark.skipif(not gguf_kernels.load(progress=False),
                                 reason=f"quantized kernels unavailable: {gguf_kernels.unavailable_reason()}")
 TYPES = {"Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "Q2_K": 10, "IQ4_XS": 23, "IQ3_XXS": 18, "IQ2_XXS": 16, "IQ2_XS": 17,
-         "IQ2_S": 22, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8}
+         "IQ2_S": 22, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "IQ4_NL": 20}
 K_TYPES = ("Q4_K", "Q5_K", "Q6_K", "Q2_K", "IQ4_XS", "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S")
 OUTPUTS = 45                             # not a multiple of 16, 64 or the thread split
 
@@ -71,6 +71,26 @@ def test_every_path_is_the_scalar_reference_at_every_row_and_thread_count(type_n
                 assert torch.equal(_bits(got), _bits(expected)), (path, count, rows)
     finally:
         torch.set_num_threads(threads)
+
+
+def test_iq4_nl_gives_the_bits_of_the_q8_0_blocks_of_its_values_everywhere():
+    """IQ4_NL's own kernels (its 18-byte blocks, packed in sixteens or not; the fp32 linear; the dequantizer) give the
+    bits of the Q8_0 blocks of the same values (d, table[index]: 34 bytes), which it was converted to before."""
+    blocks, x = _data("IQ4_NL", 17)
+    raw = blocks.numpy().reshape(-1, 18)
+    q8_0 = np.empty((raw.shape[0], 34), np.uint8)
+    q8_0[:, :2] = raw[:, :2]
+    q8_0[:, 2:18] = gguf_convert.IQ4_NL_TABLE[raw[:, 2:] & 0x0F].view(np.uint8)
+    q8_0[:, 18:] = gguf_convert.IQ4_NL_TABLE[raw[:, 2:] >> 4].view(np.uint8)
+    q8_0 = torch.from_numpy(q8_0.reshape(OUTPUTS, -1))
+    width = _width("IQ4_NL")
+    expected = _bits(gguf_kernels.linear_q8_on(x, q8_0, 8, width, "scalar"))
+    packed = gguf_kernels.repack_x16_32(blocks[:32].contiguous(), 20)
+    for path in _paths_here():
+        assert torch.equal(_bits(gguf_kernels.linear_q8_on(x, blocks, 20, width, path)), expected), path
+        assert torch.equal(_bits(gguf_kernels.linear_q8_on(x, packed, 120, width, path)), expected[:, :32]), path
+    assert torch.equal(_bits(gguf_kernels.linear(x, blocks, 20, width)), _bits(gguf_kernels.linear(x, q8_0, 8, width)))
+    assert torch.equal(_bits(gguf_kernels.dequantize(blocks, 20, width)), _bits(gguf_kernels.dequantize(q8_0, 8, width)))
 
 
 @pytest.mark.parametrize("type_name", list(TYPES))
@@ -138,10 +158,11 @@ def test_vector_quantizer_is_the_scalar_reference_ties_zeros_and_nan_included(bl
 
 def _many_case(seed, group):
     """Matrices of one activation block (a K-format mix as a Q4_K_M / Q5_K_M model's q / k / v with v in Q6_K, or
-    32-value formats), of different output counts, some with a bias; an input of 40 rows."""
+    32-value formats) or of both (an IQ4_NL file's q / k with v in Q5_K), of different output counts, some with a
+    bias; an input of 40 rows."""
     rng = np.random.default_rng(seed)
-    names = ["Q4_K", "Q5_K", "Q6_K"] if group == "k" else ["Q4_1", "Q8_0", "Q5_0"]
-    width = _width(names[0])
+    names = {"k": ["Q4_K", "Q5_K", "Q6_K"], "32": ["Q4_1", "Q8_0", "Q5_0"], "mixed": ["IQ4_NL", "Q5_K", "Q8_0"]}[group]
+    width = 768 if group == "mixed" else _width(names[0])
     blocks = [torch.from_numpy(random_blocks(name, rows, width, rng, scale=0.05))
               for name, rows in zip(names, (45, 16, 23))]
     generator = torch.Generator().manual_seed(seed)
@@ -150,10 +171,10 @@ def _many_case(seed, group):
     return blocks, [TYPES[name] for name in names], width, biases, x
 
 
-@pytest.mark.parametrize("group", ["k", "32"])
+@pytest.mark.parametrize("group", ["k", "32", "mixed"])
 def test_many_matrices_on_one_input_are_each_linears_bits_plus_bias(group):
-    """linear_q8_many quantizes the input once for all matrices: each output is the bits of its own linear_q8 call
-    plus its bias (torch's add), on every path here, 1..40 rows, 1 and 2 threads."""
+    """linear_q8_many quantizes the input once per activation block for all matrices: each output is the bits of its
+    own linear_q8 call plus its bias (torch's add), on every path here, 1..40 rows, 1 and 2 threads."""
     blocks, types, width, biases, x = _many_case(9, group)
     threads = torch.get_num_threads()
     try:
@@ -180,18 +201,21 @@ def test_many_matrices_on_one_input_are_each_linears_bits_plus_bias(group):
     assert not torch.equal(_bits(swapped[0]), _bits(alone + biases[0]))
 
 
-def test_many_matrices_refuse_mixed_activation_blocks_and_the_python_side_falls_back():
+def test_mixed_activation_blocks_take_the_many_matrices_op_and_refuse_a_width_of_no_k_format(monkeypatch):
     from multidraft.models.gguf_weights import BlockMatrix
     from multidraft.models.quantized import block_linears
 
-    k_blocks, k_types, _, _, _ = _many_case(10, "k")
-    q8_0 = torch.from_numpy(random_blocks("Q8_0", 7, 768, np.random.default_rng(11), scale=0.05))   # 24 blocks of 32
-    x = torch.randn(3, 768)
-    with pytest.raises(RuntimeError, match="share an activation block"):
-        gguf_kernels.linear_q8_many(x, [k_blocks[0], q8_0], [k_types[0], 8], 768, [None, None])
-    mixed = [BlockMatrix(k_blocks[0], k_types[0], 768), BlockMatrix(q8_0, 8, 768)]
-    got = block_linears(mixed, x, "q8", [None, None])
-    assert all(torch.equal(g, m.linear(x, q8=True)) for g, m in zip(got, mixed))
+    blocks, types, width, _, x = _many_case(10, "mixed")
+    mixed = [BlockMatrix(b, t, width) for b, t in zip(blocks, types)]
+    calls = []
+    many = gguf_kernels.linear_q8_many
+    monkeypatch.setattr(gguf_kernels, "linear_q8_many", lambda *args: calls.append(args[2]) or many(*args))
+    got = block_linears(mixed, x[:3], "q8", [None, None, None])
+    assert calls == [types]
+    assert all(torch.equal(_bits(g), _bits(m.linear(x[:3], q8=True))) for g, m in zip(got, mixed))
+    q8_0 = torch.from_numpy(random_blocks("Q8_0", 7, 576, np.random.default_rng(11), scale=0.05))   # 18 blocks of 32
+    with pytest.raises(RuntimeError, match="does not hold 576 values"):   # no K format is 576 wide
+        many(torch.randn(3, 576), [q8_0, blocks[1][:, :176 * 2].contiguous()], [8, 13], 576, [None, None])
 
 
 # ---------------------------------------------------------------- the canonical arithmetic, written in numpy
@@ -222,7 +246,8 @@ def _k4_scales(packed):
 
 def _integer_sums32(type_name, blocks, q):
     """(isum, xsum, d_w, m_w) per (m, n, block) / (n, block) of a 32-value format. Its integers (Q4_0 q - 8, Q5_0
-    q - 16, Q4_1 / Q5_1 q, Q8_0 the byte) come from gguf-py's dequantize of the same blocks with d = 1 and m = 0."""
+    q - 16, Q4_1 / Q5_1 q, Q8_0 the byte, IQ4_NL its table value) come from gguf-py's dequantize of the same blocks
+    with d = 1 and m = 0."""
     raw = blocks.numpy().reshape(OUTPUTS, _width(type_name) // 32, -1)
     unit = raw.copy()
     unit[..., 0:2] = np.array([1.0], np.float16).view(np.uint8)
@@ -1071,7 +1096,7 @@ def test_the_q6_eights_layout_is_read_as_laid_out_and_bad_packed_input_is_refuse
 
 # ---------------------------------------------------------------- the 32-value formats packed in sixteens (X16_32)
 
-THIRTY_TWO = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
+THIRTY_TWO = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL")
 
 
 def _x16_32_data(type_name, seed, outputs=48, rows=40):
@@ -1166,7 +1191,7 @@ def test_weights_stream_past_an_amd_l3_and_the_prefetch_changes_no_bit():
 
 def _x16_32_group_block(plain):
     """Bytes of one block of a group of 16 rows in the X16_32 layout: 16 x GGUF's block."""
-    return 16 * {2: 18, 3: 20, 6: 22, 7: 24, 8: 34}[plain]
+    return 16 * {2: 18, 3: 20, 6: 22, 7: 24, 8: 34, 20: 18}[plain]
 
 
 def _x16_32_value_byte(type_name, row, value, block):

@@ -413,8 +413,9 @@ def test_fused_decoder_layers_are_the_step_by_step_layers_bits(monkeypatch, thre
     """On the runner's own cache with 8-bit activations each layer runs as one op (gguf_kernels.decoder_layer), and a
     forward that captures and checks nothing runs all its layers in one op (registered_stack): both give the bits of the
     step-by-step loop over every forward of _same_forwards (prefill, verify, tree with captures, embeddings in, a
-    general visibility), Qwen2 with q/k/v biases, Llama and Gemma3 (six norms, two kinds of layer), and each fused op
-    is what ran where it should."""
+    general visibility), Qwen2 with q/k/v biases, Llama and Gemma3 (six norms, two kinds of layer), Qwen2 as llama.cpp
+    writes IQ4_NL (q / k / o / gate / up in IQ4_NL, v / down in Q5_K: two activation blocks in one layer), and each
+    fused op is what ran where it should."""
     calls = {"decoder_layer": 0, "registered_stack": 0}
     for name in calls:
         op = getattr(gguf_kernels, name)
@@ -423,7 +424,7 @@ def test_fused_decoder_layers_are_the_step_by_step_layers_bits(monkeypatch, thre
     steps = [(5 * i + 2) % 60 + 1 for i in range(23)]
     previous = _threads(threads)
     try:
-        for arch, type_name in (("qwen2", "Q4_K"), ("llama", "Q6_K"), ("gemma3", "Q4_K")):
+        for arch, type_name in (("qwen2", "Q4_K"), ("llama", "Q6_K"), ("gemma3", "Q4_K"), ("qwen2", "IQ4_NL/Q5_K")):
             ours = tiny_gguf_lm(arch, type_name, seed=3, runner="native")
             forward = ours.runner_object.native
             assert forward.fuse and forward.fuse_stack

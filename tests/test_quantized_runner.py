@@ -480,7 +480,7 @@ def _assert_logits_are_the_eager_folders(model, folder):
     assert float((ours - theirs).abs().max()) <= 1e-4 * float(theirs.abs().max())
 
 
-@pytest.mark.parametrize("type_name,target", [("Q3_K", "Q6_K"), ("IQ4_NL", "Q8_0"), ("IQ3_S", "Q6_K")])
+@pytest.mark.parametrize("type_name,target", [("Q3_K", "Q6_K"), ("IQ3_S", "Q6_K")])
 def test_lossless_conversions_keep_every_value_bit_for_bit(type_name, target):
     from multidraft.models.gguf_weights import CONVERSIONS
 
@@ -517,11 +517,10 @@ def _loaded_without_warnings(prefix, type_name, seed):
         return quantized.load_quantized_model(folder, path, activations="auto"), folder
 
 
-@pytest.mark.parametrize("type_name", ["Q3_K", "IQ4_NL", "IQ3_S"])
+@pytest.mark.parametrize("type_name", ["Q3_K", "IQ3_S"])
 def test_a_converted_format_runs_on_the_8_bit_kernels_silently_and_computes_the_model(type_name):
-    """Q3_K (Q3_K_M's main format) and IQ3_S (IQ3_M's) as Q6_K blocks, IQ4_NL as Q8_0 blocks of the same values: the
-    8-bit runner, no fp32 expansion (so no warning), the fp32 eager model's logits from the HF folder of the exact
-    values."""
+    """Q3_K (Q3_K_M's main format) and IQ3_S (IQ3_M's) as Q6_K blocks of the same values: the 8-bit runner, no fp32
+    expansion (so no warning), the fp32 eager model's logits from the HF folder of the exact values."""
     from multidraft.models import quantized
 
     model, folder = _loaded_without_warnings(f"tiny-gguf-converted-{type_name}-", type_name, seed=6)
@@ -536,22 +535,20 @@ def test_a_converted_format_runs_on_the_8_bit_kernels_silently_and_computes_the_
         dropped = model(ids).logits
         assert all(m.blocks.shape[0] == m.rows for m in linears)          # made again
         assert torch.equal(model(ids).logits, dropped)
-    if type_name != "IQ4_NL":         # packed in layouts of their own, at their Q6_K blocks' bits
-        layout = {"IQ3_S": (gguf_kernels.IQ4_XS_X8, 148), "Q3_K": (gguf_kernels.Q3_K_X8, 164)}[type_name]
-        generator = torch.Generator().manual_seed(6)
-        for m in linears:
-            assert (m.packed_type, m.packed.shape[1]) == (layout[0], m.width // 256 * layout[1])
-            x = torch.randn(3, m.width, generator=generator)
-            assert torch.equal(m.linear(x, q8=True), gguf_kernels.linear_q8(x, m.blocks, 14, m.width))
+    layout = {"IQ3_S": (gguf_kernels.IQ4_XS_X8, 148), "Q3_K": (gguf_kernels.Q3_K_X8, 164)}[type_name]
+    generator = torch.Generator().manual_seed(6)       # packed in layouts of their own, at their Q6_K blocks' bits
+    for m in linears:
+        assert (m.packed_type, m.packed.shape[1]) == (layout[0], m.width // 256 * layout[1])
+        x = torch.randn(3, m.width, generator=generator)
+        assert torch.equal(m.linear(x, q8=True), gguf_kernels.linear_q8(x, m.blocks, 14, m.width))
     quantized.set_activations(model, "fp32")             # the exact values' products, as the eager model's
     _assert_logits_are_the_eager_folders(model, folder)
 
 
-@pytest.mark.parametrize("type_name", ["IQ4_XS", "Q2_K", "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S"])
+@pytest.mark.parametrize("type_name", ["IQ4_XS", "Q2_K", "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ4_NL"])
 def test_formats_with_kernels_of_their_own_run_on_them_silently_and_compute_the_model(type_name):
-    """IQ4_XS, Q2_K, IQ3_XXS and IQ2_XXS / XS / S (no exact match in another format) on kernels of their own: the 8-bit
-    runner, nothing converted or expanded, so no warning; with fp32 activations the fp32 eager model's logits of the
-    exact values."""
+    """IQ4_XS, Q2_K, IQ3_XXS, IQ2_XXS / XS / S and IQ4_NL on kernels of their own: the 8-bit runner, nothing converted
+    or expanded, so no warning; with fp32 activations the fp32 eager model's logits of the exact values."""
     from multidraft.models import quantized
 
     model, folder = _loaded_without_warnings(f"tiny-gguf-own-kernels-{type_name}-", type_name, seed=7)

@@ -21,7 +21,7 @@ from tests.tiny_models import make_tiny_hf_model, make_tokenizer
 SCALE_FIELDS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "Q4_K": (0, 2),
                 "Q5_K": (0, 2), "Q6_K": (208,), "Q2_K": (80, 82), "Q3_K": (108,),
                 "IQ4_NL": (0,), "IQ4_XS": (0,), "IQ3_S": (0,), "IQ3_XXS": (0,), "IQ2_XXS": (0,), "IQ2_XS": (0,),
-                "IQ2_S": (0,), "IQ1_S": (0,)}       # Q3_K, IQ4_NL, IQ3_S: converted; IQ1_S: no kernel
+                "IQ2_S": (0,), "IQ1_S": (0,)}       # Q3_K, IQ3_S: converted; IQ1_S: no kernel
 FORMATS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16", "F32")
 
 
@@ -72,8 +72,11 @@ def write_tiny_gguf(folder: Path, arch: str = "qwen2", type_name: str = "Q4_K", 
     """Save an HF folder (fp32) and `model.gguf` of one tiny random model in `folder`; returns the GGUF path.
 
     Sizes are multiples of 256 so the K formats fit. Llama's q/k rows are stored in llama.cpp's rotary order, as
-    its converter does; Gemma3 (three layers, a sliding window of 8) keeps HF's order and stores 1 + norm weight."""
+    its converter does; Gemma3 (three layers, a sliding window of 8) keeps HF's order and stores 1 + norm weight.
+    type_name "A/B": the v and down projections in B, the other matrices in A (llama.cpp's IQ4_NL files: IQ4_NL/Q5_K).
+    """
     folder = Path(folder)
+    type_name, other_type = (type_name.split("/") + [None])[:2]
     rng = np.random.default_rng(seed)
     model = make_tiny_hf_model(arch, seed, hidden_size=256, intermediate_size=512, num_attention_heads=4,
                                num_key_value_heads=2, tie_word_embeddings=tie)
@@ -88,7 +91,8 @@ def write_tiny_gguf(folder: Path, arch: str = "qwen2", type_name: str = "Q4_K", 
             gguf_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
             if param.dim() == 2:
                 scale = 0.5 if name in ("lm_head.weight", "model.embed_tokens.weight") else 0.05
-                data, raw_dtype, exact = encode_matrix(param, type_name, rng, scale)
+                chosen = other_type if other_type and (".v_proj." in name or ".down_proj." in name) else type_name
+                data, raw_dtype, exact = encode_matrix(param, chosen, rng, scale)
                 param.copy_(exact)
                 if arch == "llama" and (".q_proj." in name or ".k_proj." in name):
                     heads = config.num_attention_heads if ".q_proj." in name else config.num_key_value_heads
@@ -117,6 +121,6 @@ def tiny_gguf_lm(arch: str = "qwen2", type_name: str = "Q4_K", seed: int = 0, ru
     from multidraft.models.quantized import load_quantized_model
     from multidraft.models.runner import LM
 
-    folder = temp_model_folder(f"tiny-gguf-{arch}-{type_name}-")
+    folder = temp_model_folder(f"tiny-gguf-{arch}-{type_name.replace('/', '-')}-")
     path = write_tiny_gguf(folder, arch, type_name, seed=seed, tie=arch == "gemma3")
     return LM(load_quantized_model(folder, path), make_tokenizer(), name="tiny", runner=runner)

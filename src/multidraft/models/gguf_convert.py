@@ -13,11 +13,11 @@ Q6_K's d is the same d, each sub-block of 16 the scale 1 + 2 s (1..31) of its 32
 very same values, 210 bytes for 110 (IQ3_S, IQ3_M and IQ3_XS GGUFs are mostly IQ3_S). The 8-bit kernels read these
 blocks packed in IQ4_XS's layout with a table of IQ3_S's 16 values (kernels/iq4_x8.inc: 148 bytes, the same bits).
 
-IQ4_NL -> Q8_0. An IQ4_NL block is 32 values d * table[i] with one fp16 d and a 4-bit index i into a fixed table of
-int8s; a Q8_0 block is 32 values d * q with one fp16 d and int8 q: the same d and q = table[i], 34 bytes for 18.
-(Q2_K, IQ2_XXS / XS / S, IQ3_XXS and IQ4_XS have kernels of their own: IQ3_XXS's values d * (2 s + 1) / 4 * g with
-g up to 62 would need Q6_K's d to be d / 2, which fp16 does not hold exactly for the smallest d, and IQ2's grid
-values reach 43, past Q6_K's 31. IQ1_S and IQ1_M (d / 8 as IQ3_XXS's d / 2) stay fp32.)
+(Q2_K, IQ2_XXS / XS / S, IQ3_XXS, IQ4_XS and IQ4_NL have kernels of their own. IQ4_NL is Q4_0's block whose 4-bit
+indices pick IQ4_NL_TABLE's values: its kernels compute the Q8_0 block of those values, at 18 bytes for its 34.
+IQ3_XXS's values d * (2 s + 1) / 4 * g with g up to 62 would need Q6_K's d to be d / 2, which fp16 does not hold
+exactly for the smallest d, and IQ2's grid values reach 43, past Q6_K's 31. IQ1_S and IQ1_M (d / 8 as IQ3_XXS's
+d / 2) stay fp32.)
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 Q3_K_BYTES, Q6_K_BYTES, IQ3_S_BYTES = 110, 210, 110
-IQ4_NL_BYTES, Q8_0_BYTES = 18, 34
+# IQ4_NL's and IQ4_XS's 16 values (ggml's kvalues_iq4nl)
 IQ4_NL_TABLE = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.int8)
 
 
@@ -100,16 +100,3 @@ def grid_words(quant_name: str) -> np.ndarray:
     entries, values = quant.grid.shape[-2:]
     words = np.ascontiguousarray(quant.grid.reshape(entries, values).astype(np.uint8)).view(f"<u{values}")
     return words.reshape(entries)
-
-
-def iq4_nl_as_q8_0(rows: np.ndarray) -> np.ndarray:
-    """(rows, row bytes) uint8 of IQ4_NL blocks -> (rows, row bytes * 34 / 18) uint8 of Q8_0 blocks of the same values
-    (block_iq4_nl: d, qs[16] with value j's index in qs[j]'s low nibble and value 16 + j's in its high one;
-    block_q8_0: d, qs[32])."""
-    count = rows.shape[0]
-    blocks = np.ascontiguousarray(rows).reshape(-1, IQ4_NL_BYTES)
-    out = np.empty((blocks.shape[0], Q8_0_BYTES), np.uint8)
-    out[:, :2] = blocks[:, :2]
-    out[:, 2:18] = IQ4_NL_TABLE[blocks[:, 2:] & 0x0F].view(np.uint8)
-    out[:, 18:34] = IQ4_NL_TABLE[blocks[:, 2:] >> 4].view(np.uint8)
-    return out.reshape(count, -1)

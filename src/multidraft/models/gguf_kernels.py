@@ -4,8 +4,8 @@ batch-invariant, built once with the system's C++ compiler like the fast runner'
 Ops (torch.ops.multidraft_gguf):
 - linear(x (..., K) fp32, blocks (N, row_bytes) uint8, type, K) -> (..., N): x @ W^T with W the blocks' values;
 - linear_q8(x, blocks, type, K): the same with x quantized per row to int8, per 256 values for Q2_K / Q4_K / Q5_K /
-  Q6_K / IQ2_XXS / IQ2_XS / IQ2_S / IQ3_XXS / IQ4_XS and per 32 for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (llama.cpp's
-  arithmetic), on the instruction-set path chosen at load (`isa()`; kernels/q8_linear.inc);
+  Q6_K / IQ2_XXS / IQ2_XS / IQ2_S / IQ3_XXS / IQ4_XS and per 32 for Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL
+  (llama.cpp's arithmetic), on the instruction-set path chosen at load (`isa()`; kernels/q8_linear.inc);
 - linear_q8_many(x, [blocks], [type], K, [bias or None]): several linear_q8 on one input quantized once, + biases;
 - dequantize(blocks, type, K, ids) -> (len(ids), K) fp32: chosen rows of W (embedding lookups, prefill GEMM);
 - attention(q (H, T, D), k (KVH, S, D), v, visible (T, S) bool, scaling) -> (T, H, D), each KV head's keys read
@@ -33,21 +33,21 @@ import torch
 
 from multidraft.models import fast_linear, gguf_convert, kernel_build
 
-# GGUF tensor types the kernel reads as they are (ggml's numbering); Q3_K, IQ3_S and IQ4_NL become Q6_K, Q6_K and Q8_0
-# at load (gguf_convert.py); others are expanded to F32.
+# GGUF tensor types the kernel reads as they are (ggml's numbering); Q3_K and IQ3_S become Q6_K at load
+# (gguf_convert.py); others are expanded to F32.
 NATIVE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 12: "Q4_K",
-                13: "Q5_K", 14: "Q6_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 22: "IQ2_S", 23: "IQ4_XS",
-                30: "BF16"}
+                13: "Q5_K", 14: "Q6_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 20: "IQ4_NL", 22: "IQ2_S",
+                23: "IQ4_XS", 30: "BF16"}
 
 # Types with an 8-bit-activation kernel (runner "quantized-q8"): activations quantized per 256 values for the K
 # formats and the IQ formats on them, per 32 for the others.
 Q8_TYPES = {2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K",
-            16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 22: "IQ2_S", 23: "IQ4_XS"}
+            16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 20: "IQ4_NL", 22: "IQ2_S", 23: "IQ4_XS"}
 # Each Q8 type's (values per block, bytes per block, offsets of its fp16 scale fields).
 BLOCK_LAYOUTS = {2: (32, 18, (0,)), 3: (32, 20, (0, 2)), 6: (32, 22, (0,)), 7: (32, 24, (0, 2)), 8: (32, 34, (0,)),
                  10: (256, 84, (80, 82)), 12: (256, 144, (0, 2)), 13: (256, 176, (0, 2)), 14: (256, 210, (208,)),
-                 16: (256, 66, (0,)), 17: (256, 74, (0,)), 18: (256, 98, (0,)), 22: (256, 82, (0,)),
-                 23: (256, 136, (0,))}
+                 16: (256, 66, (0,)), 17: (256, 74, (0,)), 18: (256, 98, (0,)), 20: (32, 18, (0,)),
+                 22: (256, 82, (0,)), 23: (256, 136, (0,))}
 
 # Q4_K repacked in groups of 8 rows for the 8-bit kernels (kernels/q8_x8.inc): our own type number, not GGUF's.
 Q4_K_X8 = 112
@@ -66,9 +66,9 @@ Q2_K_X8 = 117
 # values + 4; kernels/iq4_x8.inc): packed on every path, from the Q6_K blocks (repack_q6_k_q3_k_x8). IQ3_S's Q6_K
 # blocks pack as IQ4_XS_X8 with a table of their own (repack_q6_k_iq3_s_x8).
 Q3_K_X8 = 118
-# The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) repacked in groups of 16 rows for the AVX512-VNNI kernel
-# (kernels/q32_x16.inc): type 100 + GGUF's, packed only where `packs_32()`.
-X16_32 = {plain: 100 + plain for plain in (2, 3, 6, 7, 8)}
+# The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) repacked in groups of 16 rows for the AVX512-VNNI
+# kernel (kernels/q32_x16.inc): type 100 + GGUF's, packed only where `packs_32()`.
+X16_32 = {plain: 100 + plain for plain in (2, 3, 6, 7, 8, 20)}
 # Each packed type's GGUF type, its repack function (blocks -> packed blocks) and the row multiple it needs.
 PACKED = {Q4_K_X8: (12, lambda blocks: repack_q4_k_x8(blocks), 8),
           Q5_K_X8: (13, lambda blocks: repack_q5_k_x8(blocks), 8),
@@ -153,8 +153,8 @@ def linear_q8(x: torch.Tensor, blocks: torch.Tensor, type_id: int, width: int) -
 
 
 def linear_q8_many(x: torch.Tensor, blocks: list, type_ids: list, width: int, biases: list) -> list:
-    """linear_q8 of several matrices on one input, quantized once (q, k, v; gate, up), each + its bias (or None):
-    each output is the bits of its own linear_q8 call + bias. The matrices share an activation block (q8_block)."""
+    """linear_q8 of several matrices on one input, quantized once per activation block (q8_block) they use (q, k, v;
+    gate, up), each + its bias (or None): each output is the bits of its own linear_q8 call + bias."""
     return torch.ops.multidraft_gguf.linear_q8_many(x, blocks, type_ids, width, biases)
 
 

@@ -2,7 +2,7 @@
 
 `BlockMatrix` is one weight matrix kept in its GGUF encoding (rows of blocks along the input dimension), mapped
 from the file, not copied: the linear kernel decodes it on the fly (gguf_kernels.py). Q3_K and IQ3_S blocks become
-the Q6_K blocks of the same values at load, IQ4_NL the Q8_0 ones (gguf_convert.py); block types the kernel does not
+the Q6_K blocks of the same values at load (gguf_convert.py); block types the kernel does not
 read (IQ1_S, IQ1_M, TQ1_0, TQ2_0) are expanded to F32 once at load with gguf-py (and the load says what
 that costs), so any GGUF that gguf-py reads works.
 Names: HF parameter names are mapped to GGUF names with gguf-py's own table (the one llama.cpp's converter uses).
@@ -23,9 +23,8 @@ from multidraft.errors import CorruptCacheError
 from multidraft.models import gguf_convert, gguf_kernels
 
 F32 = 0
-# ggml's type number -> (its lossless re-encoding, the type it becomes): Q3_K -> Q6_K, IQ4_NL -> Q8_0, IQ3_S -> Q6_K
-CONVERSIONS = {11: (gguf_convert.q3_k_as_q6_k, 14), 20: (gguf_convert.iq4_nl_as_q8_0, 8),
-               21: (gguf_convert.iq3_s_as_q6_k, 14)}
+# ggml's type number -> (its lossless re-encoding, the type it becomes): Q3_K -> Q6_K, IQ3_S -> Q6_K
+CONVERSIONS = {11: (gguf_convert.q3_k_as_q6_k, 14), 21: (gguf_convert.iq3_s_as_q6_k, 14)}
 
 
 @dataclass
@@ -96,7 +95,7 @@ class BlockMatrix:
         """Repack the matrix for the 8-bit kernels, once, where a packed layout is faster: Q4_K, IQ4_XS, Q2_K, and
         IQ3_S and Q3_K from their Q6_K blocks (IQ4_XS_X8's layout with their own tables; Q3_K_X8 with a scale per 16),
         rows in eights, on every path; Q6_K (in sixteens or eights: `q6_k_layout()`) on the amx and VNNI paths; Q5_K
-        (rows in eights) and the 32-value formats (rows in sixteens) on amx and avx512-vnni. A second copy of its
+        (rows in eights) and the 32-value formats (IQ4_NL included; rows in sixteens) on amx and avx512-vnni. A second copy of its
         blocks (the original stays mapped from the file for the fp32 path and row lookups; in q8 mode only the copy is
         read)."""
         if self.packed is not None or not self.has_q8_kernel:

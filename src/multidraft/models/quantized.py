@@ -105,8 +105,9 @@ def set_activations(model, activations: str) -> None:
     if activations == "auto":
         activations = "q8" if has_q8 else "fp32"
     if activations == "q8" and not has_q8:
-        warnings.warn("multidraft: no matrix of this GGUF has an 8-bit kernel (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, "
-                      "Q5_K, Q6_K), so 8-bit activations change nothing (quantized-q8 runs as quantized)",
+        warnings.warn("multidraft: no matrix of this GGUF has an 8-bit kernel (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, "
+                      "the K and IQ2 / IQ3 / IQ4_XS formats), so 8-bit activations change nothing (quantized-q8 runs "
+                      "as quantized)",
                       RuntimeWarning, stacklevel=3)
     model.gguf_mode.activations = activations
     if activations == "q8":
@@ -116,7 +117,7 @@ def set_activations(model, activations: str) -> None:
             if isinstance(module, torch.nn.Linear) and matrix is not None and matrix.packed is None:
                 matrix.pack_for_q8()
                 if matrix.packed is not None and weights is not None and not weights.release(matrix.blocks):
-                    matrix.drop_plain()           # a converted copy (Q3_K, IQ4_NL): made again if ever read
+                    matrix.drop_plain()           # a converted copy (Q3_K, IQ3_S): made again if ever read
 
 
 def runner_name(model) -> str:
@@ -145,10 +146,9 @@ def block_linear(matrix: BlockMatrix, x: torch.Tensor, activations: str, bias: O
 
 def block_linears(matrices: list, x: torch.Tensor, activations: str, biases: list, prefill: bool = False) -> list:
     """[block_linear(m, x, activations, b, prefill) for m, b in zip(matrices, biases)], the same bits, with the
-    input quantized once when every matrix takes it in 8 bits per the same activation block (gguf_kernels'
-    linear_q8_many: q, k, v or gate, up of one layer)."""
-    q8 = activations == "q8" and all(m.has_q8_kernel for m in matrices)
-    if q8 and len({gguf_kernels.q8_block(m.type_id) for m in matrices}) == 1:
+    input quantized once per activation block when every matrix takes it in 8 bits (gguf_kernels' linear_q8_many:
+    q, k, v or gate, up of one layer)."""
+    if activations == "q8" and all(m.has_q8_kernel for m in matrices):
         weights = [m.q8_weights for m in matrices]
         return gguf_kernels.linear_q8_many(x.float(), [blocks for blocks, _ in weights],
                                            [type_id for _, type_id in weights], matrices[0].width, list(biases))

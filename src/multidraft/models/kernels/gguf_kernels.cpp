@@ -49,6 +49,7 @@ inline Format format_of(int64_t type) {
     case 6: return {32, 22};
     case 7: return {32, 24};
     case 8: return {32, 34};
+    case 20: return {32, 18};                 // IQ4_NL
     case 10: return {256, 84};                // Q2_K
     case 12: return {256, 144};
     case 13: return {256, 176};
@@ -294,6 +295,17 @@ inline void decode_q5_1_avx2(const uint8_t* b, float* y) {
                  _mm256_set1_ps(fp16_to_fp32(rd16(b + 2))), false, y);
 }
 
+// IQ4_NL (ggml type 20): Q4_0's block (fp16 d, 16 bytes of nibbles) whose 4-bit indices pick IQ4_VALUES (the table
+// IQ4_XS shares): value l = d * IQ4_VALUES[index l]. d * value is one rounding, as for the Q8_0 block of its values.
+inline __m256i iq4_nl_values(const uint8_t* b) {
+  return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(IQ4_VALUES))),
+                             nibbles_32(b + 2));
+}
+
+inline void decode_iq4_nl_avx2(const uint8_t* b, float* y) {
+  store32<true>(iq4_nl_values(b), _mm256_set1_ps(fp16_to_fp32(rd16(b))), y);
+}
+
 inline void decode_q8_0_avx2(const uint8_t* b, float* y) {
   store32<true>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)), _mm256_set1_ps(fp16_to_fp32(rd16(b))), y);
 }
@@ -364,6 +376,7 @@ void decode_row(int64_t type, const uint8_t* row, int64_t K, float* y) {
       case 6: decode_q5_0_avx2(b, out); break;
       case 7: decode_q5_1_avx2(b, out); break;
       case 8: decode_q8_0_avx2(b, out); break;
+      case 20: decode_iq4_nl_avx2(b, out); break;
       case 10: decode_q2_k(b, out); break;
       case 12: decode_q4_k_avx2(b, out); break;
       case 13: decode_q5_k(b, out); break;

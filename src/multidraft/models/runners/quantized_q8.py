@@ -1,5 +1,5 @@
 """The quantized-q8 runner: the quantized runner with llama.cpp's 8-bit activations on every matrix
-whose format has that kernel (Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
+whose format has that kernel (gguf_kernels.Q8_TYPES, and Q3_K / IQ3_S through their Q6_K blocks)
 (models/quantized.py). No dense GEMM in its prefills, so a prefix's cached keys/values are the bits of a fresh
 prefill: reusable, when every matrix has the 8-bit kernel."""
 
