@@ -1,7 +1,7 @@
 """One process, one model (runner auto): the 1- and 8-row forward with its IQ4_NL linears on their own kernels (18-byte
 blocks; packed in sixteens where the path packs the 32-value formats) and as the Q8_0 blocks of the same values (34
-bytes; what 4697186 ran), swapped back and forth (5 rounds, min of 15 forwards after 300 cached tokens each), and the
-bytes of those linears either way. UNFUSED=1: every layer step by step (4697186 could not fuse a layer whose q / k
+bytes; what 4697186 ran), swapped back and forth (ROUNDS rounds, default 5; min of 15 forwards after 300 cached
+tokens each), and the bytes of those linears either way. UNFUSED=1: every layer step by step (4697186 could not fuse a layer whose q / k
 and v take different activation blocks). usage: PYTHONPATH=src python iq4_nl_forward_ab.py MODEL.gguf"""
 import os
 import sys
@@ -68,7 +68,7 @@ def timed(rows):
             best = min(best, time.perf_counter() - start)
             cache.crop(300)
     return best * 1e3
-for r in range(5):
+for r in range(int(os.environ.get("ROUNDS", "5"))):
     for name, arms in layouts.items():
         for m, (blocks, type_id, p, t) in zip(mats, arms):
             m.blocks, m.type_id, m.packed, m.packed_type = blocks, type_id, p, t
