@@ -1243,12 +1243,13 @@ def test_the_32_value_packed_layout_is_read_as_laid_out_and_bad_packed_input_is_
         gguf_kernels.linear(x, packed, packed_type, 768)     # fp32 activations read GGUF blocks only
 
 
-def test_the_32_value_formats_are_packed_only_where_the_avx512_vnni_or_amx_path_runs(monkeypatch):
+def test_the_32_value_formats_are_packed_on_every_vector_path_and_not_for_the_scalar_one(monkeypatch):
     rng = np.random.default_rng(15)
     avx512_vnni = not gguf_kernels.missing_flag("avx512-vnni")
     for type_name in THIRTY_TWO:
         blocks = torch.from_numpy(random_blocks(type_name, 32, 576, rng, scale=0.05))
-        for isa, packs in (("amx", avx512_vnni), ("avx512-vnni", avx512_vnni), ("avx-vnni", False), ("avx2", False)):
+        for isa, packs in (("amx", avx512_vnni), ("avx512-vnni", avx512_vnni), ("avx-vnni", True), ("avx2", True),
+                           ("scalar", False)):
             monkeypatch.setattr(gguf_kernels, "_isa", isa)
             matrix = BlockMatrix(blocks, TYPES[type_name], 576)
             matrix.pack_for_q8()

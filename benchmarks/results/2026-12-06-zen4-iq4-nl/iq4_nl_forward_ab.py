@@ -1,7 +1,7 @@
 """One process, one model (runner auto): the 1- and 8-row forward with its IQ4_NL linears on their own kernels (18-byte
 blocks; packed in sixteens where the path packs the 32-value formats) and as the Q8_0 blocks of the same values (34
-bytes; what 4697186 ran), swapped back and forth (ROUNDS rounds, default 5; min of 15 forwards after 300 cached
-tokens each), and the bytes of those linears either way. UNFUSED=1: every layer step by step (4697186 could not fuse a layer whose q / k
+bytes; what 4697186 ran), swapped back and forth (5 rounds, min of 15 forwards after 300 cached tokens each), and the
+bytes of those linears either way. UNFUSED=1: every layer step by step (4697186 could not fuse a layer whose q / k
 and v take different activation blocks). usage: PYTHONPATH=src python iq4_nl_forward_ab.py MODEL.gguf"""
 import os
 import sys
@@ -46,7 +46,7 @@ def visit(obj, depth=0):
     elif hasattr(obj, "__dict__") and not isinstance(obj, (torch.Tensor, type)):
         for v in vars(obj).values(): visit(v, depth + 1)
 visit(lm)
-packs = g.packs_32()
+packs = getattr(g, "packs_x16_32", g.packs_32)()      # the layout the path packs (packs_32 before 2026-12-06)
 def arm(blocks, type_id):
     """(blocks, type_id, packed, packed_type) of one matrix as the path would pack it."""
     if packs and blocks.shape[0] % 16 == 0:

@@ -67,7 +67,8 @@ Q2_K_X8 = 117
 # blocks pack as IQ4_XS_X8 with a table of their own (repack_q6_k_iq3_s_x8).
 Q3_K_X8 = 118
 # The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) repacked in groups of 16 rows for the AVX512-VNNI
-# kernel (kernels/q32_x16.inc): type 100 + GGUF's, packed only where `packs_32()`.
+# kernel (kernels/q32_x16.inc) and the 256-bit ones (q32_x16_256.inc): type 100 + GGUF's, packed where
+# `packs_x16_32()`.
 X16_32 = {plain: 100 + plain for plain in (2, 3, 6, 7, 8, 20)}
 # Each packed type's GGUF type, its repack function (blocks -> packed blocks) and the row multiple it needs.
 PACKED = {Q4_K_X8: (12, lambda blocks: repack_q4_k_x8(blocks), 8),
@@ -202,9 +203,14 @@ def q6_k_layout() -> int:
 
 
 def packs_32() -> bool:
-    """Whether this process's path runs the 32-value formats faster packed in sixteens (X16_32): amx and
-    avx512-vnni; elsewhere they stay in GGUF's layout."""
+    """Whether this process's path runs our AVX-512 kernels (amx, avx512-vnni): Q5_K packed in eights (Q5_K_X8)."""
     return bool(torch.ops.multidraft_gguf.q8_packs_32(_PATH_NUMBERS[_isa]))
+
+
+def packs_x16_32() -> bool:
+    """Whether this process's path runs the 32-value formats faster packed in sixteens (X16_32): every vector path
+    (the AVX-512 kernels and the tiles, the 256-bit ones); the scalar reference reads GGUF's layout."""
+    return bool(torch.ops.multidraft_gguf.q8_packs_x16_32(_PATH_NUMBERS[_isa]))
 
 
 def _choose_isa() -> None:
@@ -401,7 +407,7 @@ def repack_q6_k_x8(blocks: torch.Tensor) -> torch.Tensor:
 
 def repack_x16_32(blocks: torch.Tensor, type_id: int) -> torch.Tensor:
     """Blocks of a 32-value format (rows a multiple of 16) in its X16_32 layout (type X16_32[type_id]), with the same
-    bits (other paths than avx512-vnni and amx read it exactly but slowly: pack it only where `packs_32()`)."""
+    bits (the scalar path reads it exactly but slowly: pack it only where `packs_x16_32()`)."""
     return torch.ops.multidraft_gguf.repack_x16_32(blocks, type_id)
 
 

@@ -95,9 +95,9 @@ class BlockMatrix:
         """Repack the matrix for the 8-bit kernels, once, where a packed layout is faster: Q4_K, IQ4_XS, Q2_K, and
         IQ3_S and Q3_K from their Q6_K blocks (IQ4_XS_X8's layout with their own tables; Q3_K_X8 with a scale per 16),
         rows in eights, on every path; Q6_K (in sixteens or eights: `q6_k_layout()`) on the amx and VNNI paths; Q5_K
-        (rows in eights) and the 32-value formats (IQ4_NL included; rows in sixteens) on amx and avx512-vnni. A second copy of its
-        blocks (the original stays mapped from the file for the fp32 path and row lookups; in q8 mode only the copy is
-        read)."""
+        (rows in eights) on amx and avx512-vnni; the 32-value formats (IQ4_NL included; rows in sixteens) on every
+        vector path. A second copy of its blocks (the original stays mapped from the file for the fp32 path and row
+        lookups; in q8 mode only the copy is read)."""
         if self.packed is not None or not self.has_q8_kernel:
             return
         if self.source_type in gguf_kernels.CONVERTED_PACKS:      # IQ3_S, Q3_K: 148 / 164 bytes for Q6_K's 210
@@ -115,7 +115,7 @@ class BlockMatrix:
             packed_type = gguf_kernels.Q2_K_X8
         elif self.type_id == 14 and (q6_layout := gguf_kernels.q6_k_layout()) != 14:
             packed_type = q6_layout
-        elif self.type_id in gguf_kernels.X16_32 and gguf_kernels.packs_32():
+        elif self.type_id in gguf_kernels.X16_32 and gguf_kernels.packs_x16_32():
             packed_type = gguf_kernels.X16_32[self.type_id]
         else:
             return

@@ -1377,6 +1377,7 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("q8_missing(int path) -> str", &q8_missing_op);
   m.def("q8_q6_k_layout(int path) -> int", &q8_q6_k_layout);
   m.def("q8_packs_32(int path) -> bool", &q8_packs_32);
+  m.def("q8_packs_x16_32(int path) -> bool", &q8_packs_x16_32);
   m.def("set_q8_path(int path) -> int", &set_q8_path);
   m.def("set_attention_wide(bool on) -> bool", &set_attention_wide);
   m.def("set_torch_sum_written(bool on) -> bool", +[](bool on) { return !ablate_torch_order_sum.exchange(!on); });
