@@ -46,7 +46,7 @@ def visit(obj, depth=0):
     elif hasattr(obj, "__dict__") and not isinstance(obj, (torch.Tensor, type)):
         for v in vars(obj).values(): visit(v, depth + 1)
 visit(lm)
-packs = getattr(g, "packs_x16_32", g.packs_32)()      # the layout the path packs (packs_32 before 2026-12-06)
+packs = (g.packs_x16_32 if hasattr(g, "packs_x16_32") else g.packs_32)()     # packs_32 on trees before ee46dfb
 def arm(blocks, type_id):
     """(blocks, type_id, packed, packed_type) of one matrix as the path would pack it."""
     if packs and blocks.shape[0] % 16 == 0:

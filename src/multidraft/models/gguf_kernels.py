@@ -51,7 +51,7 @@ BLOCK_LAYOUTS = {2: (32, 18, (0,)), 3: (32, 20, (0, 2)), 6: (32, 22, (0,)), 7: (
 
 # Q4_K repacked in groups of 8 rows for the 8-bit kernels (kernels/q8_x8.inc): our own type number, not GGUF's.
 Q4_K_X8 = 112
-# Q5_K repacked likewise, its fifth bits as masks (kernels/q8_x8.inc): packed only where `packs_32()` (the AVX-512
+# Q5_K repacked likewise, its fifth bits as masks (kernels/q8_x8.inc): packed only where `packs_q5_k()` (the AVX-512
 # kernels read it; other paths compute it exactly but slowly).
 Q5_K_X8 = 113
 # Q6_K repacked in groups of 16 rows for the AMX tile and AVX512-VNNI kernels (kernels/q6_x16.inc), or in groups of
@@ -202,9 +202,10 @@ def q6_k_layout() -> int:
     return int(torch.ops.multidraft_gguf.q8_q6_k_layout(_PATH_NUMBERS[_isa]))
 
 
-def packs_32() -> bool:
-    """Whether this process's path runs our AVX-512 kernels (amx, avx512-vnni): Q5_K packed in eights (Q5_K_X8)."""
-    return bool(torch.ops.multidraft_gguf.q8_packs_32(_PATH_NUMBERS[_isa]))
+def packs_q5_k() -> bool:
+    """Whether this process's path runs Q5_K faster packed in eights (Q5_K_X8, read by our AVX-512 kernels): amx and
+    avx512-vnni."""
+    return bool(torch.ops.multidraft_gguf.q8_packs_q5_k(_PATH_NUMBERS[_isa]))
 
 
 def packs_x16_32() -> bool:
@@ -350,7 +351,7 @@ def repack_q4_k_x8(blocks: torch.Tensor) -> torch.Tensor:
 
 def repack_q5_k_x8(blocks: torch.Tensor) -> torch.Tensor:
     """Q5_K blocks (rows a multiple of 8) in the Q5_K_X8 layout of the AVX-512 kernels, with the same bits (other
-    paths compute it exactly but slowly: pack it only where `packs_32()`)."""
+    paths compute it exactly but slowly: pack it only where `packs_q5_k()`)."""
     return torch.ops.multidraft_gguf.repack_q5_k_x8(blocks)
 
 

@@ -107,7 +107,7 @@ class BlockMatrix:
             return
         if self.type_id == 12:
             packed_type = gguf_kernels.Q4_K_X8
-        elif self.type_id == 13 and gguf_kernels.packs_32():          # the same AVX-512 kernels' condition
+        elif self.type_id == 13 and gguf_kernels.packs_q5_k():
             packed_type = gguf_kernels.Q5_K_X8
         elif self.type_id == 23:
             packed_type = gguf_kernels.IQ4_XS_X8

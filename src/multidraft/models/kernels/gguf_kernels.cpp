@@ -1376,7 +1376,7 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("linear_q8_many_on(Tensor x, Tensor[] blocks, int[] types, int K, Tensor?[] biases, int path) -> Tensor[]");
   m.def("q8_missing(int path) -> str", &q8_missing_op);
   m.def("q8_q6_k_layout(int path) -> int", &q8_q6_k_layout);
-  m.def("q8_packs_32(int path) -> bool", &q8_packs_32);
+  m.def("q8_packs_q5_k(int path) -> bool", &q8_packs_q5_k);
   m.def("q8_packs_x16_32(int path) -> bool", &q8_packs_x16_32);
   m.def("set_q8_path(int path) -> int", &set_q8_path);
   m.def("set_attention_wide(bool on) -> bool", &set_attention_wide);
