@@ -544,6 +544,16 @@ def test_q4_k_packed_in_eights_gives_q4_ks_bits_on_every_path_row_and_thread_cou
     assert torch.equal(_bits(both[1]), _bits(gguf_kernels.linear_q8_on(x[:5], plain_q6, 14, 768, "scalar")))
 
 
+def test_q4_k_packed_layout_gives_the_largest_dots_on_every_path():
+    """Every value 15, every scale and min 63, every input +-127: AVX2's kernel adds a sub-block's maddubs pairs as
+    int16 (four chunks: 15240), the VNNI ones a chunk's dots; the scalar reference's bits on every path."""
+    blocks, _, _ = _x8_data(9, outputs=16, rows=1)
+    extreme = blocks.clone().view(16, 3, 144)
+    extreme[:, :, 4:] = 255                              # scales, mins and values at their largest
+    _assert_largest_dots_on_every_path(extreme.view(16, -1).contiguous(), 12, gguf_kernels.repack_q4_k_x8,
+                                       gguf_kernels.Q4_K_X8)
+
+
 def _x8_q5_data(seed, outputs=56, rows=40):
     return _packed_case("Q5_K", gguf_kernels.repack_q5_k_x8, seed, outputs, rows)
 
@@ -551,8 +561,9 @@ def _x8_q5_data(seed, outputs=56, rows=40):
 @pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
 def test_q5_k_packed_in_eights_gives_q5_ks_bits_on_every_path_row_and_thread_count(path):
     """Q5_K_X8: the AVX-512 kernels (avx512-vnni, amx) read it with the fifth bits as masks, the amx path its tile
-    kernel past Q4_K's VNNI limit (amx-emulated: at every row count); every other path reads it through the scalar
-    reference. The bits of Q5_K in GGUF's layout on the scalar reference, 1..40 rows."""
+    kernel past Q4_K's VNNI limit (amx-emulated: at every row count), the 256-bit paths (avx2, avx-vnni,
+    vnni-emulated) AVX2's maddubs kernel, the scalar path the reference. The bits of Q5_K in GGUF's layout on the
+    scalar reference, 1..40 rows."""
     if gguf_kernels.missing_flag(path):
         pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
     blocks, packed, x = _x8_q5_data(17)
@@ -562,25 +573,26 @@ def test_q5_k_packed_in_eights_gives_q5_ks_bits_on_every_path_row_and_thread_cou
 
 def test_q5_k_packed_layout_reads_each_fifth_bit_where_it_is_laid_out():
     blocks, packed, x = _x8_q5_data(18, outputs=16, rows=9)
-    expected = _bits(gguf_kernels.linear_q8(x, blocks, 13, 768))
-    assert torch.equal(_bits(gguf_kernels.linear_q8(x, packed, gguf_kernels.Q5_K_X8, 768)), expected)
-    # Negative control: one fifth bit flipped (row 2's value 0 of chunk 5, the odd sub-block of pair 1, super-block 0)
-    # changes row 2's outputs only
-    changed = packed.clone()
-    changed.view(-1)[1184 + 16 * 5 + 8 + 2] ^= 1         # masks at 1184: 16 bytes a chunk, the odd sub-block's at +8
-    got = _bits(gguf_kernels.linear_q8(x, changed, gguf_kernels.Q5_K_X8, 768))
-    assert not torch.equal(got[:, 2], expected[:, 2])
-    assert torch.equal(got[:, :2], expected[:, :2]) and torch.equal(got[:, 3:], expected[:, 3:])
+    # Negative control, on every path: one fifth bit flipped (row 2's value 0 of chunk 5, the odd sub-block of pair 1,
+    # super-block 0; masks at 1184: 16 bytes a chunk, the odd sub-block's at +8) and rows 5 and 6's of chunk 2 (the
+    # even sub-block of pair 0; bits 40 and 48: the second half of the mask) change their row's outputs only
+    expected = _bits(gguf_kernels.linear_q8_on(x, blocks, 13, 768, "scalar"))
+    for at, row in ((1184 + 16 * 5 + 8 + 2, 2), (1184 + 16 * 2 + 5, 5), (1184 + 16 * 2 + 6, 6)):
+        for path in _paths_here():
+            changed = packed.clone()
+            changed.view(-1)[at] ^= 1
+            got = _bits(gguf_kernels.linear_q8_on(x, changed, gguf_kernels.Q5_K_X8, 768, path))
+            assert not torch.equal(got[:, row], expected[:, row]), path
+            others = [n for n in range(16) if n != row]
+            assert torch.equal(got[:, others], expected[:, others]), path
     # The largest dots: every value 31 and every input +-127. Sixteen such products would overflow the int16 that
-    # vpdpwssd reads a lane's dot as: the kernel applies the scales every two chunks (eight products).
+    # vpdpwssd reads a lane's dot as (the VNNI kernel applies the scales every two chunks: eight products); AVX2's adds
+    # a sub-block's maddubs pairs as int16 (four chunks: 31496).
     extreme = blocks.clone().view(16, 3, 176)
+    extreme[:, :, 4:16] = 255                            # every sub-block's scale and min 63
     extreme[:, :, 16:] = 255                             # qh and qs: every value 31
-    extreme = extreme.view(16, -1).contiguous()
-    signs = torch.ones(2, 768)
-    signs[1] = -1
-    assert torch.equal(_bits(gguf_kernels.linear_q8(signs, gguf_kernels.repack_q5_k_x8(extreme), gguf_kernels.Q5_K_X8,
-                                                    768)),
-                       _bits(gguf_kernels.linear_q8_on(signs, extreme, 13, 768, "scalar")))
+    _assert_largest_dots_on_every_path(extreme.view(16, -1).contiguous(), 13, gguf_kernels.repack_q5_k_x8,
+                                       gguf_kernels.Q5_K_X8)
     with pytest.raises(RuntimeError, match="repack_q5_k_x8's output"):
         gguf_kernels.linear_q8(x, blocks, gguf_kernels.Q5_K_X8, 768)
     with pytest.raises(RuntimeError, match="multiple of 8"):
@@ -871,10 +883,11 @@ def test_the_q5_k_tile_kernel_reads_each_fifth_bit_and_the_largest_values(path):
         gguf_kernels.set_amx_vnni_rows(*limits)
 
 
-def test_q5_k_is_packed_only_where_the_avx512_kernels_run(monkeypatch):
+def test_q5_k_is_packed_on_every_vector_path(monkeypatch):
     blocks = torch.from_numpy(random_blocks("Q5_K", 16, 512, np.random.default_rng(19), scale=0.05))
     avx512_vnni = not gguf_kernels.missing_flag("avx512-vnni")
-    for isa, packs in (("amx", avx512_vnni), ("avx512-vnni", avx512_vnni), ("avx-vnni", False), ("avx2", False)):
+    for isa, packs in (("amx", avx512_vnni), ("avx512-vnni", avx512_vnni), ("avx-vnni", True), ("avx2", True),
+                       ("scalar", False)):
         monkeypatch.setattr(gguf_kernels, "_isa", isa)
         matrix = BlockMatrix(blocks, 13, 512)
         matrix.pack_for_q8()
@@ -1006,7 +1019,7 @@ def test_q6_k_is_packed_in_sixteens_for_amx_or_vbmi_and_in_eights_for_the_256_bi
     flags = set(next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
                       if line.startswith("flags")), []))
     vbmi_vnni = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512vbmi"} <= flags
-    for isa, packed_type in (("amx", gguf_kernels.Q6_K_X16), ("avx2", None),
+    for isa, packed_type in (("amx", gguf_kernels.Q6_K_X16), ("avx2", gguf_kernels.Q6_K_X8),
                              ("avx-vnni", gguf_kernels.Q6_K_X8), ("scalar", None),
                              ("avx512-vnni", gguf_kernels.Q6_K_X16 if vbmi_vnni else gguf_kernels.Q6_K_X8)):
         monkeypatch.setattr(gguf_kernels, "_isa", isa)

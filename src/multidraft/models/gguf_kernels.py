@@ -51,8 +51,7 @@ BLOCK_LAYOUTS = {2: (32, 18, (0,)), 3: (32, 20, (0, 2)), 6: (32, 22, (0,)), 7: (
 
 # Q4_K repacked in groups of 8 rows for the 8-bit kernels (kernels/q8_x8.inc): our own type number, not GGUF's.
 Q4_K_X8 = 112
-# Q5_K repacked likewise, its fifth bits as masks (kernels/q8_x8.inc): packed only where `packs_q5_k()` (the AVX-512
-# kernels read it; other paths compute it exactly but slowly).
+# Q5_K repacked likewise, its fifth bits as masks (kernels/q8_x8.inc): packed where `packs_q5_k()` (every vector path).
 Q5_K_X8 = 113
 # Q6_K repacked in groups of 16 rows for the AMX tile and AVX512-VNNI kernels (kernels/q6_x16.inc), or in groups of
 # 8 rows for the 256-bit kernels (kernels/q6_x8.inc): each packed only where `q6_k_layout()` names it.
@@ -198,13 +197,13 @@ def isa() -> str:
 
 def q6_k_layout() -> int:
     """The layout this process's path runs Q6_K fastest in: Q6_K_X16 on amx and on avx512-vnni with AVX512-VBMI (its
-    decoding), Q6_K_X8 on avx-vnni and avx512-vnni without VBMI, else 14 (GGUF's)."""
+    decoding), Q6_K_X8 on avx2, avx-vnni and avx512-vnni without VBMI, else 14 (GGUF's)."""
     return int(torch.ops.multidraft_gguf.q8_q6_k_layout(_PATH_NUMBERS[_isa]))
 
 
 def packs_q5_k() -> bool:
-    """Whether this process's path runs Q5_K faster packed in eights (Q5_K_X8, read by our AVX-512 kernels): amx and
-    avx512-vnni."""
+    """Whether this process's path runs Q5_K faster packed in eights (Q5_K_X8): every vector path (our AVX-512
+    kernels, AVX2's on the 256-bit paths); the scalar reference reads GGUF's layout."""
     return bool(torch.ops.multidraft_gguf.q8_packs_q5_k(_PATH_NUMBERS[_isa]))
 
 
