@@ -349,8 +349,9 @@ def repack_q4_k_x8(blocks: torch.Tensor) -> torch.Tensor:
 
 
 def repack_q5_k_x8(blocks: torch.Tensor) -> torch.Tensor:
-    """Q5_K blocks (rows a multiple of 8) in the Q5_K_X8 layout of the AVX-512 kernels, with the same bits (other
-    paths compute it exactly but slowly: pack it only where `packs_q5_k()`)."""
+    """Q5_K blocks (rows a multiple of 8) in the Q5_K_X8 layout of the vector kernels (AVX-512's, AVX2's on the
+    256-bit paths), with the same bits (the scalar path reads it exactly but slowly: pack it only where
+    `packs_q5_k()`)."""
     return torch.ops.multidraft_gguf.repack_q5_k_x8(blocks)
 
 

@@ -94,9 +94,9 @@ class BlockMatrix:
     def pack_for_q8(self) -> None:
         """Repack the matrix for the 8-bit kernels, once, where a packed layout is faster: Q4_K, IQ4_XS, Q2_K, and
         IQ3_S and Q3_K from their Q6_K blocks (IQ4_XS_X8's layout with their own tables; Q3_K_X8 with a scale per 16),
-        rows in eights, on every path; Q6_K (in sixteens or eights: `q6_k_layout()`) on the amx and VNNI paths; Q5_K
-        (rows in eights) on amx and avx512-vnni; the 32-value formats (IQ4_NL included; rows in sixteens) on every
-        vector path. A second copy of its blocks (the original stays mapped from the file for the fp32 path and row
+        rows in eights, on every path; Q6_K (in sixteens or eights: `q6_k_layout()`) on the amx, avx512-vnni,
+        avx-vnni and avx2 paths; Q5_K (rows in eights) and the 32-value formats (IQ4_NL included; rows in sixteens) on
+        every vector path. A second copy of its blocks (the original stays mapped from the file for the fp32 path and row
         lookups; in q8 mode only the copy is read)."""
         if self.packed is not None or not self.has_q8_kernel:
             return
