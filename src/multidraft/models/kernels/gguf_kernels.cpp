@@ -275,6 +275,16 @@ inline __m256i high_bits_32(const uint8_t* qh_bytes) {
   return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
 }
 
+// Eight outputs' scales (bytes 0-7 of s; SIGNED: int8) as int16 in the four maddubs lanes of each output of a 256-bit
+// half of 4 outputs (lanes 4r..4r + 3: output r of the half; HALF 0: outputs 0-3, 1: 4-7): one madd then scales the
+// int16 dots of AVX2's packed kernels.
+template <bool SIGNED, int HALF>
+inline __m256i scales_in_fours(__m128i s) {
+  const __m128i spread = _mm_shuffle_epi8(s, HALF ? _mm_setr_epi8(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7)
+                                                  : _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+  return SIGNED ? _mm256_cvtepi8_epi16(spread) : _mm256_cvtepu8_epi16(spread);
+}
+
 inline void decode_q4_0_avx2(const uint8_t* b, float* y) {
   const __m256i q = _mm256_sub_epi8(nibbles_32(b + 2), _mm256_set1_epi8(8));
   store32<true>(q, _mm256_set1_ps(fp16_to_fp32(rd16(b))), y);
