@@ -252,6 +252,7 @@ def _warn_if_open(host: str, config: ServerConfig) -> None:
 def run_serve(args) -> int:
     import uvicorn
 
+    from multidraft.heap import freeze_loaded_heap
     from multidraft.server.app import create_app
     from multidraft.server.connections import uvicorn_config
     from multidraft.server.loading import load_served
@@ -268,6 +269,7 @@ def run_serve(args) -> int:
         lm, draft_lm, config = load_served(config, args.model, draft=args.draft, dtype=dtype_choice(args.dtype),
                                            device=args.device, runner=args.runner, threads=threads)
         app = create_app(lm, config, draft_lm=draft_lm)
+        freeze_loaded_heap()                              # the models stay until exit: no collection walks them
         port = sock.getsockname()[1]
         print(f"multidraft: serving {lm.name} on http://{args.host}:{port}/ (page at /, API at /v1)", flush=True)
         _warn_if_open(args.host, config)

@@ -146,6 +146,7 @@ class EngineReplica:
     """One model and the plain server's app around it; answers the requests the ingress forwards."""
 
     def __init__(self, spec: ServeSpec):
+        from multidraft.heap import freeze_loaded_heap
         from multidraft.paths import subdir
         from multidraft.server.app import create_app
         from multidraft.server.loading import load_served
@@ -158,6 +159,7 @@ class EngineReplica:
         lm, draft_lm, config = load_served(config, spec.model, draft=spec.draft, dtype=spec.dtype,
                                            device=spec.device, runner=spec.runner, threads=spec.threads)
         self.app = create_app(lm, config, draft_lm=draft_lm)
+        freeze_loaded_heap()                     # the replica keeps its models until it exits (heap.py)
         self.service = self.app.state.service
         self.replica = serve.get_replica_context().replica_tag
 
