@@ -11,8 +11,6 @@ Theorem 2 (K-draft form): P* = 1 iff q(S) >= prod_k p_k(S) for every S.
 from __future__ import annotations
 
 import numpy as np
-from scipy import sparse
-from scipy.optimize import linprog
 
 from multidraft.errors import InvalidOptionError
 
@@ -78,6 +76,9 @@ def _check_lp_size(num_symbols, num_drafts, what):
 
 def optimal_transport_value(draft: np.ndarray, target: np.ndarray) -> float:
     """The optimal-transport LP of §3.1: max P(Y in set(X)) over every valid rule pi(y | x)."""
+    from scipy import sparse                    # here: scipy.optimize is ~0.5 s of `import multidraft`
+    from scipy.optimize import linprog
+
     num_drafts, num_symbols = draft.shape
     _check_lp_size(num_symbols, num_drafts, "the optimal-transport LP")
     tuples = all_tuples(num_symbols, num_drafts)
@@ -103,6 +104,9 @@ def optimal_transport_value(draft: np.ndarray, target: np.ndarray) -> float:
 
 def optimal_is_table(draft: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The IS LP of §3.3 over every tuple; returns (beta table (n^K, n), exact law p_I)."""
+    from scipy import sparse                    # here: scipy.optimize is ~0.5 s of `import multidraft`
+    from scipy.optimize import linprog
+
     num_drafts, num_symbols = draft.shape
     _check_lp_size(num_symbols, num_drafts, "scheme 'optimal_lp'")
     tuples = all_tuples(num_symbols, num_drafts)

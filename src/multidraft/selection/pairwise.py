@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linprog
 
 
 @dataclass
@@ -39,6 +38,8 @@ def _solve_free_weights(free, pair_mass, fixed_inflow, target):
 
     Returns shares[a, b] (a < b): the fraction of pair {free[a], free[b]} sent to free[a]; None on failure.
     """
+    from scipy.optimize import linprog            # here: scipy.optimize is ~0.5 s of `import multidraft`
+
     count = len(free)
     pairs = [(a, b) for a in range(count) for b in range(a + 1, count)]
     num_pairs = len(pairs)
