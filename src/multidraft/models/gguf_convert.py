@@ -35,22 +35,27 @@ def q3_k_as_q6_k(rows: np.ndarray) -> np.ndarray:
     scales[16], d)."""
     count = rows.shape[0]
     blocks = np.ascontiguousarray(rows).reshape(-1, Q3_K_BYTES)
-    hmask, qs, packed, d = blocks[:, :32], blocks[:, 32:96], blocks[:, 96:108], blocks[:, 108:110]
-    # value v = 128 h + 32 j + l (h: which half, j: 0..3, l: 0..31) has its low 2 bits in qs[32 h + l] at bit 2 j
-    # and its high bit in hmask[l] at bit 4 h + j; a clear high bit means q = low - 4, a set one q = low
-    q = np.empty((blocks.shape[0], 256), np.int16)
-    for h in range(2):
-        for j in range(4):
-            low = (qs[:, 32 * h:32 * h + 32] >> (2 * j)) & 3
-            high = (hmask >> (4 * h + j)) & 1
-            q[:, 128 * h + 32 * j:128 * h + 32 * j + 32] = low.astype(np.int16) - 4 * (1 - high.astype(np.int16))
-    # sub-block s's scale: low 4 bits in byte s % 8 at bit 4 (s // 8), high 2 bits in byte 8 + s % 4 at bit 2 (s // 4)
+    out = np.empty((blocks.shape[0], Q6_K_BYTES), np.uint8)
     s = np.arange(16)
-    scale_low = (packed[:, s % 8] >> (4 * (s // 8)).astype(np.uint8)) & 0x0F
-    scale_high = (packed[:, 8 + s % 4] >> (2 * (s // 4)).astype(np.uint8)) & 0x03
-    scales = (scale_low | (scale_high << 4)).astype(np.int16) - 32
-
-    return _q6_k_blocks((q + 32).astype(np.uint8), scales, d).reshape(count, -1)
+    low_shift, high_shift = (4 * (s // 8)).astype(np.uint8), (2 * (s // 4)).astype(np.uint8)
+    for start in range(0, blocks.shape[0], 8192):     # ~1 MB of blocks at a time: small temporaries, all uint8
+        part = blocks[start:start + 8192]
+        hmask, qs, packed, d = part[:, :32], part[:, 32:96], part[:, 96:108], part[:, 108:110]
+        # value v = 128 h + 32 j + l (h: which half, j: 0..3, l: 0..31) has its low 2 bits in qs[32 h + l] at bit
+        # 2 j and its high bit in hmask[l] at bit 4 h + j; a clear high bit means q = low - 4, a set one q = low,
+        # so Q6_K's stored q + 32 is low + 4 high + 28
+        u = np.empty((part.shape[0], 256), np.uint8)
+        for h in range(2):
+            for j in range(4):
+                low = (qs[:, 32 * h:32 * h + 32] >> np.uint8(2 * j)) & np.uint8(3)
+                high = (hmask >> np.uint8(4 * h + j)) & np.uint8(1)
+                u[:, 128 * h + 32 * j:128 * h + 32 * j + 32] = low + (high << np.uint8(2)) + np.uint8(28)
+        # sub-block s's scale: low 4 bits in byte s % 8 at bit 4 (s // 8), high 2 bits in byte 8 + s % 4 at bit
+        # 2 (s // 4); stored with 32 added (x - 32 as an int8: x + 224 mod 256)
+        scales = ((packed[:, s % 8] >> low_shift) & np.uint8(0x0F)) | (((packed[:, 8 + s % 4] >> high_shift)
+                                                                        & np.uint8(0x03)) << np.uint8(4))
+        out[start:start + 8192] = _q6_k_blocks(u, (scales + np.uint8(224)).view(np.int8), d)
+    return out.reshape(count, -1)
 
 
 def _q6_k_blocks(u: np.ndarray, scales: np.ndarray, d: np.ndarray) -> np.ndarray:
