@@ -33,13 +33,10 @@ def q3_k_as_q6_k(rows: np.ndarray) -> np.ndarray:
     """(rows, row bytes) uint8 of Q3_K blocks -> (rows, row bytes * 210 / 110) uint8 of Q6_K blocks of the same
     values, in ggml's layouts (block_q3_K: hmask[32], qs[64], scales[12], d; block_q6_K: ql[128], qh[64],
     scales[16], d)."""
-    count = rows.shape[0]
-    blocks = np.ascontiguousarray(rows).reshape(-1, Q3_K_BYTES)
-    out = np.empty((blocks.shape[0], Q6_K_BYTES), np.uint8)
     s = np.arange(16)
     low_shift, high_shift = (4 * (s // 8)).astype(np.uint8), (2 * (s // 4)).astype(np.uint8)
-    for start in range(0, blocks.shape[0], 8192):     # ~1 MB of blocks at a time: small temporaries, all uint8
-        part = blocks[start:start + 8192]
+
+    def as_q6_k(part):                                  # all uint8
         hmask, qs, packed, d = part[:, :32], part[:, 32:96], part[:, 96:108], part[:, 108:110]
         # value v = 128 h + 32 j + l (h: which half, j: 0..3, l: 0..31) has its low 2 bits in qs[32 h + l] at bit
         # 2 j and its high bit in hmask[l] at bit 4 h + j; a clear high bit means q = low - 4, a set one q = low,
@@ -54,8 +51,19 @@ def q3_k_as_q6_k(rows: np.ndarray) -> np.ndarray:
         # 2 (s // 4); stored with 32 added (x - 32 as an int8: x + 224 mod 256)
         scales = ((packed[:, s % 8] >> low_shift) & np.uint8(0x0F)) | (((packed[:, 8 + s % 4] >> high_shift)
                                                                         & np.uint8(0x03)) << np.uint8(4))
-        out[start:start + 8192] = _q6_k_blocks(u, (scales + np.uint8(224)).view(np.int8), d)
-    return out.reshape(count, -1)
+        return _q6_k_blocks(u, (scales + np.uint8(224)).view(np.int8), d)
+
+    return _converted(rows, Q3_K_BYTES, as_q6_k)
+
+
+def _converted(rows: np.ndarray, block_bytes: int, as_q6_k) -> np.ndarray:
+    """(rows, row bytes) uint8 of blocks of `block_bytes` -> the Q6_K blocks `as_q6_k` makes of each part (blocks,
+    block_bytes), ~1 MB of blocks at a time: small temporaries."""
+    blocks = np.ascontiguousarray(rows).reshape(-1, block_bytes)
+    out = np.empty((blocks.shape[0], Q6_K_BYTES), np.uint8)
+    for start in range(0, blocks.shape[0], 8192):
+        out[start:start + 8192] = as_q6_k(blocks[start:start + 8192])
+    return out.reshape(rows.shape[0], -1)
 
 
 def _q6_k_blocks(u: np.ndarray, scales: np.ndarray, d: np.ndarray) -> np.ndarray:
@@ -78,12 +86,9 @@ def iq3_s_as_q6_k(rows: np.ndarray) -> np.ndarray:
     values (block_iq3_s: d, qs[64] (an index's low 8 bits), qh[8] (its 9th: index j's in qh[j / 8] at bit j % 8),
     signs[32] (value v's in signs[v / 8] at bit v % 8, set: negative), scales[4] (32 values' s: byte k's low nibble
     for values 64 k.., its high one for 64 k + 32..); index j names values 4 j .. 4 j + 3)."""
-    count = rows.shape[0]
-    blocks = np.ascontiguousarray(rows).reshape(-1, IQ3_S_BYTES)
-    out = np.empty((blocks.shape[0], Q6_K_BYTES), np.uint8)
     grid = grid_words("IQ3_S")
-    for start in range(0, blocks.shape[0], 8192):                # ~1 MB of blocks at a time: small temporaries
-        part = blocks[start:start + 8192]
+
+    def as_q6_k(part):
         d, qs, qh, signs, packed = part[:, :2], part[:, 2:66], part[:, 66:74], part[:, 74:106], part[:, 106:110]
         index = qs.astype(np.uint16) | (np.unpackbits(qh, axis=1, bitorder="little").astype(np.uint16) << 8)
         g = grid[index].view(np.uint8).reshape(-1, 256)             # odd, 1..15 (a quadruple per uint32 gathered)
@@ -91,8 +96,9 @@ def iq3_s_as_q6_k(rows: np.ndarray) -> np.ndarray:
         u = ((g ^ negative) - negative) + np.uint8(32)          # 32 -+ g, mod 256: Q6_K's stored q, 17..47
         s = np.stack([packed & 0x0F, packed >> 4], axis=2).reshape(-1, 8)           # per 32 values
         scales = np.repeat(1 + 2 * s, 2, axis=1)                                   # per 16 values, 1..31
-        out[start:start + 8192] = _q6_k_blocks(u, scales, d)
-    return out.reshape(count, -1)
+        return _q6_k_blocks(u, scales, d)
+
+    return _converted(rows, IQ3_S_BYTES, as_q6_k)
 
 
 def grid_words(quant_name: str) -> np.ndarray:
