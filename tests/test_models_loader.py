@@ -421,3 +421,37 @@ def test_cli_info_on_a_local_folder_and_on_a_missing_path(home, tiny_hf_folder, 
     assert "hf_folder" in capsys.readouterr().out
     assert models_cli(["models", "info", str(tmp_path / "nowhere")]) == 2
     assert "Known aliases" in capsys.readouterr().err
+
+
+def test_a_local_gguf_is_hashed_once_per_version_of_the_file(home, tmp_path, monkeypatch):
+    """Its sha256 (the conversions' cache key) is remembered under the file's identity: the same file is not read
+    again; a rewrite of the same size with its mtime set back is hashed again (ctime moves); a damaged memo is
+    recomputed; a file that changed within the settling time is hashed every time."""
+    import time
+
+    from multidraft import fsutil
+
+    hashed = []
+    real = fsutil.sha256_file
+    monkeypatch.setattr(fsutil, "sha256_file", lambda path: hashed.append(path) or real(path))
+    monkeypatch.setattr(fsutil, "SETTLED_SECONDS", 0.02)
+    gguf = tmp_path / "mine.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(range(256)) * 40)
+    time.sleep(0.05)
+    first = loader.gguf_digest(gguf)
+    assert first == hashlib.sha256(gguf.read_bytes()).hexdigest() and len(hashed) == 1
+    assert loader.gguf_digest(gguf) == first and len(hashed) == 1
+    stat = gguf.stat()
+    gguf.write_bytes(b"GGUF" + bytes(reversed(range(256))) * 40)            # same size, mtime put back
+    os.utime(gguf, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    time.sleep(0.05)
+    second = loader.gguf_digest(gguf)
+    assert second == hashlib.sha256(gguf.read_bytes()).hexdigest() != first and len(hashed) == 2
+    for memo in (home / "gguf-digests").glob("*.json"):
+        memo.write_text("{not json")
+    assert loader.gguf_digest(gguf) == second and len(hashed) == 3
+    assert loader.gguf_digest(gguf) == second and len(hashed) == 3                # remembered again
+    monkeypatch.setattr(fsutil, "SETTLED_SECONDS", 3600.0)
+    gguf.write_bytes(b"GGUF" + bytes(256) * 40)
+    assert loader.gguf_digest(gguf) == loader.gguf_digest(gguf) == hashlib.sha256(gguf.read_bytes()).hexdigest()
+    assert len(hashed) == 5

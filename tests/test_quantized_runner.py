@@ -480,13 +480,21 @@ def _assert_logits_are_the_eager_folders(model, folder):
     assert float((ours - theirs).abs().max()) <= 1e-4 * float(theirs.abs().max())
 
 
+NUMPY_CONVERSIONS = {"Q3_K": "q3_k_as_q6_k", "IQ3_S": "iq3_s_as_q6_k"}
+
+
+@pytest.mark.parametrize("converter", ["load's", "numpy's"])
 @pytest.mark.parametrize("type_name,target", [("Q3_K", "Q6_K"), ("IQ3_S", "Q6_K")])
-def test_lossless_conversions_keep_every_value_bit_for_bit(type_name, target):
+def test_lossless_conversions_keep_every_value_bit_for_bit(type_name, target, converter):
+    """The conversion a load runs (the kernels', loaded by this module's fixture) and numpy's reference."""
+    from multidraft.models import gguf_convert
     from multidraft.models.gguf_weights import CONVERSIONS
 
     qtype, target_type = gguf.GGMLQuantizationType[type_name], gguf.GGMLQuantizationType[target]
     convert, converted_type = CONVERSIONS[int(qtype)]
     assert converted_type == int(target_type)
+    if converter == "numpy's":
+        convert = getattr(gguf_convert, NUMPY_CONVERSIONS[type_name])
     rng = np.random.default_rng(21)
     raw = random_blocks(type_name, 48, 2048, rng, scale=0.5)
     if type_name == "Q3_K":
@@ -503,6 +511,19 @@ def test_lossless_conversions_keep_every_value_bit_for_bit(type_name, target):
     assert np.array_equal(expected.view(np.uint32), gguf.quants.dequantize(converted, target_type).view(np.uint32))
     ours = gguf_kernels.dequantize(torch.from_numpy(converted), int(target_type), 2048).numpy()
     assert np.array_equal(ours, expected)
+
+
+@pytest.mark.parametrize("type_name", ["Q3_K", "IQ3_S"])
+def test_the_kernels_conversions_are_numpys_byte_for_byte(type_name):
+    """Every byte random (any bytes are a valid block of these formats), odd shapes, rows split over threads."""
+    from multidraft.models import gguf_convert
+
+    type_id, reference = int(gguf.GGMLQuantizationType[type_name]), getattr(gguf_convert, NUMPY_CONVERSIONS[type_name])
+    rng = np.random.default_rng(5)
+    for rows, blocks in ((1, 1), (3, 7), (1000, 5)):
+        raw = rng.integers(0, 256, (rows, 110 * blocks), dtype=np.uint8)
+        ours = gguf_kernels.as_q6_k(raw, type_id)
+        assert ours.shape == (rows, 210 * blocks) and np.array_equal(ours, reference(raw))
 
 
 def _loaded_without_warnings(prefix, type_name, seed):

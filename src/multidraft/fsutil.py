@@ -16,11 +16,14 @@ Fault injection (tests only): MULTIDRAFT_CRASH_AT=STEP[@N] kills the process wit
 
 import contextlib
 import hashlib
+import json
 import os
+import re
 import secrets
 import shutil
 import signal
 import tempfile
+import time
 from pathlib import Path
 
 from multidraft.errors import OutputPathError
@@ -51,6 +54,39 @@ def sha256_file(path, chunk_size: int = 1 << 20) -> str:
         while chunk := handle.read(chunk_size):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+# A file changed less than this many seconds ago may still be being written within one timestamp tick: its digest is
+# not remembered (git's "racy" index entries, the same cure).
+SETTLED_SECONDS = 2.0
+
+
+def remembered_sha256(path, memo_folder) -> str:
+    """sha256_file of `path`, remembered in `memo_folder` under the file's identity (device, inode, size, mtime and
+    ctime in ns): a GGUF of gigabytes is hashed once, not on every load (1.3 s a GB). A write changes ctime, which no
+    user call sets back, so a changed file is hashed again; an unreadable or stale memo is recomputed, never an
+    error. Files that changed in the last SETTLED_SECONDS are hashed and not remembered."""
+    def identity_of(stat) -> list:
+        return [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+
+    path = Path(path).resolve()
+    stat = path.stat()
+    identity = identity_of(stat)
+    memo = Path(memo_folder) / (hashlib.sha256(os.fsencode(path)).hexdigest()[:32] + ".json")
+    try:
+        entry = json.loads(memo.read_text())
+        if entry["path"] == str(path) and entry["identity"] == identity and re.fullmatch("[0-9a-f]{64}", entry["sha256"]):
+            return str(entry["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    digest = sha256_file(path)
+    if time.time() - max(stat.st_mtime, stat.st_ctime) >= SETTLED_SECONDS and identity_of(path.stat()) == identity:
+        try:
+            with atomic_path(memo) as target:
+                target.write_text(json.dumps({"path": str(path), "identity": identity, "sha256": digest}))
+        except (OSError, OutputPathError):
+            pass                               # a read-only cache only costs the next load its hashing
+    return digest
 
 
 def fsync_tree(path) -> None:

@@ -29,6 +29,7 @@ import weakref
 from importlib import resources
 from typing import Optional
 
+import numpy as np
 import torch
 
 from multidraft.models import fast_linear, gguf_convert, kernel_build
@@ -100,8 +101,8 @@ def source() -> str:
 
 def _iq_grids() -> str:
     """The C++ tables of the IQ formats' fixed grids (the codebooks llama.cpp defines), written into the kernels'
-    source at build time from gguf-py's copies: IQ3_XXS's 256 quadruples of bytes as little-endian uint32, IQ2_XXS's
-    256, IQ2_XS's 512 and IQ2_S's 1024 octets as uint64."""
+    source at build time from gguf-py's copies: IQ3_XXS's 256 and IQ3_S's 512 quadruples of bytes as little-endian
+    uint32, IQ2_XXS's 256, IQ2_XS's 512 and IQ2_S's 1024 octets as uint64."""
     def table(quant_name: str) -> str:
         words = gguf_convert.grid_words(quant_name)
         digits = 2 * words.dtype.itemsize
@@ -109,7 +110,7 @@ def _iq_grids() -> str:
         c_type = "uint32_t" if words.dtype.itemsize == 4 else "uint64_t"
         return (f"alignas(64) constexpr {c_type} {quant_name}_GRID[{len(words)}] = {{\n    " + ",\n    ".join(rows)
                 + "};\n")
-    return table("IQ3_XXS") + table("IQ2_XXS") + table("IQ2_XS") + table("IQ2_S")
+    return table("IQ3_XXS") + table("IQ3_S") + table("IQ2_XXS") + table("IQ2_XS") + table("IQ2_S")
 
 
 def unavailable_reason() -> Optional[str]:
@@ -371,6 +372,20 @@ def repack_q6_k_q3_k_x8(blocks: torch.Tensor) -> torch.Tensor:
     """Q6_K blocks converted from Q3_K (gguf_convert.q3_k_as_q6_k; rows a multiple of 8) in the Q3_K_X8 layout: the
     same bits at 164 bytes a super-block for Q6_K's 210 (an error for Q6_K blocks that are not a Q3_K's values)."""
     return torch.ops.multidraft_gguf.repack_q6_k_q3_k_x8(blocks)
+
+
+def is_loaded() -> bool:
+    """Whether the ops are loaded in this process (without building or loading them)."""
+    return _loaded
+
+
+def as_q6_k(rows: np.ndarray, type_id: int) -> np.ndarray:
+    """(rows, row bytes) uint8 of Q3_K (type 11) or IQ3_S (21) blocks -> the Q6_K blocks of the same values: the
+    bytes of gguf_convert's numpy re-encodings (the reference), made in C++ on the OpenMP threads."""
+    with warnings.catch_warnings():                 # a read-only file mapping: the op only reads it
+        warnings.simplefilter("ignore", UserWarning)
+        blocks = torch.from_numpy(np.ascontiguousarray(rows))
+    return torch.ops.multidraft_gguf.convert_as_q6_k(blocks, type_id).numpy()
 
 
 # The formats converted to Q6_K at load that pack in layouts of their own (GGUF type -> (packed type, its repack of the

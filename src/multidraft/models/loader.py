@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Optional, Union
 
 from multidraft.errors import CorruptCacheError, InvalidOptionError, ModelNotFoundError, MultidraftError
-from multidraft.fsutil import sha256_file
+from multidraft import paths
+from multidraft.fsutil import remembered_sha256
 from multidraft.models import integrity, model_store, registry
 from multidraft.models.device import configure_cuda, parse_device
 from multidraft.models.gguf_to_hf import is_reference
@@ -118,7 +119,12 @@ def hf_folder(resolved: ResolvedModel, progress: bool = True) -> Path:
         return _converted(resolved.path / model_store.SOURCE_GGUF, resolved.spec.gguf_sha256, progress)
     if resolved.kind != "gguf":
         return resolved.path
-    return _converted(resolved.path, sha256_file(resolved.path), progress)
+    return _converted(resolved.path, gguf_digest(resolved.path), progress)
+
+
+def gguf_digest(path: Path) -> str:
+    """A local GGUF's sha256 (its conversions' cache key), hashed once per version of the file."""
+    return remembered_sha256(path, paths.subdir("gguf-digests"))
 
 
 def runner_folder(resolved: ResolvedModel, progress: bool = True) -> Path:
@@ -127,7 +133,7 @@ def runner_folder(resolved: ResolvedModel, progress: bool = True) -> Path:
     models/gguf_to_hf.py); the whole HF folder where that part cannot be written alone."""
     if resolved.kind != "gguf":
         return resolved.path
-    digest = sha256_file(resolved.path)
+    digest = gguf_digest(resolved.path)
     if model_store.check_entry(model_store.gguf_entry_dir(digest), digest).ok:
         return model_store.gguf_entry_dir(digest)
     return runner_part_or_whole(lambda reference: _converted(resolved.path, digest, progress, reference))
@@ -235,7 +241,7 @@ def load_tokenizer(name_or_path):
     folder = resolved.path
     with offline_env(), _read_errors(resolved, folder, tokenizer=True):
         if resolved.kind == "gguf":
-            digest = sha256_file(resolved.path)
+            digest = gguf_digest(resolved.path)
             converted = [model_store.gguf_entry_dir(digest, reference) for reference in (False, True)]
             converted = [folder for folder in converted if model_store.check_entry(folder, digest).ok]
             if not converted:                # not converted yet: read the GGUF's own tokenizer
@@ -370,7 +376,7 @@ def _repair(resolved: ResolvedModel, folder: Optional[Path] = None) -> str:
     if resolved.kind == "alias":
         return model_store.repair_hint(resolved.name)
     if resolved.kind == "gguf":
-        folder = model_store.gguf_entry_dir(sha256_file(resolved.path))
+        folder = model_store.gguf_entry_dir(gguf_digest(resolved.path))
         return f"delete {folder} and load the GGUF file again to reconvert it"
     return "download or save the model folder again"
 

@@ -1375,6 +1375,7 @@ at::Tensor invariant_attention(const at::Tensor& q, const at::Tensor& k, const a
 }
 
 #include "layer_ops.inc"
+#include "as_q6_k.inc"
 
 }  // namespace
 
@@ -1402,6 +1403,7 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("repack_iq4_xs_x8(Tensor blocks) -> Tensor");
   m.def("repack_q6_k_iq3_s_x8(Tensor blocks) -> Tensor");
   m.def("repack_q6_k_q3_k_x8(Tensor blocks) -> Tensor");
+  m.def("convert_as_q6_k(Tensor blocks, int type) -> Tensor");
   m.def("repack_q2_k_x8(Tensor blocks) -> Tensor");
   m.def("repack_q6_k_x8(Tensor blocks) -> Tensor");
   m.def("repack_q6_k_x16(Tensor blocks) -> Tensor");
@@ -1439,6 +1441,7 @@ TORCH_LIBRARY_IMPL(multidraft_gguf, CPU, m) {
   m.impl("repack_iq4_xs_x8", &repack_iq4_xs_x8);
   m.impl("repack_q6_k_iq3_s_x8", &repack_q6_k_iq3_s_x8);
   m.impl("repack_q6_k_q3_k_x8", &repack_q6_k_q3_k_x8);
+  m.impl("convert_as_q6_k", &convert_as_q6_k);
   m.impl("repack_q2_k_x8", &repack_q2_k_x8);
   m.impl("repack_q6_k_x8", &repack_q6_k_x8);
   m.impl("repack_q6_k_x16", &repack_q6_k_x16);
