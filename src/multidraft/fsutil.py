@@ -75,7 +75,7 @@ def remembered_sha256(path, memo_folder) -> str:
     memo = Path(memo_folder) / (hashlib.sha256(os.fsencode(path)).hexdigest()[:32] + ".json")
     try:
         entry = json.loads(memo.read_text())
-        if entry["path"] == str(path) and entry["identity"] == identity and re.fullmatch("[0-9a-f]{64}", entry["sha256"]):
+        if (entry["path"], entry["identity"]) == (str(path), identity) and re.fullmatch("[0-9a-f]{64}", entry["sha256"]):
             return str(entry["sha256"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
