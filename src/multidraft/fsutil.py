@@ -75,7 +75,8 @@ def remembered_sha256(path, memo_folder) -> str:
     memo = Path(memo_folder) / (hashlib.sha256(os.fsencode(path)).hexdigest()[:32] + ".json")
     try:
         entry = json.loads(memo.read_text())
-        if (entry["path"], entry["identity"]) == (str(path), identity) and re.fullmatch("[0-9a-f]{64}", entry["sha256"]):
+        known = (entry["path"], entry["identity"]) == (str(path), identity)
+        if known and re.fullmatch("[0-9a-f]{64}", entry["sha256"]):
             return str(entry["sha256"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
