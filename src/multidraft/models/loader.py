@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
-from multidraft.errors import CorruptCacheError, InvalidOptionError, ModelNotFoundError, MultidraftError
 from multidraft import paths
+from multidraft.errors import CorruptCacheError, InvalidOptionError, ModelNotFoundError, MultidraftError
 from multidraft.fsutil import remembered_sha256
 from multidraft.models import integrity, model_store, registry
 from multidraft.models.device import configure_cuda, parse_device
