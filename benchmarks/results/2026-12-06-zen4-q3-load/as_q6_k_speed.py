@@ -13,6 +13,7 @@ import gguf
 import numpy as np
 
 from multidraft.models import gguf_convert, gguf_kernels
+from multidraft.models.gguf_weights import CONVERSIONS
 
 assert gguf_kernels.load()
 q3_k = [np.asarray(t.data).reshape(int(t.shape[1]), -1) for t in gguf.GGUFReader(sys.argv[1]).tensors
@@ -24,7 +25,7 @@ iq3_s = [rng.integers(0, 256, (8960, 6 * 110), dtype=np.uint8) for _ in range(40
 cases = [("Q3_K", 11, q3_k, gguf_convert.q3_k_as_q6_k), ("IQ3_S", 21, iq3_s, gguf_convert.iq3_s_as_q6_k)]
 for name, type_id, matrices, reference in cases:
     times = {}
-    for who, convert in (("numpy", reference), ("kernels", lambda rows: gguf_kernels.as_q6_k(rows, type_id))):
+    for who, convert in (("numpy", reference), ("kernels", CONVERSIONS[type_id][0])):     # the load's, kernels loaded
         best = 1e9
         for _ in range(3):
             start = time.perf_counter()

@@ -29,7 +29,6 @@ import weakref
 from importlib import resources
 from typing import Optional
 
-import numpy as np
 import torch
 
 from multidraft.models import fast_linear, gguf_convert, kernel_build
@@ -379,13 +378,10 @@ def is_loaded() -> bool:
     return _loaded
 
 
-def as_q6_k(rows: np.ndarray, type_id: int) -> np.ndarray:
+def as_q6_k(blocks: torch.Tensor, type_id: int) -> torch.Tensor:
     """(rows, row bytes) uint8 of Q3_K (type 11) or IQ3_S (21) blocks -> the Q6_K blocks of the same values: the
     bytes of gguf_convert's numpy re-encodings (the reference), made in C++ on the OpenMP threads."""
-    with warnings.catch_warnings():                 # a read-only file mapping: the op only reads it
-        warnings.simplefilter("ignore", UserWarning)
-        blocks = torch.from_numpy(np.ascontiguousarray(rows))
-    return torch.ops.multidraft_gguf.convert_as_q6_k(blocks, type_id).numpy()
+    return torch.ops.multidraft_gguf.convert_as_q6_k(blocks, type_id)
 
 
 # The formats converted to Q6_K at load that pack in layouts of their own (GGUF type -> (packed type, its repack of the
