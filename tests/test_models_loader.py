@@ -1,6 +1,7 @@
 """The model cache, pull and loader, offline: fake chunk wheels, a tiny random Llama saved as an HF folder."""
 
 import hashlib
+import json
 import os
 import shutil
 import zipfile
@@ -455,3 +456,28 @@ def test_a_local_gguf_is_hashed_once_per_version_of_the_file(home, tmp_path, mon
     gguf.write_bytes(b"GGUF" + bytes(256) * 40)
     assert loader.gguf_digest(gguf) == loader.gguf_digest(gguf) == hashlib.sha256(gguf.read_bytes()).hexdigest()
     assert len(hashed) == 5
+
+
+def test_the_digest_memos_of_deleted_ggufs_are_removed(home, tmp_path, monkeypatch):
+    """The memo folder holds one memo per GGUF path: those of files deleted since go the next time a file is
+    hashed (not at each load), damaged ones with them; a memo of a file still there stays."""
+    import time
+
+    from multidraft import fsutil
+
+    monkeypatch.setattr(fsutil, "SETTLED_SECONDS", 0.02)
+    ggufs = [tmp_path / f"{name}.gguf" for name in ("kept", "deleted", "later")]
+    for i, gguf in enumerate(ggufs):
+        gguf.write_bytes(b"GGUF" + bytes([i]) * 1000)
+    time.sleep(0.05)
+    memos = home / "gguf-digests"
+    for gguf in ggufs[:2]:
+        loader.gguf_digest(gguf)
+    assert len(list(memos.glob("*.json"))) == 2
+    ggufs[1].unlink()
+    (memos / "damaged.json").write_text("{not json")
+    loader.gguf_digest(ggufs[0])                                               # remembered: nothing hashed, kept
+    assert len(list(memos.glob("*.json"))) == 3
+    loader.gguf_digest(ggufs[2])
+    remembered = sorted(json.loads(memo.read_text())["path"] for memo in memos.glob("*.json"))
+    assert remembered == sorted(str(gguf.resolve()) for gguf in (ggufs[0], ggufs[2]))

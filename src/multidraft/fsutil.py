@@ -65,7 +65,8 @@ def remembered_sha256(path, memo_folder) -> str:
     """sha256_file of `path`, remembered in `memo_folder` under the file's identity (device, inode, size, mtime and
     ctime in ns): a GGUF of gigabytes is hashed once, not on every load (1.4 s a GB on a Zen 4). A write changes
     ctime, which no user call sets back, so a changed file is hashed again; an unreadable or stale memo is
-    recomputed, never an error. Files that changed in the last SETTLED_SECONDS are hashed and not remembered."""
+    recomputed, never an error. Files that changed in the last SETTLED_SECONDS are hashed and not remembered. Each
+    time a file is hashed, the memos of files no longer there are removed (the folder never outgrows the files)."""
     def identity_of(stat) -> list:
         return [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
 
@@ -81,6 +82,7 @@ def remembered_sha256(path, memo_folder) -> str:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     digest = sha256_file(path)
+    _forget_missing_files(Path(memo_folder))
     if time.time() - max(stat.st_mtime, stat.st_ctime) >= SETTLED_SECONDS and identity_of(path.stat()) == identity:
         try:
             with atomic_path(memo) as target:
@@ -88,6 +90,18 @@ def remembered_sha256(path, memo_folder) -> str:
         except (OSError, OutputPathError):
             pass                               # a read-only cache only costs the next load its hashing
     return digest
+
+
+def _forget_missing_files(memo_folder: Path) -> None:
+    """Remove remembered_sha256's memos whose file is gone, or which cannot be read (one more hash at worst)."""
+    for memo in memo_folder.glob("*.json"):
+        try:
+            gone = not Path(json.loads(memo.read_text())["path"]).exists()
+        except (OSError, ValueError, KeyError, TypeError):
+            gone = True
+        if gone:
+            with contextlib.suppress(OSError):
+                memo.unlink()
 
 
 def fsync_tree(path) -> None:
