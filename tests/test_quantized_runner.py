@@ -566,6 +566,46 @@ def test_a_converted_format_runs_on_the_8_bit_kernels_silently_and_computes_the_
     _assert_logits_are_the_eager_folders(model, folder)
 
 
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_a_converted_format_is_converted_one_matrix_at_a_time_and_its_embedding_rows_when_read(arch, monkeypatch):
+    """Q3_K's Q6_K copies are made when read, not when the model is built: the load converts a matrix, packs it and
+    frees the copy before the next one (at most one copy alive: a 7B's Q3_K_M would otherwise hold gigabytes of
+    them), and the embedding (and Llama's q / k, rows reordered) keep none: a lookup converts its rows alone, the
+    same values as the whole matrix's."""
+    from multidraft.models import gguf_weights, quantized
+
+    built, alive = [], []
+    real_made_when_read = gguf_weights.BlockMatrix.made_when_read.__func__
+
+    def made_when_read(cls, rows, type_id, width, name, rebuild, source_type):
+        def counted(selected=None):
+            if selected is None:
+                alive.append(sum("blocks" in m.__dict__ for m in built))
+            return rebuild(selected)
+        built.append(real_made_when_read(cls, rows, type_id, width, name, counted, source_type))
+        return built[-1]
+
+    monkeypatch.setattr(gguf_weights.BlockMatrix, "made_when_read", classmethod(made_when_read))
+    folder = temp_model_folder(f"tiny-gguf-lazy-{arch}-")
+    model = quantized.load_quantized_model(folder, write_tiny_gguf(folder, arch, "Q3_K", seed=7), activations="q8")
+    linears = [m.gguf_matrix for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert all(m.packed is not None and "blocks" not in m.__dict__ for m in linears)
+    assert len(alive) == len(linears) and max(alive) == 0              # each converted with no other copy alive
+    embedding = model.get_input_embeddings().gguf_matrix
+    ids = torch.tensor([[3, 0, 17, 3, 63, 40]])
+    with torch.inference_mode():
+        logits = model(ids).logits
+    assert "blocks" not in embedding.__dict__ and len(alive) == len(linears)
+    for outside in (-1, embedding.rows):
+        with pytest.raises(IndexError, match="row indices"):
+            embedding.dequantize(torch.tensor([0, outside]))
+    rows = embedding.dequantize(ids.reshape(-1))
+    assert torch.equal(rows, embedding.dequantize()[ids.reshape(-1)])  # now made whole, the same bits
+    assert "blocks" in embedding.__dict__
+    with torch.inference_mode():
+        assert torch.equal(model(ids).logits, logits)
+
+
 @pytest.mark.parametrize("type_name", ["IQ4_XS", "Q2_K", "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ4_NL"])
 def test_formats_with_kernels_of_their_own_run_on_them_silently_and_compute_the_model(type_name):
     """IQ4_XS, Q2_K, IQ3_XXS, IQ2_XXS / XS / S and IQ4_NL on kernels of their own: the 8-bit runner, nothing converted

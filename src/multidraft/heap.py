@@ -1,4 +1,4 @@
-"""Python's cyclic garbage collector around model loading and serving.
+"""Python's cyclic garbage collector around model loading and serving, and the C heap after a load.
 
 A model's load allocates hundreds of thousands of long-lived objects (transformers' modules imported, the model's
 modules, parameters and hooks), and while the heap grows each full collection walks all of it again: on the 1.5B
@@ -10,6 +10,7 @@ decoding.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 
 
@@ -32,3 +33,13 @@ def freeze_loaded_heap() -> None:
     replica): a frozen model in a reference cycle (its modules' bound forwards are) is never freed, so a process
     that loads and drops models must not call it."""
     gc.freeze()
+
+
+def return_freed_memory() -> None:
+    """Give the C heap's free pages back to the system (glibc's malloc_trim; elsewhere nothing). A load that makes
+    and frees transient copies (Q3_K's and IQ3_S's Q6_K blocks, one matrix at a time) leaves its freed chunks
+    between the kept ones, where glibc keeps them: 164 MB of the 1.5B's Q3_K_M, measured on a Zen 4."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)                # the process's own symbols: libc's where it is glibc
+    except (OSError, AttributeError, TypeError):    # not glibc (musl, macOS, Windows): nothing to trim
+        pass

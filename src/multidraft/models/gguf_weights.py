@@ -51,12 +51,22 @@ class BlockMatrix:
     # pack_for_q8
     packed: Optional[torch.Tensor] = field(default=None, repr=False)
     packed_type: Optional[int] = None
-    # where `blocks` is a converted copy (gguf_convert), how to make it again from the file: once a packed copy
-    # serves the 8-bit kernels, drop_plain frees it, and it is made again only if something reads it
-    rebuild: Optional[Callable[[], torch.Tensor]] = field(default=None, repr=False)
+    # where `blocks` is a converted copy (gguf_convert), how to make it from the file: rebuild() all of it, rebuild(rows)
+    # those rows. It is made only when read (a load converts one matrix at a time: the packed copy is made, then
+    # drop_plain frees the converted one), and dequantize(rows) converts only those rows (embedding lookups)
+    rebuild: Optional[Callable[..., torch.Tensor]] = field(default=None, repr=False)
     # the file's GGUF type where `blocks` is a converted copy (IQ3_S's and Q3_K's Q6_K blocks pack in layouts of their
     # own)
     source_type: Optional[int] = None
+
+    @classmethod
+    def made_when_read(cls, rows: int, type_id: int, width: int, name: str, rebuild: Callable[..., torch.Tensor],
+                       source_type: Optional[int]) -> "BlockMatrix":
+        """A converted matrix whose blocks `rebuild` makes on the first read of `blocks` (see `rebuild`)."""
+        matrix = cls(torch.empty(0, dtype=torch.uint8), type_id, width, name, rebuild=rebuild, source_type=source_type)
+        del matrix.blocks
+        matrix._rows = rows
+        return matrix
 
     def drop_plain(self) -> bool:
         """Free the plain blocks of a converted matrix that has a packed copy; False where there is nothing to free
@@ -141,10 +151,20 @@ class BlockMatrix:
         return gguf_kernels.linear(x, self.blocks, self.type_id, self.width)
 
     def dequantize(self, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if rows is not None and "blocks" not in self.__dict__ and self.rebuild is not None:
+            if rows.numel() and not 0 <= int(rows.min()) <= int(rows.max()) < self.rows:   # numpy would wrap -1
+                raise IndexError(f"{self.name}: row indices must lie in 0..{self.rows - 1}")
+            return gguf_kernels.dequantize(self.rebuild(rows), self.type_id, self.width)
         return gguf_kernels.dequantize(self.blocks, self.type_id, self.width, rows)
 
     def select_rows(self, order: torch.Tensor) -> "BlockMatrix":
-        """The same matrix with its rows reordered (a copy of the reordered blocks)."""
+        """The same matrix with its rows reordered (a copy of the reordered blocks; a converted matrix's made when
+        read, as its own)."""
+        if self.rebuild is not None:
+            rebuild = self.rebuild
+            return BlockMatrix.made_when_read(
+                self.rows, self.type_id, self.width, self.name,
+                lambda rows=None: rebuild(order if rows is None else order[rows]), self.source_type)
         return BlockMatrix(self.blocks.index_select(0, order).contiguous(), self.type_id, self.width, self.name,
                            source_type=self.source_type)
 
@@ -214,22 +234,25 @@ class GGUFWeights:
         type_id = int(tensor.tensor_type)
         width = int(tensor.shape[0])              # GGUF lists dimensions innermost first
         data = tensor.data
-        rebuild, source_type = None, None
         if type_id in CONVERSIONS:                # the same values in a format the kernels compute (gguf_convert)
-            source_type = type_id
-            convert, type_id = CONVERSIONS[type_id]
-            data = convert(data)
-            rebuild = lambda: torch.from_numpy(convert(tensor.data))        # noqa: E731  (BlockMatrix.drop_plain)
+            convert, converted_type = CONVERSIONS[type_id]
             self.converted[tensor.tensor_type.name] = self.converted.get(tensor.tensor_type.name, 0) + 1
-            self.release(mapped_tensor(tensor.data))     # the file's pages: the converted copy replaces them
-        elif type_id not in gguf_kernels.NATIVE_TYPES:
+
+            def rebuild(rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+                if rows is not None:
+                    return torch.from_numpy(convert(tensor.data[np.asarray(rows, dtype=np.int64)]))
+                blocks = torch.from_numpy(convert(tensor.data))
+                self.release(mapped_tensor(tensor.data))     # the file's pages: the converted copy replaces them
+                return blocks
+            return BlockMatrix.made_when_read(int(data.shape[0]), converted_type, width, gguf_name, rebuild, type_id)
+        if type_id not in gguf_kernels.NATIVE_TYPES:
             values = gguf.quants.dequantize(data, tensor.tensor_type).astype(np.float32)
             tally = self.expanded.setdefault(tensor.tensor_type.name, [0, 0, 0])
             tally[0], tally[1], tally[2] = tally[0] + 1, tally[1] + int(data.nbytes), tally[2] + int(values.nbytes)
             data, type_id = values.reshape(-1, width).view(np.uint8), F32
         elif data.dtype != np.uint8:              # F32 / F16 / BF16 tensors come typed: the same bytes, as rows
             data = data.reshape(-1, width).view(np.uint8)
-        return BlockMatrix(mapped_tensor(data), type_id, width, gguf_name, rebuild=rebuild, source_type=source_type)
+        return BlockMatrix(mapped_tensor(data), type_id, width, gguf_name)
 
     def expansion_warning(self) -> Optional[str]:
         """What the matrices of types without a kernel cost (None: there were none): they were expanded to fp32 at

@@ -261,10 +261,12 @@ def load_model(name_or_path, dtype=None, device=None, runner: str = "auto", **kw
     the same bits on every instruction set (models/quantized.py, kernels/q8_linear.inc), so every lossless method
     is token-identical to greedy on any x86-64 CPU. A dtype other than fp32, a non-default attention
     implementation, or a runner other than "auto" and the quantized ones loads the HF folder instead."""
-    from multidraft.heap import collection_paused
+    from multidraft.heap import collection_paused, return_freed_memory
 
     with collection_paused():                  # a full collection per step of the heap's growth: ~20% of a load
-        return _load_model(name_or_path, dtype, device, runner, kwargs)
+        lm = _load_model(name_or_path, dtype, device, runner, kwargs)
+    return_freed_memory()
+    return lm
 
 
 def _load_model(name_or_path, dtype, device, runner: str, kwargs) -> "LM":  # noqa: F821
