@@ -33,6 +33,7 @@ namespace {
 
 inline float fp16_to_fp32(uint16_t h) { return _cvtsh_ss(h); }
 inline uint16_t rd16(const uint8_t* p) { uint16_t v; std::memcpy(&v, p, 2); return v; }
+inline uint64_t rd64(const uint8_t* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }   // byte i: p[i] (x86)
 
 // ---------------------------------------------------------------- block decoders: one block -> fp32 values
 // Q5_K (rare in the models we ship) decodes in plain C++; the hot formats have AVX2 decoders below.
