@@ -43,7 +43,7 @@ CONVERSIONS = {11: (_as_q6_k(11, gguf_convert.q3_k_as_q6_k), 14), 21: (_as_q6_k(
 class BlockMatrix:
     """A (rows x width) weight matrix as GGUF blocks: `blocks` is (rows, bytes per row) uint8."""
 
-    blocks: torch.Tensor
+    blocks: torch.Tensor = field(repr=False, compare=False)    # read only when needed (a converted copy is made)
     type_id: int
     width: int
     name: str = ""
