@@ -51,9 +51,9 @@ class BlockMatrix:
     # pack_for_q8
     packed: Optional[torch.Tensor] = field(default=None, repr=False)
     packed_type: Optional[int] = None
-    # where `blocks` is a converted copy (gguf_convert), how to make it from the file: rebuild() all of it, rebuild(rows)
-    # those rows. It is made only when read (a load converts one matrix at a time: the packed copy is made, then
-    # drop_plain frees the converted one), and dequantize(rows) converts only those rows (embedding lookups)
+    # where `blocks` is a converted copy (gguf_convert), how to make it from the file: rebuild() all of it,
+    # rebuild(rows) those rows. It is made only when read (a load converts one matrix at a time: the packed copy is
+    # made, then drop_plain frees the converted one), and dequantize(rows) converts only those rows (embedding lookups)
     rebuild: Optional[Callable[..., torch.Tensor]] = field(default=None, repr=False)
     # the file's GGUF type where `blocks` is a converted copy (IQ3_S's and Q3_K's Q6_K blocks pack in layouts of their
     # own)
