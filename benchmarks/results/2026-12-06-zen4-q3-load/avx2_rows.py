@@ -19,7 +19,8 @@ threads = int(sys.argv[3]) if len(sys.argv) > 3 else 1
 torch.set_num_threads(threads)
 N, K = 8960, 1536
 rng = np.random.default_rng(0)
-plain = {"Q4_K_X8": "Q4_K", "Q5_K_X8": "Q5_K", "Q6_K_X8": "Q6_K", "Q3_K_X8": "Q3_K", "Q2_K_X8": "Q2_K"}[fmt]
+plain = {"Q4_K_X8": "Q4_K", "Q5_K_X8": "Q5_K", "Q6_K_X8": "Q6_K", "Q3_K_X8": "Q3_K", "Q2_K_X8": "Q2_K",
+         "IQ4_XS_X8": "IQ4_XS"}[fmt]
 blocks = torch.from_numpy(random_blocks(plain, N, K, rng, scale=0.05))
 if fmt == "Q3_K_X8":
     from multidraft.models import gguf_convert
