@@ -90,6 +90,47 @@ def test_forward_cost_refuses_bad_shapes_before_loading_a_model(monkeypatch, cap
     assert message in capsys.readouterr().err
 
 
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("extra, timed, reused", [([], ["native"], True), (["--isa", "avx2"], ["native@avx2"], False),
+                                                  (["--runners", "auto,quantized"], ["native", "quantized"], True),
+                                                  (["--runners", "quantized-q8"], ["quantized-q8"], False)])
+def test_the_default_runner_is_the_one_load_model_picks(monkeypatch, extra, timed, reused):
+    # the default figures are those of what users run (native), not of HF's modules around the same kernels
+    loads, seen = [], {}
+
+    class Loaded:
+        runner = "native"
+
+    def load_model(model, **kwargs):
+        loads.append(kwargs)
+        return Loaded()
+
+    def runner_views(lm, runners, model, dtype, loaded=None):
+        seen.update(runners=runners, loaded=loaded, lm=lm)
+        raise _Stop
+
+    monkeypatch.setattr(forward_cost.multidraft, "load_model", load_model)
+    monkeypatch.setattr(forward_cost, "runner_views", runner_views)
+    with pytest.raises(_Stop):
+        main(["bench", "forward-cost", "--model", "tiny", "--chains", "1", "--trees", ""] + extra)
+    assert seen["runners"] == timed and seen["lm"] is None
+    assert len(loads) == (0 if extra == ["--runners", "quantized-q8"] else 1)
+    assert "runner" not in (loads or [{}])[0]                   # load_model's own choice
+    if reused:                                                  # the model loaded to learn the name is timed
+        assert isinstance(seen["loaded"]["native"], Loaded)
+    else:
+        assert not seen["loaded"]
+
+
+def test_the_default_runners_of_a_random_model_are_eager_and_fast():
+    import argparse
+    runners, lm = forward_cost.resolve_auto(["auto"], argparse.Namespace(random="qwen2.5-1.5b"))
+    assert runners == ["eager", "fast"] and lm is None
+
+
 def test_forward_cost_shapes_add_the_one_token_chain_and_read_trees():
     shapes = forward_cost.forward_shapes("4", "2x3, 1X1")
     assert [label for label, _ in shapes] == ["chain 1", "chain 4", "tree 2x3 (7 nodes)", "tree 1x1 (2 nodes)"]

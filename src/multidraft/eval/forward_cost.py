@@ -2,7 +2,8 @@
 instruction-set path of the 8-bit kernels: the number that decides whether drafting can pay on a machine (a
 drafted step costs one n-token forward plus the drafting).
 
-    multidraft bench forward-cost --model qwen2.5-coder-1.5b --runners quantized,quantized-q8 --isa all --json cost.json
+    multidraft bench forward-cost --model qwen2.5-coder-1.5b               # the runner load_model picks (native)
+    multidraft bench forward-cost --model qwen2.5-coder-1.5b --runners native,quantized-q8 --isa all --json cost.json
     multidraft bench forward-cost --model qwen2.5-coder-1.5b --dtype float32 --runners eager,fast
     multidraft bench forward-cost --random qwen2.5-1.5b --layers 4 --runners eager,fast
     multidraft bench forward-cost --linear --threads 1     # one layer's linears, M = 1..16
@@ -68,14 +69,35 @@ def clock(cpu_time: bool):
     return time.process_time if cpu_time else time.perf_counter
 
 
-def runner_views(lm: Optional[LM], runners: list[str], model: Optional[str], dtype: str) -> dict:
+def resolve_auto(runners: list[str], args) -> tuple[list[str], Optional[LM]]:
+    """--runners' "auto" (the default) as the runner `load_model` picks for this model here (native for a GGUF
+    model of a native architecture on a CPU), so the default figures are those of what users run; with --random,
+    eager and fast. -> (the runners, the model loaded to find out; None with --random)."""
+    if args.random:
+        named = ["eager", "fast"]
+        auto_lm = None
+    else:
+        auto_lm = multidraft.load_model(args.model, dtype=args.dtype, device=args.device)
+        named = [auto_lm.runner]
+        print(f"auto: the {auto_lm.runner} runner (what load_model picks for {args.model} here)", flush=True)
+    resolved = []
+    for runner in runners:
+        resolved += [r for r in (named if runner == "auto" else [runner]) if r not in resolved]
+    return resolved, auto_lm
+
+
+def runner_views(lm: Optional[LM], runners: list[str], model: Optional[str], dtype: str,
+                 loaded: Optional[dict] = None) -> dict:
     """One LM per runner, each with its own cache: the HF runners share one HF model (eager first: setting a
     runner up (un)installs the CPU kernel on the shared modules, used only inside each LM's own `kernels()`
     context); each quantized runner is its own model (the GGUF's blocks), loaded on its --isa path: the matrices
-    are packed at load for the path that will run them (a layout packed for one path is read slowly on another)."""
+    are packed at load for the path that will run them (a layout packed for one path is read slowly on another).
+    `loaded`: GGUF runners' models already loaded on the path chosen at load, by runner name."""
     views = {}
     for runner in sorted(runners, key=lambda r: r != "eager"):
-        if is_gguf_runner(runner):              # quantized, quantized-q8, native: each its own model (mapped blocks)
+        if loaded and runner in loaded:
+            views[runner] = loaded[runner]
+        elif is_gguf_runner(runner):            # quantized, quantized-q8, native: each its own model (mapped blocks)
             with isa_of(runner):
                 views[runner] = multidraft.load_model(model, runner=runner.split("@")[0])
         else:
@@ -304,17 +326,25 @@ def run(args) -> int:
         return 0
     if not args.model and not args.random:
         raise InvalidOptionError("bench forward-cost needs --model NAME or --random SHAPE (or --linear)")
-    runners = runner_labels([r.strip() for r in args.runners.split(",") if r.strip()], args.isa)
+    asked = [r.strip() for r in args.runners.split(",") if r.strip()]
     shapes = forward_shapes(args.chains, args.trees)          # checked before a model loads
-    if args.random and any(is_gguf_runner(r) for r in runners):
+    if args.random and any(is_gguf_runner(r) for r in asked):
         raise InvalidOptionError("--random builds HF-format random weights, which only the eager and fast runners "
                                  "run; use --runners eager,fast (the GGUF runners need --model)")
+    lm, loaded = None, {}
     if args.random:
         lm = random_model(args.random, args.layers, args.dtype, args.device or "cpu")
-    else:
-        lm = None if all(is_gguf_runner(r) for r in runners) else multidraft.load_model(
-            args.model, dtype=args.dtype, device=args.device, runner="eager")
-    views = runner_views(lm, runners, args.model, args.dtype)
+    if "auto" in asked:
+        asked, auto_lm = resolve_auto(asked, args)
+        if auto_lm is not None and not is_gguf_runner(auto_lm.runner):
+            lm = auto_lm                                      # the HF runners share its model
+        elif auto_lm is not None and not args.isa:
+            loaded[auto_lm.runner] = auto_lm                  # timed as loaded (an --isa path loads its own)
+        del auto_lm
+    runners = runner_labels(asked, args.isa)
+    if lm is None and not all(is_gguf_runner(r) for r in runners):
+        lm = multidraft.load_model(args.model, dtype=args.dtype, device=args.device, runner="eager")
+    views = runner_views(lm, runners, args.model, args.dtype, loaded)
     best, split = time_shapes(views, runners, shapes, args.reps, args.cpu_time, args.prefix)
     probe = None if args.no_bandwidth else ReadProbe()
     figures = summarize(views, runners, shapes, best, split, probe, args)

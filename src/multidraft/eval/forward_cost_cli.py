@@ -5,7 +5,7 @@ from __future__ import annotations
 DESCRIPTION = ("How much a forward of n new tokens (1..64, and trees) costs relative to one, per runner and per "
                "instruction-set path of the 8-bit kernels (--isa), with the machine's read bandwidth, each 1-token "
                "forward's share of it, and the share of a 1-token forward spent outside the GGUF linears. "
-               "Example: multidraft bench forward-cost --model qwen2.5-coder-1.5b --runners quantized,quantized-q8 "
+               "Example: multidraft bench forward-cost --model qwen2.5-coder-1.5b --runners auto,quantized-q8 "
                "--isa all --json cost.json")
 
 
@@ -18,10 +18,12 @@ def register(sub) -> None:
     parser.add_argument("--layers", type=int, default=4, help="decoder layers of the --random model")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: the loader's choice; cpu for --random)")
-    parser.add_argument("--runners", default="quantized-q8", help="comma-separated runners")
-    parser.add_argument("--isa", default="", help="8-bit kernel paths to time the quantized-q8 runner on: a "
-                        "comma-separated list of scalar, avx2, avx-vnni, avx512-vnni, amx, or 'all' (every path this "
-                        "CPU has but scalar); default: the path chosen at load")
+    parser.add_argument("--runners", default="auto", help="comma-separated runners (auto: the one load_model picks "
+                        "for the model here, native for a GGUF Qwen2 / Llama / Gemma3 on a CPU; eager and fast with "
+                        "--random); also native, quantized-q8, quantized, eager, fast")
+    parser.add_argument("--isa", default="", help="8-bit kernel paths to time the native and quantized-q8 runners on: "
+                        "a comma-separated list of scalar, avx2, avx-vnni, avx512-vnni, amx, or 'all' (every path "
+                        "this CPU has but scalar); default: the path chosen at load")
     parser.add_argument("--chains", default="1,2,3,4,6,8,12,16,24,32,48,64")
     parser.add_argument("--trees", default="2x4,4x4,8x8", help="k x d trees (k branches of depth d)")
     parser.add_argument("--reps", type=int, default=3)
