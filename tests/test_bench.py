@@ -126,6 +126,40 @@ def test_equality_flag_false_and_reported(tiny_folder, tiny_lm, tmp_path):
     assert "**0/1 ✗**" in report and "## Lossless outputs that differ from greedy" in report
 
 
+@pytest.mark.parametrize("gguf_runner", [True, False])
+def test_lossless_rows_are_checked_against_our_greedy(tiny_folder, tiny_lm, tmp_path, monkeypatch, gguf_runner):
+    """Our lossless methods must give our greedy's tokens (the same model and runner); HF greedy runs the stock HF
+    weights, another model than the GGUF's blocks our default CPU runner computes: a difference from it is shown,
+    not called a loss. From an HF-folder runner the same difference is a loss."""
+    from multidraft.eval import bench_run
+    from multidraft.eval.bench import ResultsFile, resolve_methods
+    from multidraft.eval.report import analyse, differs_from_greedy
+    monkeypatch.setattr(bench_run, "_our_model", lambda lm: "gguf" if gguf_runner else "hf")
+    config = make_config(tiny_folder, methods=["pld", "greedy"], tasks=["code_edit"])
+    methods, _ = resolve_methods(config.methods, False)
+    assert [m.label for m in methods] == ["hf_greedy", "greedy", "pld"]      # our greedy right after the baseline
+    item = make_prompts()["code_edit"][0]
+    hf_tokens = [[1, 2, 3]]                                                  # what HF's model said: another text
+    greedy, pld = run_prompt(tiny_lm, None, item, methods[1:], config, reference=hf_tokens)
+    assert greedy["checked_against"] == "hf_greedy" and greedy["equal_greedy"] is False
+    assert pld["checked_against"] == "greedy" and pld["equal_greedy"] is True and pld["equal_baseline"] is False
+    assert greedy["another_model"] is gguf_runner and pld["another_model"] is False
+    assert differs_from_greedy(greedy) is not gguf_runner and not differs_from_greedy(pld)
+    # a resumed prompt gets our greedy's tokens from the file: a pld that differs from them is a loss either way
+    [bad] = run_prompt(tiny_lm, None, item, methods[2:], config, reference=hf_tokens,
+                       greedy_reference=[greedy["turns"][0]["token_ids"][:-1] + [0]])
+    assert bad["checked_against"] == "greedy" and differs_from_greedy(bad)
+    results = ResultsFile(tmp_path / "results.jsonl")
+    results.start({"kind": "header", "identity": config.identity(), "config": vars(config), "tasks": ["code_edit"],
+                   "methods": [vars(m) for m in methods], "created": "t", "runs": []})
+    for row in (greedy, pld):
+        results.append(row)
+    header, rows = read_results(tmp_path)
+    assert [r["method"] for r in analyse(header, rows)["mismatches"]] == ([] if gguf_runner else ["greedy"])
+    report = write_report(tmp_path)
+    assert ("0/1 (another model)" in report) is gguf_runner and ("**0/1 ✗**" in report) is not gguf_runner
+
+
 def test_report_regenerates_identically_from_results_alone(full_run, tmp_path):
     copy = tmp_path / "copy"
     copy.mkdir()

@@ -4,8 +4,10 @@
     run_bench(BenchConfig(model="qwen2.5-coder-0.5b", tasks=["code_edit"], limit=3), out_dir="bench-out")
 
 Columns come from the registry (eval/bench_methods.py), so a method that lands later is benchmarked without
-code changes. The baseline `hf_greedy` (HF `generate()`, greedy) always runs first on each prompt: speedups and the
-equality check are measured against it. Methods run interleaved per prompt so machine drift hits all alike.
+code changes. The baseline `hf_greedy` (HF `generate()`, greedy) always runs first on each prompt, then our `greedy`:
+speedups are measured against the baseline, and our lossless methods' equality against our greedy (the same model
+and runner; against the baseline where greedy does not run). Methods run interleaved per prompt so machine drift
+hits all alike.
 
 Rows go to DIR/results.jsonl (eval/results.py), so an interrupted run resumes where it stopped; one prompt's
 columns run in eval/bench_run.py (locally or in Ray workers, eval/ray_runner.py).
@@ -123,8 +125,9 @@ def run_bench(config: BenchConfig, out_dir, prompts: Optional[dict[str, list]] =
     else:
         prompts = {task: list(items)[: config.limit] for task, items in prompts.items() if task in config.tasks}
     done = {(r["task"], r["prompt_id"], r["method"]) for r in rows}
-    references = {(r["task"], r["prompt_id"]): [t["token_ids"] for t in r["turns"]]
-                  for r in rows if r["method"] == config.baseline and r.get("error") is None}
+    references, greedy_references = ({(r["task"], r["prompt_id"]): [t["token_ids"] for t in r["turns"]]
+                                      for r in rows if r["method"] == label and r.get("error") is None}
+                                     for label in (config.baseline, "greedy"))
     work, total = [], 0
     for task in config.tasks:
         for item in prompts.get(task, []):
@@ -132,7 +135,7 @@ def run_bench(config: BenchConfig, out_dir, prompts: Optional[dict[str, list]] =
             total += len(wanted)
             todo = [m for m in wanted if (task, item.id, m.label) not in done]
             if todo:
-                work.append((item, todo, references.get((task, item.id))))
+                work.append((item, todo, references.get((task, item.id)), greedy_references.get((task, item.id))))
     if work:
         bar = _progress(total, total - sum(len(w[1]) for w in work), progress)
         try:
@@ -159,11 +162,11 @@ def _execute(config, work, models, ray_address, workers) -> Iterator[dict]:
     from multidraft.artifacts import Artifacts
     lm, draft_lm = models if models is not None else load_models(config)
     artifacts = Artifacts()          # this run's n-gram files, heads...: loaded once, outside the timed spans after warm-up
-    every = list({m.label: m for _, todo, _ in work for m in todo}.values())
+    every = list({m.label: m for _, todo, *_ in work for m in todo}.values())
     try:
         warm_up(lm, draft_lm, work[0][0], every, config, artifacts)
-        for item, todo, reference in work:
-            yield from run_prompt(lm, draft_lm, item, todo, config, reference, artifacts)
+        for item, todo, reference, greedy_reference in work:
+            yield from run_prompt(lm, draft_lm, item, todo, config, reference, artifacts, greedy_reference)
     finally:
         llama_cpp_peer.close_peers(lm)          # the peers' child processes end with the run
 

@@ -122,7 +122,7 @@ def _split(text: str) -> list[str]:
 
 def run_bench_command(args) -> int:
     from multidraft.eval.bench import BenchConfig, check_tasks, resolve_methods, run_bench
-    from multidraft.eval.report import render_tables
+    from multidraft.eval.report import differs_from_greedy, render_tables
     from multidraft.eval.bench import read_results
 
     if args.workers is not None and not args.ray:
@@ -154,8 +154,7 @@ def run_bench_command(args) -> int:
     header, rows = read_results(path)
     print(render_tables(header, rows))
     print(f"report: {os.path.join(out, 'report.md')}; load average {os.getloadavg()[0]:.1f}")
-    mismatched = sorted({r["method"] for r in rows if r.get("lossless") and not r.get("temperature")
-                         and r.get("equal_greedy") is False})
+    mismatched = sorted({r["method"] for r in rows if differs_from_greedy(r)})
     if mismatched:
         print(f"warning: lossless methods that differ from greedy on some prompt: {', '.join(mismatched)}",
               file=sys.stderr)

@@ -113,7 +113,7 @@ def _peer(name: str, overrides: dict[str, Any], registry) -> BenchMethod:
 
 def resolve_methods(requested: Iterable[str], has_draft: bool, overrides: Optional[dict[str, dict]] = None,
                     model: Optional[str] = None, baseline: str = BASELINE) -> tuple[list[BenchMethod], dict[str, str]]:
-    """The methods to run, `baseline` first, and {name: reason} for those skipped.
+    """The methods to run, `baseline` first (then our greedy), and {name: reason} for those skipped.
 
     `requested` holds registry or peer names, or "all". A method that needs a draft model without one is an error
     when named, and skipped under "all". With `model`, the llama.cpp peers are checked too: skipped when the model
@@ -136,7 +136,9 @@ def resolve_methods(requested: Iterable[str], has_draft: bool, overrides: Option
     for name in overrides:
         if name not in names and name != baseline:
             raise InvalidOptionError(f"options given for {name!r}, which is not among the methods benchmarked")
-    names = [baseline] + [n for n in names if n not in (baseline, "all")]
+    # Our greedy right after the baseline: the reference every lossless method of ours is checked against
+    first = [baseline] + (["greedy"] if "greedy" in names and baseline != "greedy" else [])
+    names = first + [n for n in names if n not in first + ["all"]]
     methods: list[BenchMethod] = []
     skipped: dict[str, str] = {}
     for name in names:

@@ -143,9 +143,22 @@ def _needs_quality(method: BenchMethod, baseline: str) -> bool:
     return method.label == baseline or (not method.peer and (not method.lossless or method.sampled))
 
 
+# The runners that compute the GGUF's own model (its blocks, 8-bit activations by default): HF's stock weights are
+# another model, so a row of theirs that differs from HF greedy says nothing about losslessness.
+GGUF_RUNNERS = ("quantized", "quantized-q8", "native")
+
+
 def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
-               reference: Optional[list[list[int]]] = None, artifacts=None) -> Iterator[dict]:
-    """Yield one row per method for `item`; `reference` is the baseline's per-turn token ids if already known."""
+               reference: Optional[list[list[int]]] = None, artifacts=None,
+               greedy_reference: Optional[list[list[int]]] = None) -> Iterator[dict]:
+    """Yield one row per method for `item`; `reference` is the baseline's per-turn token ids if already known,
+    `greedy_reference` our greedy's (what our lossless methods must reproduce: the same model and runner).
+
+    Each row records `equal_baseline` (its tokens are the baseline's: the same work) and `equal_greedy` (the
+    losslessness check: against our greedy where it ran on this prompt, resolve_methods runs it right after the
+    baseline, else against the baseline; `checked_against` names which). `another_model`: the row's tokens and its
+    reference come from different models (HF's stock weights, the GGUF's blocks on our GGUF runners, llama.cpp), so
+    a difference is the models', not a loss."""
     import torch
 
     from multidraft.models import gguf_kernels
@@ -172,10 +185,29 @@ def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
         row["load_average_after"] = os.getloadavg()[0]      # the load while the row ran shows here, not before it
         if method.label == config.baseline and row["error"] is None:
             reference = [t["token_ids"] for t in row["turns"]]
-        row["equal_greedy"] = _equal(row, reference, method)
+        if method.label == "greedy" and not method.peer and row["error"] is None:
+            greedy_reference = [t["token_ids"] for t in row["turns"]]
+        row["equal_baseline"] = _equal(row, reference, method)
+        own = not method.peer and method.label != "greedy" and greedy_reference is not None
+        row["checked_against"] = "greedy" if own else config.baseline
+        row["equal_greedy"] = _equal(row, greedy_reference, method) if own else row["equal_baseline"]
+        checked_model = "hf" if row["checked_against"] == "hf_greedy" else _our_model(lm)
+        row["another_model"] = _model_of(method, lm) != checked_model
         if llama_cpp_peer.is_llama_cpp(method.name) and row["equal_greedy"] is not None:
             row["greedy_prefix_match"] = llama_cpp_peer.prefix_match([t["token_ids"] for t in row["turns"]], reference)
         yield row
+
+
+def _model_of(method: BenchMethod, lm) -> str:
+    """Which model a method's tokens come from: the stock HF weights (HF's peers, our HF-folder runners), the
+    GGUF's blocks (our GGUF runners) or llama.cpp's arithmetic on them."""
+    if llama_cpp_peer.is_llama_cpp(method.name):
+        return "llama.cpp"
+    return "hf" if method.peer else _our_model(lm)
+
+
+def _our_model(lm) -> str:
+    return "gguf" if getattr(lm, "runner", "eager") in GGUF_RUNNERS else "hf"
 
 
 def _equal(row: dict, reference, method: BenchMethod) -> Optional[bool]:

@@ -38,13 +38,14 @@ class BenchWorker:
         self.artifacts = Artifacts()
         warm_up(self.lm, self.draft_lm, warm_item, warm_methods, config, self.artifacts)
 
-    def run(self, item, methods, reference) -> list[dict]:
+    def run(self, item, methods, reference, greedy_reference=None) -> list[dict]:
         from multidraft.eval.bench_run import run_prompt
-        return list(run_prompt(self.lm, self.draft_lm, item, methods, self.config, reference, self.artifacts))
+        return list(run_prompt(self.lm, self.draft_lm, item, methods, self.config, reference, self.artifacts,
+                               greedy_reference))
 
 
 def run_with_ray(address: str, workers: int, config, work: list[tuple]) -> Iterator[list[dict]]:
-    """Yield the rows of each work item ((item, methods, reference)) as workers finish them."""
+    """Yield the rows of each work item ((item, methods, reference, greedy_reference)) as workers finish them."""
     ray = require_ray()
     started_here = not ray.is_initialized()
     if started_here:
@@ -54,7 +55,7 @@ def run_with_ray(address: str, workers: int, config, work: list[tuple]) -> Itera
         else:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
     threads = max(1, (os.cpu_count() or 1) // workers) if address == "local" else 1
-    every = list({m.label: m for _, todo, _ in work for m in todo}.values())
+    every = list({m.label: m for _, todo, *_ in work for m in todo}.values())
     actor_class = ray.remote(num_cpus=threads)(BenchWorker)
     actors = [actor_class.remote(config, threads, work[0][0], every) for _ in range(min(workers, len(work)))]
     queue = deque(work)

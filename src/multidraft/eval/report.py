@@ -64,6 +64,7 @@ def summarize(rows: list[dict], method: dict, baseline: dict[str, dict],
     out["histogram"] = dict(sorted(histogram.items()))
     flags = [r["equal_greedy"] for r in ok if r.get("equal_greedy") is not None]
     out["equal"] = (sum(flags), len(flags)) if flags else None
+    out["another_model"] = any(r.get("another_model") for r in ok)
     out["perplexity"] = _finite_mean(r.get("perplexity") for r in ok)
     out["best_of_k"] = _finite_mean(t.get("best_of_k_perplexity") for r in ok for t in r["turns"])
     out["self_bleu"] = _finite_mean(_self_bleu(t.get("drafts") or []) for r in ok for t in r["turns"])
@@ -99,12 +100,23 @@ def _equal_cell(s: dict) -> str:
     if s["equal"] is None:
         return "—"
     text = f"{s['equal'][0]}/{s['equal'][1]}"
+    if s.get("another_model"):             # against a reference that computes another model: not a loss check
+        return f"{text} (another model)"
     return f"**{text} ✗**" if s["lossless"] and s["equal"][0] != s["equal"][1] else text
 
 
-def _differs_from_greedy(row: dict) -> bool:
-    """A greedy row of a lossless method whose output is not the baseline's."""
-    return bool(row.get("lossless")) and not row.get("temperature") and row.get("equal_greedy") is False
+def differs_from_greedy(row: dict) -> bool:
+    """A greedy-time row of a lossless method whose output is not its reference's (our greedy where it ran, else
+    the baseline's): a loss, unless the reference computes another model (`another_model`)."""
+    return (bool(row.get("lossless")) and not row.get("temperature") and row.get("equal_greedy") is False
+            and not row.get("another_model"))
+
+
+def _did_other_work(row: dict) -> bool:
+    """A greedy-time row of a lossless method whose output is not the baseline's (rows written before
+    equal_baseline existed: their equal_greedy was against the baseline)."""
+    equal = row.get("equal_baseline", row.get("equal_greedy"))
+    return bool(row.get("lossless")) and not row.get("temperature") and equal is False
 
 
 def analyse(header: dict, rows: list[dict]) -> dict[str, Any]:
@@ -118,13 +130,13 @@ def analyse(header: dict, rows: list[dict]) -> dict[str, Any]:
         baseline = {r["prompt_id"]: r for r in task_rows if r["method"] == reference and r.get("error") is None}
         # In bf16 a near-tied token can flip and send one method down a different text; on the prompts where no
         # greedy lossless row diverged, every method did exactly the same work.
-        matched = set(baseline) - {r["prompt_id"] for r in task_rows if _differs_from_greedy(r)}
+        matched = set(baseline) - {r["prompt_id"] for r in task_rows if _did_other_work(r)}
         result[task] = {}
         for label, method in methods.items():
             mine = [r for r in task_rows if r["method"] == label]
             if mine:
                 result[task][label] = summarize(mine, method, baseline, matched)
-    mismatches = [r for r in rows if _differs_from_greedy(r)]
+    mismatches = [r for r in rows if differs_from_greedy(r)]
     errors = [r for r in rows if r.get("error")]
     return {"tasks": result, "methods": methods, "mismatches": mismatches, "errors": errors, "baseline": reference}
 
@@ -184,10 +196,13 @@ def render_report(header: dict, rows: list[dict], plots: list[str]) -> str:
              f"verification calls (pooled over prompts); peers (HF, llama.cpp) do not report it.",
              "- matched prompts: those on which every greedy lossless row equals the baseline's output, so every method "
              "did the same work (in bf16 a near-tied token can flip and change the text, hence the work).",
-             "- equal to greedy: token-identical to the baseline's output (every turn). Lossless methods must be; "
-             "⚠ lossy methods are new decoders and need not be, nor need llama.cpp peers (8-bit activations on the "
-             "GGUF). Perplexity: of the output given the prompt, under "
-             "the target model (lossy, sampled and baseline rows)."]
+             "- equal to greedy: token-identical (every turn) to our greedy on the same runner where it ran on the "
+             "prompt, else to the baseline's output. Lossless methods must be; ⚠ lossy methods are new decoders and "
+             "need not be, nor need llama.cpp peers (8-bit activations on the GGUF). \"another model\": the row and "
+             "its reference compute different models (HF's stock weights; the GGUF's blocks with 8-bit activations, "
+             "our default CPU runner; llama.cpp), so a difference is the models', not a loss (our lossless methods "
+             "are checked against our `greedy` where it runs). Perplexity: of the output given the prompt, under the target model (lossy, sampled and "
+             "baseline rows)."]
     for build in peer_configs(rows):
         lines.append(f"- llama.cpp peers ran {build}")
     if identity.get("options"):
