@@ -1139,6 +1139,19 @@ def test_32_value_formats_packed_in_sixteens_give_their_bits_on_every_path_row_a
     assert torch.equal(_bits(both[1]), _bits(gguf_kernels.linear_q8_on(x[:9], plain_other, other, 768, "scalar") + 1))
 
 
+@pytest.mark.parametrize("type_name, values_at", [("Q4_0", 2), ("Q4_1", 4), ("Q5_0", 2), ("Q5_1", 4)])
+def test_32_value_formats_packed_in_sixteens_give_the_largest_dots_on_every_path(type_name, values_at):
+    """Every value at its largest (15; 31 with the fifth bits), every input +-127: AVX2's kernel adds a block's
+    maddubs pairs as int16 (Q4: 8 steps, 30480; Q5: 4 steps, 31496), the VNNI ones add int32 dots; the scalar
+    reference's bits on every path."""
+    blocks, _, _ = _x16_32_data(type_name, 7, outputs=16, rows=1)
+    extreme = blocks.clone().view(16, 768 // 32, -1)
+    extreme[:, :, values_at:] = 255                      # the fifth bits (Q5) and the values, the scales left as drawn
+    _assert_largest_dots_on_every_path(extreme.view(16, -1).contiguous(), TYPES[type_name],
+                                       lambda plain: gguf_kernels.repack_x16_32(plain, TYPES[type_name]),
+                                       gguf_kernels.X16_32[TYPES[type_name]])
+
+
 @pytest.mark.parametrize("path", ["amx", "amx-emulated", "amx-emulated-tiles"])
 def test_the_32_value_tile_kernel_gives_their_bits_in_either_order_and_reads_each_bit_where_it_lies(path):
     """amx_x16_32 (set_amx_vnni_rows(0, 0): the tiles at every row count on amx) for Q4_0, Q5_0 and Q8_0 (Q4_1 and Q5_1
