@@ -201,8 +201,8 @@ def render_report(header: dict, rows: list[dict], plots: list[str]) -> str:
              "need not be, nor need llama.cpp peers (8-bit activations on the GGUF). \"another model\": the row and "
              "its reference compute different models (HF's stock weights; the GGUF's blocks with 8-bit activations, "
              "our default CPU runner; llama.cpp), so a difference is the models', not a loss (our lossless methods "
-             "are checked against our `greedy` where it runs). Perplexity: of the output given the prompt, under the target model (lossy, sampled and "
-             "baseline rows)."]
+             "are checked against our `greedy` where it runs). Perplexity: of the output given the prompt, under "
+             "the target model (lossy, sampled and baseline rows)."]
     for build in peer_configs(rows):
         lines.append(f"- llama.cpp peers ran {build}")
     if identity.get("options"):
