@@ -17,6 +17,7 @@ from typing import Iterator, Optional
 from multidraft.eval import llama_cpp_peer
 from multidraft.eval.bench_methods import BenchMethod
 from multidraft.eval.peer_process import PeerFailed
+from multidraft.models.runner_choice import GGUF_RUNNERS
 from multidraft.types import DecodeStats
 
 
@@ -143,11 +144,6 @@ def _needs_quality(method: BenchMethod, baseline: str) -> bool:
     return method.label == baseline or (not method.peer and (not method.lossless or method.sampled))
 
 
-# The runners that compute the GGUF's own model (its blocks, 8-bit activations by default): HF's stock weights are
-# another model, so a row of theirs that differs from HF greedy says nothing about losslessness.
-GGUF_RUNNERS = ("quantized", "quantized-q8", "native")
-
-
 def run_prompt(lm, draft_lm, item, methods: list[BenchMethod], config,
                reference: Optional[list[list[int]]] = None, artifacts=None,
                greedy_reference: Optional[list[list[int]]] = None) -> Iterator[dict]:
@@ -207,6 +203,8 @@ def _model_of(method: BenchMethod, lm) -> str:
 
 
 def _our_model(lm) -> str:
+    """The GGUF runners compute the GGUF's own model (its blocks, 8-bit activations by default): HF's stock weights
+    are another model, so a row of theirs that differs from HF greedy says nothing about losslessness."""
     return "gguf" if getattr(lm, "runner", "eager") in GGUF_RUNNERS else "hf"
 
 

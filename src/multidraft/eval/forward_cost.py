@@ -32,9 +32,7 @@ from multidraft.errors import InvalidOptionError
 from multidraft.models.threads import check_thread_count
 from multidraft.fsutil import atomic_path, check_output_file
 from multidraft.models.runner import LM
-from multidraft.models.runner_choice import QUANTIZED_RUNNERS
-
-GGUF_RUNNERS = QUANTIZED_RUNNERS + ("native",)
+from multidraft.models.runner_choice import GGUF_RUNNERS
 Q8_RUNNERS = ("quantized-q8", "native")                  # the runners an --isa path applies to
 
 

@@ -2,6 +2,7 @@
 import)."""
 
 QUANTIZED_RUNNERS = ("quantized", "quantized-q8")     # a model on GGUF blocks, fp32 or 8-bit activations
+GGUF_RUNNERS = QUANTIZED_RUNNERS + ("native",)        # every runner over the GGUF's blocks (the GGUF's own model)
 RUNNER_CHOICES = ("auto",) + QUANTIZED_RUNNERS + ("native", "eager", "fast", "static")
 RUNNER_HELP = ("auto: on a CPU, a model with a GGUF behind it (a pulled alias, a .gguf file) runs on its GGUF blocks "
                "with llama.cpp's 8-bit activations (quantized-q8, on Q4_K/Q6_K/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 matrices: integer dot products, "
