@@ -105,18 +105,20 @@ def _equal_cell(s: dict) -> str:
     return f"**{text} ✗**" if s["lossless"] and s["equal"][0] != s["equal"][1] else text
 
 
+def _lossless_at_greedy(row: dict) -> bool:
+    return bool(row.get("lossless")) and not row.get("temperature")
+
+
 def differs_from_greedy(row: dict) -> bool:
     """A greedy-time row of a lossless method whose output is not its reference's (our greedy where it ran, else
     the baseline's): a loss, unless the reference computes another model (`another_model`)."""
-    return (bool(row.get("lossless")) and not row.get("temperature") and row.get("equal_greedy") is False
-            and not row.get("another_model"))
+    return _lossless_at_greedy(row) and row.get("equal_greedy") is False and not row.get("another_model")
 
 
 def _did_other_work(row: dict) -> bool:
     """A greedy-time row of a lossless method whose output is not the baseline's (rows written before
     equal_baseline existed: their equal_greedy was against the baseline)."""
-    equal = row.get("equal_baseline", row.get("equal_greedy"))
-    return bool(row.get("lossless")) and not row.get("temperature") and equal is False
+    return _lossless_at_greedy(row) and row.get("equal_baseline", row.get("equal_greedy")) is False
 
 
 def analyse(header: dict, rows: list[dict]) -> dict[str, Any]:

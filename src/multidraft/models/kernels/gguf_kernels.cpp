@@ -34,6 +34,8 @@ namespace {
 inline float fp16_to_fp32(uint16_t h) { return _cvtsh_ss(h); }
 inline uint16_t rd16(const uint8_t* p) { uint16_t v; std::memcpy(&v, p, 2); return v; }
 inline uint64_t rd64(const uint8_t* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }   // byte i: p[i] (x86)
+// The low (shift 0) or high (shift 4) nibbles of the 8 bytes at p, each in the low four bits of its byte.
+inline uint64_t nibbles64(const uint8_t* p, int shift) { return rd64(p) >> shift & 0x0F0F0F0F0F0F0F0FULL; }
 
 // ---------------------------------------------------------------- block decoders: one block -> fp32 values
 // Q5_K (rare in the models we ship) decodes in plain C++; the hot formats have AVX2 decoders below.
