@@ -574,13 +574,13 @@ def test_q5_k_packed_in_eights_gives_q5_ks_bits_on_every_path_row_and_thread_cou
 def test_q5_k_packed_layout_reads_each_fifth_bit_where_it_is_laid_out():
     blocks, packed, x = _x8_q5_data(18, outputs=16, rows=9)
     # Negative control, on every path: one fifth bit flipped (row 2's value 0 of chunk 5, the odd sub-block of pair 1,
-    # super-block 0; masks at 1184: 16 bytes a chunk, the odd sub-block's at +8) and rows 5 and 6's of chunk 2 (the
-    # even sub-block of pair 0; bits 40 and 48: the second half of the mask) change their row's outputs only
+    # super-block 0; the bits at 1184: 16 bytes a chunk, row r's value i in byte 8 (r % 2) + i at bit r // 2, + 4 for
+    # the odd sub-block) and rows 5 and 6's of chunk 2 (the even sub-block of pair 0) change their row's outputs only
     expected = _bits(gguf_kernels.linear_q8_on(x, blocks, 13, 768, "scalar"))
-    for at, row in ((1184 + 16 * 5 + 8 + 2, 2), (1184 + 16 * 2 + 5, 5), (1184 + 16 * 2 + 6, 6)):
+    for at, bit, row in ((1184 + 16 * 5 + 0, 4 + 1, 2), (1184 + 16 * 2 + 8, 2, 5), (1184 + 16 * 2 + 0, 3, 6)):
         for path in _paths_here():
             changed = packed.clone()
-            changed.view(-1)[at] ^= 1
+            changed.view(-1)[at] ^= 1 << bit
             got = _bits(gguf_kernels.linear_q8_on(x, changed, gguf_kernels.Q5_K_X8, 768, path))
             assert not torch.equal(got[:, row], expected[:, row]), path
             others = [n for n in range(16) if n != row]
@@ -872,7 +872,7 @@ def test_the_q5_k_tile_kernel_reads_each_fifth_bit_and_the_largest_values(path):
         expected = _bits(gguf_kernels.linear_q8_on(x, blocks, 13, 768, "scalar"))
         assert torch.equal(_bits(gguf_kernels.linear_q8_on(x, packed, gguf_kernels.Q5_K_X8, 768, path)), expected)
         changed = packed.clone()
-        changed.view(-1)[1184 + 16 * 5 + 8 + 2] ^= 1     # as in the test above: row 2's outputs only
+        changed.view(-1)[1184 + 16 * 5] ^= 1 << 5         # as in the test above: row 2's outputs only
         got = _bits(gguf_kernels.linear_q8_on(x, changed, gguf_kernels.Q5_K_X8, 768, path))
         assert not torch.equal(got[:, 2], expected[:, 2])
         assert torch.equal(got[:, :2], expected[:, :2]) and torch.equal(got[:, 3:], expected[:, 3:])

@@ -51,7 +51,7 @@ BLOCK_LAYOUTS = {2: (32, 18, (0,)), 3: (32, 20, (0, 2)), 6: (32, 22, (0,)), 7: (
 
 # Q4_K repacked in groups of 8 rows for the 8-bit kernels (kernels/q8_x8.inc): our own type number, not GGUF's.
 Q4_K_X8 = 112
-# Q5_K repacked likewise, its fifth bits as masks (kernels/q8_x8.inc): packed where `packs_q5_k()` (every vector path).
+# Q5_K repacked likewise, its fifth bits apart (kernels/q8_x8.inc): packed where `packs_q5_k()` (every vector path).
 Q5_K_X8 = 113
 # Q6_K repacked in groups of 16 rows for the AMX tile and AVX512-VNNI kernels (kernels/q6_x16.inc), or in groups of
 # 8 rows for the 256-bit kernels (kernels/q6_x8.inc): each packed only where `q6_k_layout()` names it.
