@@ -1237,9 +1237,8 @@ def _assert_each_bit_flip_changes_its_row_only(type_name, x, expected, packed, p
     read on `path`, changes that row's outputs (columns of `expected`) and no other's."""
     plain = TYPES[type_name]
     flips = [(2, _x16_32_group_block(plain) + 2 * 2 + 1, 0), (5, *_x16_32_value_byte(type_name, 5, 21, 3))]
-    if plain in (6, 7):
-        at = 4 * 9 + 6 % 4
-        flips.append((9, (64 if plain == 7 else 32) + 256 + 8 * (6 // 4) + at // 8, at % 8))
+    if plain in (6, 7):                                 # byte 4n + i of the fifth bits, bit s: value 4s + i of row n
+        flips.append((9, (64 if plain == 7 else 32) + 256 + 4 * 9 + 6 % 4, 6 // 4))
     for row, byte, bit in flips:
         changed = packed.clone()
         changed.view(-1)[byte] ^= 1 << bit
