@@ -1,7 +1,8 @@
-"""Q4_K_X8, Q5_K_X8 and Q6_K_X16 8960 x 1536 matrices on the avx512-vnni path: hot (one matrix) vs from memory (24
-copies, cycled), 1 / 8 rows: us per matrix and GB/s (after ../2026-12-03-zen4-argmax/cold_rows.py, with Q5_K).
+"""Q4_K_X8, Q5_K_X8, Q6_K_X16 and Q5_0 (packed in sixteens) 8960 x 1536 matrices on the avx512-vnni path: hot (one
+matrix) vs from memory (24 copies, cycled), 1 / 8 rows: us per matrix and GB/s (after
+../2026-12-03-zen4-argmax/cold_rows.py, with Q5_K and Q5_0).
 
-    PYTHONPATH=src python benchmarks/results/2026-12-06-zen4-e2e/cold_rows.py [THREADS] [q4,q5,q6]
+    PYTHONPATH=src python benchmarks/results/2026-12-06-zen4-e2e/cold_rows.py [THREADS] [q4,q5,q6,q5_0]
 """
 import sys, time, torch
 from multidraft.models import gguf_kernels as g
@@ -9,7 +10,8 @@ g.load(progress=False)
 gen = torch.Generator().manual_seed(0)
 torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 2)
 which = sys.argv[2].split(",") if len(sys.argv) > 2 else ["q4", "q5", "q6"]
-table = {"q4": (12, g.Q4_K_X8, (8960, 1536)), "q5": (13, g.Q5_K_X8, (8960, 1536)), "q6": (14, g.Q6_K_X16, (8960, 1536))}
+table = {"q4": (12, g.Q4_K_X8, (8960, 1536)), "q5": (13, g.Q5_K_X8, (8960, 1536)), "q6": (14, g.Q6_K_X16, (8960, 1536)),
+         "q5_0": (6, g.X16_32[6], (8960, 1536))}
 for name in which:
     plain, packed, (N, K) = table[name]
     ws = [g.repack(g.random_blocks(plain, N, K, gen), packed) for _ in range(24)]
