@@ -509,6 +509,43 @@ def _packed_case(type_name, repack, seed, outputs, rows):
     return blocks, repack(blocks), x
 
 
+@pytest.mark.parametrize("type_name", ["Q4_K", "Q5_K", "Q6_K", "Q2_K", "IQ4_XS", "Q5_0", "Q8_0", "IQ3_S", "Q3_K"])
+def test_a_matrix_whose_rows_do_not_fill_its_layouts_groups_packs_with_its_last_row_repeated(type_name):
+    """45 rows (a vocabulary like 32002: not in eights or sixteens) pack anyway: the packed copy repeats the last row
+    up to whole groups and linear() drops those outputs, so every row keeps the scalar reference's bits over the
+    plain blocks, at any row count; q, k, v (gate, up) with such a matrix among them run one at a time (their
+    shared kernel takes no padding), with the same bits."""
+    converted = {"IQ3_S": 21, "Q3_K": 11}.get(type_name)
+    plain_type = 14 if converted else TYPES[type_name]
+    width = 768 if converted else _width(type_name)
+    rng = np.random.default_rng(41)
+    raw = random_blocks(type_name, OUTPUTS, width, rng, scale=0.05)
+    if converted:
+        raw = {21: gguf_convert.iq3_s_as_q6_k, 11: gguf_convert.q3_k_as_q6_k}[converted](raw)
+    blocks = torch.from_numpy(raw)
+    x = torch.randn(40, width, generator=torch.Generator().manual_seed(41)) * torch.logspace(-2, 1, 40)[:, None]
+    matrix = BlockMatrix(blocks, plain_type, width, source_type=converted)
+    matrix.pack_for_q8()
+    if matrix.packed is None:
+        pytest.skip(f"no packed layout of {type_name} on the {gguf_kernels.isa()} path")
+    group = 8 if converted else gguf_kernels.PACKED[matrix.packed_type][2]
+    assert matrix.padded_rows == -OUTPUTS % group > 0 and matrix.packed.shape[0] == OUTPUTS + matrix.padded_rows
+    assert matrix.rows == OUTPUTS
+    for rows in (1, 5, 9, 17, 40):
+        expected = gguf_kernels.linear_q8_on(x[:rows], blocks, plain_type, width, "scalar")
+        got = matrix.linear(x[:rows], q8=True)
+        assert got.shape == (rows, OUTPUTS) and got.is_contiguous()
+        assert torch.equal(_bits(got), _bits(expected)), rows
+    from multidraft.models.quantized import block_linears
+    other = BlockMatrix(torch.from_numpy(random_blocks("Q8_0", 16, width, rng, scale=0.05)), 8, width)
+    other.pack_for_q8()
+    biases = [torch.randn(OUTPUTS), None]
+    first, second = block_linears([matrix, other], x[:9], "q8", biases)
+    assert torch.equal(_bits(first), _bits(gguf_kernels.linear_q8_on(x[:9], blocks, plain_type, width, "scalar")
+                                           + biases[0]))
+    assert torch.equal(_bits(second), _bits(gguf_kernels.linear_q8_on(x[:9], other.blocks, 8, width, "scalar")))
+
+
 def _x8_data(seed, outputs=56, rows=40):          # 7 groups: AMX's tile kernel takes pairs and a last one alone
     return _packed_case("Q4_K", gguf_kernels.repack_q4_k_x8, seed, outputs, rows)
 
@@ -1028,9 +1065,9 @@ def test_q6_k_is_packed_in_sixteens_for_amx_or_vbmi_and_in_eights_for_the_256_bi
         assert matrix.packed_type == packed_type, isa
         assert matrix.q8_weights[1] == (packed_type or 14)
     monkeypatch.setattr(gguf_kernels, "_isa", "amx")
-    odd = BlockMatrix(q6[:24], 14, 512)                       # rows not in sixteens: left as they are
+    odd = BlockMatrix(q6[:24], 14, 512)                       # rows not in sixteens: the last one repeated
     odd.pack_for_q8()
-    assert odd.packed is None and odd.q8_weights[1] == 14
+    assert odd.q8_weights[1] == gguf_kernels.Q6_K_X16 and odd.padded_rows == 8 and odd.packed.shape[0] == 32
     q4 = BlockMatrix(torch.from_numpy(random_blocks("Q4_K", 16, 512, rng, scale=0.05)), 12, 512)
     q4.pack_for_q8()
     assert q4.packed_type == gguf_kernels.Q4_K_X8
@@ -1280,10 +1317,10 @@ def test_the_32_value_formats_are_packed_on_every_vector_path_and_not_for_the_sc
             matrix.pack_for_q8()
             expected = gguf_kernels.X16_32[TYPES[type_name]] if packs else TYPES[type_name]
             assert matrix.q8_weights[1] == expected, (type_name, isa)
-        monkeypatch.setattr(gguf_kernels, "_isa", "avx512-vnni")
-        odd = BlockMatrix(blocks[:24], TYPES[type_name], 576)     # rows not in sixteens: left as they are
+        monkeypatch.setattr(gguf_kernels, "_isa", "avx2")
+        odd = BlockMatrix(blocks[:24], TYPES[type_name], 576)     # rows not in sixteens: the last one repeated
         odd.pack_for_q8()
-        assert odd.packed is None and odd.q8_weights[1] == TYPES[type_name]
+        assert odd.q8_weights[1] == gguf_kernels.X16_32[TYPES[type_name]] and odd.padded_rows == 8
 
 
 @pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)

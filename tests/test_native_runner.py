@@ -634,6 +634,24 @@ def test_q4_k_matrices_are_packed_for_the_8bit_kernels_and_the_logits_keep_their
         assert torch.equal(a, b), index
 
 
+@pytest.mark.parametrize("type_name", ["Q4_K", "Q6_K"])
+def test_a_vocabulary_not_in_sixteens_packs_its_head_and_keeps_the_logits_bits(type_name):
+    """A head of 70 rows (vocabularies like 32002 exist) is packed with its last row repeated to whole groups; the
+    native forward's logits have 70 columns and the bits of the HF-module runner's over the plain blocks."""
+    ours = tiny_gguf_lm("qwen2", type_name, seed=3, runner="native", vocab_size=70)
+    reference = tiny_gguf_lm("qwen2", type_name, seed=3, runner="quantized-q8", vocab_size=70)
+    head = ours.model.lm_head.gguf_matrix
+    assert head.rows == 70 and head.packed is not None and head.padded_rows > 0
+    steps = [(3 * i + 1) % 60 + 1 for i in range(9)]
+    packed = _same_forwards(ours, steps)
+    reference.model.lm_head.gguf_matrix.packed = None       # the HF-module runner reads each matrix's weights per call
+    reference.model.lm_head.gguf_matrix.padded_rows = 0
+    plain = _same_forwards(reference, steps)
+    assert packed[0].shape[-1] == 70
+    for index, (a, b) in enumerate(zip(packed, plain)):
+        assert torch.equal(a, b), index
+
+
 def test_a_packed_matrix_gives_back_its_file_pages_and_reads_the_same_bytes_after():
     lm = tiny_gguf_lm("qwen2", "Q4_K", seed=5, runner="quantized-q8")
     weights, matrix = lm.model.gguf_weights, lm.model.model.layers[0].mlp.gate_proj.gguf_matrix

@@ -68,7 +68,7 @@ def rotary_order(rows: int, heads: int) -> np.ndarray:
 
 
 def write_tiny_gguf(folder: Path, arch: str = "qwen2", type_name: str = "Q4_K", seed: int = 0,
-                    tie: bool = False) -> Path:
+                    tie: bool = False, vocab_size: int = 64) -> Path:
     """Save an HF folder (fp32) and `model.gguf` of one tiny random model in `folder`; returns the GGUF path.
 
     Sizes are multiples of 256 so the K formats fit. Llama's q/k rows are stored in llama.cpp's rotary order, as
@@ -78,8 +78,8 @@ def write_tiny_gguf(folder: Path, arch: str = "qwen2", type_name: str = "Q4_K", 
     folder = Path(folder)
     type_name, other_type = (type_name.split("/") + [None])[:2]
     rng = np.random.default_rng(seed)
-    model = make_tiny_hf_model(arch, seed, hidden_size=256, intermediate_size=512, num_attention_heads=4,
-                               num_key_value_heads=2, tie_word_embeddings=tie)
+    model = make_tiny_hf_model(arch, seed, vocab_size=vocab_size, hidden_size=256, intermediate_size=512,
+                               num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=tie)
     config = model.config
     names = gguf.get_tensor_name_map({v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}[arch], config.num_hidden_layers)
     writer = gguf.GGUFWriter(str(folder / "model.gguf"), arch)
@@ -115,12 +115,13 @@ def write_tiny_gguf(folder: Path, arch: str = "qwen2", type_name: str = "Q4_K", 
     return folder / "model.gguf"
 
 
-def tiny_gguf_lm(arch: str = "qwen2", type_name: str = "Q4_K", seed: int = 0, runner: str = "native"):
+def tiny_gguf_lm(arch: str = "qwen2", type_name: str = "Q4_K", seed: int = 0, runner: str = "native",
+                 vocab_size: int = 64):
     """An LM on a fresh tiny GGUF model (a temporary folder), run by `runner` (the native forward by default);
-    Gemma3's head is tied to its embeddings, as in the real model."""
+    Gemma3's head is tied to its embeddings, as in the real model. vocab_size: the model's (the tokenizer has 64)."""
     from multidraft.models.quantized import load_quantized_model
     from multidraft.models.runner import LM
 
     folder = temp_model_folder(f"tiny-gguf-{arch}-{type_name.replace('/', '-')}-")
-    path = write_tiny_gguf(folder, arch, type_name, seed=seed, tie=arch == "gemma3")
+    path = write_tiny_gguf(folder, arch, type_name, seed=seed, tie=arch == "gemma3", vocab_size=vocab_size)
     return LM(load_quantized_model(folder, path), make_tokenizer(), name="tiny", runner=runner)
