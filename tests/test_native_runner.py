@@ -636,8 +636,9 @@ def test_q4_k_matrices_are_packed_for_the_8bit_kernels_and_the_logits_keep_their
 
 @pytest.mark.parametrize("type_name", ["Q4_K", "Q6_K"])
 def test_a_vocabulary_not_in_sixteens_packs_its_head_and_keeps_the_logits_bits(type_name):
-    """A head of 70 rows (vocabularies like 32002 exist) is packed with its last row repeated to whole groups; the
-    native forward's logits have 70 columns and the bits of the HF-module runner's over the plain blocks."""
+    """A head of 70 rows (a vocabulary with a few tokens added, 32002 say) is packed with its last row repeated to
+    whole groups; the native forward's logits have 70 columns and the bits of the HF-module runner's over the plain
+    blocks."""
     ours = tiny_gguf_lm("qwen2", type_name, seed=3, runner="native", vocab_size=70)
     reference = tiny_gguf_lm("qwen2", type_name, seed=3, runner="quantized-q8", vocab_size=70)
     head = ours.model.lm_head.gguf_matrix
