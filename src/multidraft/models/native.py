@@ -374,8 +374,7 @@ def _fused_layer(layer: _Layer, norm_after: tuple) -> Optional[tuple]:
     """decoder_layer's weight arguments (blocks, types, q/k/v biases, norms, eps) for a layer whose linears all take
     8-bit activations (in any mix of activation blocks), none packed with padding rows, and whose o and down have no
     bias; None for another layer (it runs step by step). Norms: the pre-MLP norm and the norm after the layer;
-    Gemma3's six
-    (q, k, the attention's output, pre-MLP, the MLP's output, after)."""
+    Gemma3's six (q, k, the attention's output, pre-MLP, the MLP's output, after)."""
     linears = (layer.q, layer.k, layer.v, layer.o, layer.gate, layer.up, layer.down)
     if not all(matrix.has_q8_kernel and not matrix.padded_rows for matrix, _ in linears) or layer.o[1] is not None \
             or layer.down[1] is not None:
