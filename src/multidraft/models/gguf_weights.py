@@ -51,9 +51,6 @@ class BlockMatrix:
     # pack_for_q8
     packed: Optional[torch.Tensor] = field(default=None, repr=False)
     packed_type: Optional[int] = None
-    # rows the packed copy holds past `rows`: copies of the last row that fill its last group (a vocabulary of 32002
-    # still packs in sixteens); the kernels compute them, linear() drops their outputs
-    padded_rows: int = 0
     # where `blocks` is a converted copy (gguf_convert), how to make it from the file: rebuild() all of it,
     # rebuild(rows) those rows. It is made only when read (a load converts one matrix at a time: the packed copy is
     # made, then drop_plain frees the converted one), and dequantize(rows) converts only those rows (embedding lookups)
@@ -91,6 +88,12 @@ class BlockMatrix:
     def rows(self) -> int:
         blocks = self.__dict__.get("blocks")
         return int(blocks.shape[0]) if blocks is not None else self._rows
+
+    @property
+    def padded_rows(self) -> int:
+        """Rows the packed copy holds past `rows`: copies of the last row that fill its last group (a vocabulary of
+        32002 still packs in sixteens); the kernels compute them, linear() drops their outputs."""
+        return int(self.packed.shape[0]) - self.rows if self.packed is not None else 0
 
     @property
     def type_name(self) -> str:
@@ -156,7 +159,7 @@ class BlockMatrix:
         padding = -blocks.shape[0] % group
         if padding:
             blocks = torch.cat([blocks, blocks[-1:].expand(padding, -1)])
-        self.packed_type, self.packed, self.padded_rows = packed_type, repack(blocks), padding
+        self.packed_type, self.packed = packed_type, repack(blocks)
 
     def linear(self, x: torch.Tensor, q8: bool = False) -> torch.Tensor:
         if q8 and self.has_q8_kernel:
