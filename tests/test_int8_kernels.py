@@ -994,7 +994,7 @@ def test_the_amx_path_gives_the_same_bits_on_its_tiles_or_its_vnni_kernels_at_ev
         with pytest.raises(RuntimeError, match="row counts >= 0"):
             gguf_kernels.set_amx_vnni_rows(-1, 8)
     finally:
-        assert gguf_kernels.set_amx_vnni_rows(*before) == (40, 40)
+        assert gguf_kernels.set_amx_vnni_rows(*before) == (40, 40, 40)
 
 
 @pytest.mark.parametrize("path", ["amx", "amx-emulated", "amx-emulated-tiles"])
