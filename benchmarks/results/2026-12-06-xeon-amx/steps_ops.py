@@ -1,5 +1,6 @@
-"""The layer steps' ops alone at 1, 8, 16 rows (1.5B shapes), 2 threads, min of 5 x 200 calls each, us per call."""
-import time, torch
+"""The layer steps' ops alone at 1, 8, 16 rows (or the rows given: `steps_ops.py 1,16,141`; the 1.5B's shapes), 2
+threads, min of 5 x 200 calls each, us per call."""
+import sys, time, torch
 from multidraft.models import gguf_kernels as g
 g.load(progress=False)
 torch.set_num_threads(2)
@@ -11,7 +12,7 @@ def best(f, n=200):
         for _ in range(n): f()
         r = min(r, (time.perf_counter() - s) / n)
     return r * 1e6
-for T in (1, 8, 16):
+for T in [int(r) for r in (sys.argv[1] if len(sys.argv) > 1 else "1,8,16").split(",")]:
     x, b, w = torch.randn(1, T, 1536), torch.randn(1, T, 1536), torch.randn(1536)
     gate, up = torch.randn(1, T, 8960), torch.randn(1, T, 8960)
     q, k, v = torch.randn(1, T, 1536), torch.randn(1, T, 256), torch.randn(1, T, 256)
