@@ -110,6 +110,12 @@ class BlockMatrix:
         return layout is not None and self.width % layout[0] == 0
 
     @property
+    def shares_q8_kernel(self) -> bool:
+        """Whether it can run in one 8-bit call with other matrices (linear_q8_many, the native decoder layer): its
+        8-bit kernel, and no padding rows (that call takes each matrix's outputs whole)."""
+        return self.has_q8_kernel and not self.padded_rows
+
+    @property
     def q8_weights(self) -> tuple[torch.Tensor, int]:
         """(blocks, type) as the 8-bit kernels read them: the packed copy where there is one (the same bits)."""
         return (self.packed, self.packed_type) if self.packed is not None else (self.blocks, self.type_id)

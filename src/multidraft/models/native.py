@@ -376,8 +376,7 @@ def _fused_layer(layer: _Layer, norm_after: tuple) -> Optional[tuple]:
     bias; None for another layer (it runs step by step). Norms: the pre-MLP norm and the norm after the layer;
     Gemma3's six (q, k, the attention's output, pre-MLP, the MLP's output, after)."""
     linears = (layer.q, layer.k, layer.v, layer.o, layer.gate, layer.up, layer.down)
-    if not all(matrix.has_q8_kernel and not matrix.padded_rows for matrix, _ in linears) or layer.o[1] is not None \
-            or layer.down[1] is not None:
+    if not all(matrix.shares_q8_kernel for matrix, _ in linears) or layer.o[1] is not None or layer.down[1] is not None:
         return None
     g = layer.gemma
     norms = [layer.mlp_norm, norm_after] if g is None else [g.q, g.k, g.attn_out, layer.mlp_norm, g.mlp_out,

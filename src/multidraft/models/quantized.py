@@ -148,7 +148,7 @@ def block_linears(matrices: list, x: torch.Tensor, activations: str, biases: lis
     """[block_linear(m, x, activations, b, prefill) for m, b in zip(matrices, biases)], the same bits, with the
     input quantized once per activation block when every matrix takes it in 8 bits (gguf_kernels' linear_q8_many:
     q, k, v or gate, up of one layer)."""
-    if activations == "q8" and all(m.has_q8_kernel and not m.padded_rows for m in matrices):
+    if activations == "q8" and all(m.shares_q8_kernel for m in matrices):
         weights = [m.q8_weights for m in matrices]
         return gguf_kernels.linear_q8_many(x.float(), [blocks for blocks, _ in weights],
                                            [type_id for _, type_id in weights], matrices[0].width, list(biases))
