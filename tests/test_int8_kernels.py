@@ -866,8 +866,8 @@ def test_iq3_xxs_and_iq2_xxs_at_their_largest_values_on_every_path(type_name):
 
 @pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
 def test_q2_k_packed_in_eights_gives_q2_ks_bits_on_every_path_row_and_thread_count(path):
-    """Q2_K_X8: the AVX-512 kernel (avx512-vnni, amx up to Q4_K's VNNI limit), the tile kernel (amx past it,
-    amx-emulated), the 256-bit ones (avx2, avx-vnni, vnni-emulated) and the scalar reference: the bits of Q2_K in
+    """Q2_K_X8: the AVX-512 kernel (avx512-vnni), the tile kernel (amx past its VNNI limit, at every row count by
+    default; amx-emulated), the 256-bit ones (avx2, avx-vnni, vnni-emulated) and the scalar reference: the bits of Q2_K in
     GGUF's layout on the scalar reference, 1..40 rows."""
     if gguf_kernels.missing_flag(path):
         pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
@@ -983,18 +983,21 @@ def test_the_amx_path_gives_the_same_bits_on_its_tiles_or_its_vnni_kernels_at_ev
     if gguf_kernels.missing_flag(path):
         pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
     q4_k, q6_k = _x8_data(7), _x16_data(11)
+    q2_k = _packed_case("Q2_K", gguf_kernels.repack_q2_k_x8, 39, 56, 40)
     before = gguf_kernels.set_amx_vnni_rows(0, 0)
     try:
         for limit in (0, 40):
-            gguf_kernels.set_amx_vnni_rows(limit, limit)
+            gguf_kernels.set_amx_vnni_rows(limit, limit)            # (q32 and q2_k follow q4_k's)
             _assert_packed_is_plain_at_every_row_and_thread_count(path, q4_k[0], 12, q4_k[1], gguf_kernels.Q4_K_X8,
                                                                   q4_k[2])
             _assert_packed_is_plain_at_every_row_and_thread_count(path, q6_k[0], 14, q6_k[1], gguf_kernels.Q6_K_X16,
                                                                   q6_k[2])
+            _assert_packed_is_plain_at_every_row_and_thread_count(path, q2_k[0], 10, q2_k[1], gguf_kernels.Q2_K_X8,
+                                                                  q2_k[2])
         with pytest.raises(RuntimeError, match="row counts >= 0"):
             gguf_kernels.set_amx_vnni_rows(-1, 8)
     finally:
-        assert gguf_kernels.set_amx_vnni_rows(*before) == (40, 40, 40)
+        assert gguf_kernels.set_amx_vnni_rows(*before) == (40, 40, 40, 40)
 
 
 @pytest.mark.parametrize("path", ["amx", "amx-emulated", "amx-emulated-tiles"])

@@ -1,5 +1,5 @@
-"""Where the amx path should hand Q4_K_X8, Q6_K_X16, Q5_K_X8, Q5_0 and Q8_0 in sixteens, IQ4_XS_X8 and Q2_K_X8 (Q6_K and
-the 32-value formats on limits of their own, the rest on Q4_K's) from its AVX512-VNNI kernels to its tile kernels:
+"""Where the amx path should hand Q4_K_X8, Q6_K_X16, Q5_K_X8, Q5_0 and Q8_0 in sixteens, IQ4_XS_X8 and Q2_K_X8 (Q6_K, the
+32-value formats and Q2_K on limits of their own, the rest on Q4_K's) from its AVX512-VNNI kernels to its tile kernels:
 per input row count, one matrix's time on each (gguf_kernels.set_amx_vnni_rows: 0 = tiles at every row count, a huge
 limit = VNNI at every row count; the same bits), the weights read from memory (a round over many copies of the 1.5B's
 shapes, larger than the caches), 2 threads, min over rounds. Prints a table and the row counts at which VNNI still
@@ -67,7 +67,7 @@ def main():
                 print(f"{name} {outputs} x {width}, {rows:3d} rows: VNNI {best['vnni']:8.1f} us, tiles "
                       f"{best['tiles']:8.1f} us, tiles in turn {best['in turn']:8.1f} us", flush=True)
             vnni_wins = [r for r, t in table.items() if t["vnni"] <= t["tiles"]]
-            limit = before[{"Q6_K": 1, "Q5_0": 2, "Q8_0": 2}.get(name, 0)]    # (q4_k, q6_k, q32) limits
+            limit = before[{"Q6_K": 1, "Q5_0": 2, "Q8_0": 2, "Q2_K": 3}.get(name, 0)]   # (q4_k, q6_k, q32, q2_k)
             print(f"{name}: VNNI wins at {vnni_wins or 'no row count'} (the default limit: {limit})")
             print(f"{name}: tiles overlapped / in turn " + ", ".join(
                 f"{r}: {t['tiles'] / t['in turn']:.2f}x" for r, t in table.items()))

@@ -475,13 +475,15 @@ def set_attention_wide(on: bool) -> bool:
     return bool(torch.ops.multidraft_gguf.set_attention_wide(on))
 
 
-def set_amx_vnni_rows(q4_k: int, q6_k: int, q32: Optional[int] = None) -> tuple:
-    """Up to how many input rows the amx path runs Q4_K_X8 (and Q5_K_X8, IQ4_XS_X8, Q3_K_X8, Q2_K_X8) / Q6_K_X16 /
-    the 32-value formats in sixteens (q32; None: q4_k's) on its AVX512-VNNI kernels instead of the tile kernels (0:
-    tiles at every row count); returns the previous three limits. The same bits either way: for tests and for timing
-    the crossover on an AMX CPU."""
+def set_amx_vnni_rows(q4_k: int, q6_k: int, q32: Optional[int] = None, q2_k: Optional[int] = None) -> tuple:
+    """Up to how many input rows the amx path runs Q4_K_X8 (and Q5_K_X8, IQ4_XS_X8, Q3_K_X8) / Q6_K_X16 / the
+    32-value formats in sixteens (q32) / Q2_K_X8 (q2_k; None: q4_k's, for either) on its AVX512-VNNI kernels instead
+    of the tile kernels (0: tiles at every row count); returns the previous four limits (q4_k, q6_k, q32, q2_k). The
+    same bits either way: for tests and for timing the crossover on an AMX CPU."""
     q32 = q4_k if q32 is None else q32
-    return tuple(int(v) for v in torch.ops.multidraft_gguf.set_amx_vnni_rows(int(q4_k), int(q6_k), int(q32)))
+    q2_k = q4_k if q2_k is None else q2_k
+    return tuple(int(v) for v in torch.ops.multidraft_gguf.set_amx_vnni_rows(int(q4_k), int(q6_k), int(q32),
+                                                                             int(q2_k)))
 
 
 def set_amx_pipelined(on: bool) -> bool:

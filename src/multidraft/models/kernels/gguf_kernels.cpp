@@ -1397,7 +1397,7 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("set_torch_sum_written(bool on) -> bool", +[](bool on) { return !ablate_torch_order_sum.exchange(!on); });
   m.def("torch_sum_lanes() -> int", +[]() -> int64_t { return torch_sum_lanes(); });
   m.def("set_nontemporal_weights(bool on) -> bool", &set_nontemporal_weights);
-  m.def("set_amx_vnni_rows(int q4_k, int q6_k, int q32) -> int[]", &set_amx_vnni_rows);
+  m.def("set_amx_vnni_rows(int q4_k, int q6_k, int q32, int q2_k) -> int[]", &set_amx_vnni_rows);
   m.def("set_amx_pipelined(bool on) -> bool", +[](bool on) { return amx_pipelined.exchange(on); });
   m.def("q8_quantize(Tensor x, int block, bool scalar) -> (Tensor, Tensor, Tensor, Tensor)", &q8_quantize);
   m.def("dequantize(Tensor blocks, int type, int K, Tensor ids) -> Tensor");
