@@ -661,9 +661,11 @@ def _assert_a_changed_byte_changes_its_row_only(blocks, packed, plain_type, pack
 
 
 def _assert_largest_dots_on_every_path(extreme, plain_type, repack, packed_type):
-    """Inputs +-127 over `extreme` blocks: the scalar reference's bits on every path, plain and packed."""
-    signs = torch.ones(2, 768)
-    signs[1] = -1
+    """Inputs +-127 over `extreme` blocks: the scalar reference's bits on every path, plain and packed; 8 rows (all +,
+    all -, in turn), so that the kernels that take several inputs at once (Q2_K's and Q3_K's from 2 and 4 on, which
+    fold the scales into the values) take them here too."""
+    signs = torch.ones(8, 768)
+    signs[1::2] = -1
     expected = _bits(gguf_kernels.linear_q8_on(signs, extreme, plain_type, 768, "scalar"))
     for path in _paths_here():
         assert torch.equal(_bits(gguf_kernels.linear_q8_on(signs, repack(extreme), packed_type, 768, path)), expected)
@@ -867,8 +869,8 @@ def test_iq3_xxs_and_iq2_xxs_at_their_largest_values_on_every_path(type_name):
 @pytest.mark.parametrize("path", gguf_kernels.ISA_PATHS + gguf_kernels.TEST_PATHS)
 def test_q2_k_packed_in_eights_gives_q2_ks_bits_on_every_path_row_and_thread_count(path):
     """Q2_K_X8: the AVX-512 kernel (avx512-vnni), the tile kernel (amx past its VNNI limit, at every row count by
-    default; amx-emulated), the 256-bit ones (avx2, avx-vnni, vnni-emulated) and the scalar reference: the bits of Q2_K in
-    GGUF's layout on the scalar reference, 1..40 rows."""
+    default; amx-emulated), the 256-bit ones (avx2, avx-vnni, vnni-emulated) and the scalar reference: the bits of
+    Q2_K in GGUF's layout on the scalar reference, 1..40 rows."""
     if gguf_kernels.missing_flag(path):
         pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag(path)} (the {path} path runs where it has it)")
     blocks, packed, x = _packed_case("Q2_K", gguf_kernels.repack_q2_k_x8, 37, 56, 40)
