@@ -12,7 +12,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install llama test test-heavy test-fast test-sanitize demo models-data browser compiler clean
+.PHONY: install llama test test-heavy test-fast test-sanitize test-avx2-cpu demo models-data browser compiler qemu clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -48,11 +48,17 @@ browser:
 compiler:
 	@command -v g++ >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq g++ >/dev/null)
 
+# QEMU's user mode (Debian's qemu-user, without its binfmt handlers): the suite runs one child Python on an emulated
+# AVX2-only CPU (`qemu-x86_64 -cpu max`: AVX2, no AVX-512, VNNI or AMX), tests/test_avx2_only_cpu.py.
+qemu:
+	@command -v qemu-x86_64 >/dev/null 2>&1 || (apt-get update -qq && \
+	  apt-get install -y -qq --no-install-recommends qemu-user >/dev/null)
+
 # The whole suite but the statistical grids: about 40 minutes on a 2-core AMD Zen 3 (39 min 24 s), 17 on a 2-core Xeon with AMX, plus the
 # installs the first time. MULTIDRAFT_REQUIRE_INSTALLED=1: a test that needs what these targets install (the pulled
 # SmolLM2, the compiler for the kernels) fails without it instead of skipping (tests/installed.py). The run ends
 # with one line per skip reason and its count (tests/conftest.py).
-test: models-data browser compiler
+test: models-data browser compiler qemu
 	@echo "make test: the whole suite, 17-40 minutes on 2 cores (2026-11-29: AMD Zen 3 39 min 24 s, Intel Xeon with AMX 16 min 32 s; 2026-12-03: AMD Zen 4 19 min 19 s to 23 min 44 s)"
 	MULTIDRAFT_REQUIRE_INSTALLED=1 $(PY) -m pytest -q -p no:cacheprovider -m "not heavy"
 
@@ -72,6 +78,14 @@ test-sanitize: compiler $(STAMP)
 	ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_int8_kernels.py tests/test_native_runner.py \
 	tests/test_fast_runner.py
+
+# The kernel and native-runner test files on an emulated AVX2-only CPU (QEMU's TCG runs AVX2 but no AVX-512, AVX-VNNI
+# or AMX; one of those instructions stops the run with SIGILL): for kernel changes, since the development machines
+# have AVX-512. About 2 + 4 min on 2 cores (Zen 4, 2026-12-07). /proc/cpuinfo inside is the host's: a test reading
+# flags from it must also ask the kernels' own cpuid check (gguf_kernels.missing_flag).
+test-avx2-cpu: qemu models-data compiler
+	MULTIDRAFT_REQUIRE_INSTALLED=1 qemu-x86_64 -cpu max $(PY) -m pytest -q -p no:cacheprovider \
+	tests/test_int8_kernels.py tests/test_native_runner.py
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m "not real_model and not slow"
