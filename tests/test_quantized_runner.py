@@ -451,11 +451,13 @@ def test_auto_activations_are_q8_where_a_matrix_has_an_8_bit_kernel():
 
 
 @pytest.mark.parametrize("type_name", ["IQ1_S"])
-def test_formats_without_a_kernel_run_in_fp32_and_the_load_says_what_that_costs(type_name):
-    """An IQ1_S GGUF (no kernel reads it) loads with its matrices expanded to fp32, computes the model, and
-    says so once: which tensors, the memory it took, what runs on the kernels instead (it used to be silent)."""
-    from multidraft.models import quantized
+def test_formats_without_a_kernel_run_in_fp32_and_the_load_says_what_that_costs(type_name, monkeypatch):
+    """An IQ1_S GGUF whose blocks cannot become Q6_K ones (a d / 8 that is not an fp16, stood in for here: every
+    matrix) loads with its matrices expanded to fp32, computes the model, and says so once: which tensors, the
+    memory it took, what runs on the kernels instead (it used to be silent)."""
+    from multidraft.models import gguf_weights, quantized
 
+    monkeypatch.setitem(gguf_weights.CONVERTIBLE, 19, lambda rows: False)
     folder = temp_model_folder(f"tiny-gguf-expanded-{type_name}-")
     path = write_tiny_gguf(folder, "qwen2", type_name, seed=5)
     with pytest.warns(RuntimeWarning) as caught:
@@ -480,11 +482,38 @@ def _assert_logits_are_the_eager_folders(model, folder):
     assert float((ours - theirs).abs().max()) <= 1e-4 * float(theirs.abs().max())
 
 
-NUMPY_CONVERSIONS = {"Q3_K": "q3_k_as_q6_k", "IQ3_S": "iq3_s_as_q6_k"}
+NUMPY_CONVERSIONS = {"Q3_K": "q3_k_as_q6_k", "IQ3_S": "iq3_s_as_q6_k", "IQ1_S": "iq1_s_as_q6_k",
+                     "IQ1_M": "iq1_m_as_q6_k", "TQ1_0": "tq1_0_as_q6_k", "TQ2_0": "tq2_0_as_q6_k"}
+
+
+def _extreme_blocks(type_name, raw):
+    """Some rows' first block set to a format's extremes (raw: 48 rows of random blocks)."""
+    if type_name == "Q3_K":
+        raw[:4, :32] = 0                                # every high bit clear (q = low - 4) in some rows' first block
+        raw[4:8, :32] = 255                             # and every one set
+    if type_name == "IQ3_S":                            # in some rows' first block:
+        raw[:4, 106:110] = 255                          # every scale 31 (s = 15)
+        raw[4:8, 74:106] = 255                          # every value negative
+        raw[8:12, 2:74] = 255                           # every grid index 511
+    if type_name == "IQ1_S":
+        raw[:4, 34:50:2] = 0                            # qh: octets 0, 1's index bits 8-10 zero, octet 3's 7,
+        raw[:4, 35:50:2] = 0xFF                         # s = 7, every delta negative
+        raw[4:8, 2:34] = 255                            # every index's low bits 255
+        raw[8:12, 35:50:2] &= 0x0F                      # s = 0, delta positive, index bits 8-10 as random
+    if type_name == "IQ1_M":
+        raw[:4, 32:48] = 0xFF                           # every index's high bits 7, every delta negative
+        raw[4:8, 32:48] = 0x00                          # high bits 0, every delta positive
+        raw[8:12, 48:56:2] = 0xFF                       # the low bytes of the scale words: s = 7 where they reach
+    if type_name in ("TQ1_0", "TQ2_0"):
+        end = 52 if type_name == "TQ1_0" else 64
+        raw[:4, :end] = 255                             # every byte of the values at its largest (TQ2_0: the
+        raw[4:8, :end] = 0                              # unused 3 in every 2 bits), its smallest, and one more
+        raw[8:12, :end] = 0xAA if type_name == "TQ2_0" else 242
 
 
 @pytest.mark.parametrize("converter", ["load's", "numpy's"])
-@pytest.mark.parametrize("type_name,target", [("Q3_K", "Q6_K"), ("IQ3_S", "Q6_K")])
+@pytest.mark.parametrize("type_name,target", [("Q3_K", "Q6_K"), ("IQ3_S", "Q6_K"), ("IQ1_S", "Q6_K"),
+                                              ("IQ1_M", "Q6_K"), ("TQ1_0", "Q6_K"), ("TQ2_0", "Q6_K")])
 def test_lossless_conversions_keep_every_value_bit_for_bit(type_name, target, converter):
     """The conversion a load runs (the kernels', loaded by this module's fixture) and numpy's reference."""
     from multidraft.models import gguf_convert
@@ -497,13 +526,7 @@ def test_lossless_conversions_keep_every_value_bit_for_bit(type_name, target, co
         convert = getattr(gguf_convert, NUMPY_CONVERSIONS[type_name])
     rng = np.random.default_rng(21)
     raw = random_blocks(type_name, 48, 2048, rng, scale=0.5)
-    if type_name == "Q3_K":
-        raw[:4, :32] = 0                                # every high bit clear (q = low - 4) in some rows' first block
-        raw[4:8, :32] = 255                             # and every one set
-    if type_name == "IQ3_S":                            # in some rows' first block:
-        raw[:4, 106:110] = 255                          # every scale 31 (s = 15)
-        raw[4:8, 74:106] = 255                          # every value negative
-        raw[8:12, 2:74] = 255                           # every grid index 511
+    _extreme_blocks(type_name, raw)
     converted = convert(raw)
     per_block = gguf.GGML_QUANT_SIZES[target_type][1] * 2048 // gguf.GGML_QUANT_SIZES[target_type][0]
     assert converted.shape == (48, per_block)
@@ -511,6 +534,35 @@ def test_lossless_conversions_keep_every_value_bit_for_bit(type_name, target, co
     assert np.array_equal(expected.view(np.uint32), gguf.quants.dequantize(converted, target_type).view(np.uint32))
     ours = gguf_kernels.dequantize(torch.from_numpy(converted), int(target_type), 2048).numpy()
     assert np.array_equal(ours, expected)
+
+
+def test_an_iq1_matrix_converts_only_where_every_d_over_8_is_an_fp16():
+    """IQ1's Q6_K d is d / 8: exact for every fp16 d of 2^-11 and up (and zero, infinities), for smaller ones only
+    where the bits that fall off are zero (2^-12, 2^-24 * 8); one block that is not keeps its matrix fp32, its
+    values as they are (gguf-py's)."""
+    from multidraft.models import gguf_convert, gguf_weights
+
+    rng = np.random.default_rng(3)
+    for type_name, type_id in (("IQ1_S", 19), ("IQ1_M", 29)):
+        raw = random_blocks(type_name, 4, 512, rng, scale=0.5)
+        assert gguf_convert.iq1_d_exact(raw, type_id)
+        for d, exact in ((2.0 ** -11, True), (-1.0, True), (0.0, True), (float("inf"), True), (2.0 ** -12, True),
+                         (2.0 ** -21, True), (2.0 ** -14 + 2.0 ** -24, False), (2.0 ** -24, False),
+                         (float("nan"), False)):
+            bits = int(np.float16(d).view(np.uint16))
+            block = raw.reshape(-1, raw.shape[1] // 2)[0]               # row 0's first block of two
+            if type_name == "IQ1_S":
+                block[0:2] = [bits & 0xFF, bits >> 8]
+            else:
+                words = block[48:56].copy().view("<u2")
+                words[:] = (words & 0x0FFF) | ((bits >> np.array([0, 4, 8, 12])) & 0xF).astype(np.uint16) << 12
+                block[48:56] = words.view(np.uint8)
+            assert gguf_convert.iq1_d_exact(raw, type_id) == exact, (type_name, d)
+            if exact and np.isfinite(d):
+                expected = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[type_name])
+                converted = gguf_weights.CONVERSIONS[type_id][0](raw)
+                got = gguf.quants.dequantize(converted, gguf.GGMLQuantizationType.Q6_K)
+                assert np.array_equal(expected.view(np.uint32), got.view(np.uint32)), (type_name, d)
 
 
 @pytest.mark.parametrize("type_name", ["Q3_K", "IQ3_S"])
@@ -538,10 +590,11 @@ def _loaded_without_warnings(prefix, type_name, seed):
         return quantized.load_quantized_model(folder, path, activations="auto"), folder
 
 
-@pytest.mark.parametrize("type_name", ["Q3_K", "IQ3_S"])
+@pytest.mark.parametrize("type_name", ["Q3_K", "IQ3_S", "IQ1_S", "IQ1_M", "TQ1_0", "TQ2_0"])
 def test_a_converted_format_runs_on_the_8_bit_kernels_silently_and_computes_the_model(type_name):
-    """Q3_K (Q3_K_M's main format) and IQ3_S (IQ3_M's) as Q6_K blocks of the same values: the 8-bit runner, no fp32
-    expansion (so no warning), the fp32 eager model's logits from the HF folder of the exact values."""
+    """Q3_K (Q3_K_M's main format), IQ3_S (IQ3_M's), IQ1_S, IQ1_M and the ternary TQ1_0, TQ2_0 as Q6_K blocks of the
+    same values: the 8-bit runner, no fp32 expansion (so no warning), the fp32 eager model's logits from the HF folder
+    of the exact values."""
     from multidraft.models import quantized
 
     model, folder = _loaded_without_warnings(f"tiny-gguf-converted-{type_name}-", type_name, seed=6)
@@ -556,10 +609,13 @@ def test_a_converted_format_runs_on_the_8_bit_kernels_silently_and_computes_the_
         dropped = model(ids).logits
         assert all(m.blocks.shape[0] == m.rows for m in linears)          # made again
         assert torch.equal(model(ids).logits, dropped)
-    layout = {"IQ3_S": (gguf_kernels.IQ4_XS_X8, 148), "Q3_K": (gguf_kernels.Q3_K_X8, 164)}[type_name]
+    layout = {"IQ3_S": (gguf_kernels.IQ4_XS_X8, 148), "Q3_K": (gguf_kernels.Q3_K_X8, 164)}.get(type_name)
     generator = torch.Generator().manual_seed(6)       # packed in layouts of their own, at their Q6_K blocks' bits
-    for m in linears:
-        assert (m.packed_type, m.packed.shape[1]) == (layout[0], m.width // 256 * layout[1])
+    for m in linears:                                  # (IQ1 and TQ: in Q6_K's, where this path packs it)
+        if layout is not None:
+            assert (m.packed_type, m.packed.shape[1]) == (layout[0], m.width // 256 * layout[1])
+        else:
+            assert m.packed_type == (None if gguf_kernels.q6_k_layout() == 14 else gguf_kernels.q6_k_layout())
         x = torch.randn(3, m.width, generator=generator)
         assert torch.equal(m.linear(x, q8=True), gguf_kernels.linear_q8(x, m.blocks, 14, m.width))
     quantized.set_activations(model, "fp32")             # the exact values' products, as the eager model's

@@ -21,7 +21,9 @@ from tests.tiny_models import make_tiny_hf_model, make_tokenizer
 SCALE_FIELDS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "Q4_K": (0, 2),
                 "Q5_K": (0, 2), "Q6_K": (208,), "Q2_K": (80, 82), "Q3_K": (108,),
                 "IQ4_NL": (0,), "IQ4_XS": (0,), "IQ3_S": (0,), "IQ3_XXS": (0,), "IQ2_XXS": (0,), "IQ2_XS": (0,),
-                "IQ2_S": (0,), "IQ1_S": (0,)}       # Q3_K, IQ3_S: converted; IQ1_S: no kernel
+                "IQ2_S": (0,), "IQ1_S": (0,), "TQ1_0": (52,), "TQ2_0": (64,)}  # Q3_K, IQ3_S, IQ1, TQ: converted
+# IQ1_M's fp16 d is spread over the top 4 bits of its four 16-bit scale words (from byte 48)
+IQ1_M_SCALES = 48
 FORMATS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16", "F32")
 
 
@@ -38,6 +40,16 @@ def random_blocks(type_name: str, rows: int, width: int, rng, scale: float = 0.0
     qtype = QType[type_name]
     values_per_block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, size=(rows, width // values_per_block, block_bytes), dtype=np.uint8)
+    if type_name in ("IQ1_S", "IQ1_M"):        # |d| of scale / 2 .. scale, so that d / 8 is an fp16 (converted)
+        d = (rng.uniform(scale / 2, scale, raw.shape[:2]) * rng.choice([-1, 1], raw.shape[:2])).astype(np.float16)
+        if type_name == "IQ1_S":
+            raw[..., 0:2] = d.view(np.uint8).reshape(*raw.shape[:2], 2)
+            return raw.reshape(rows, -1)
+        words = raw[..., IQ1_M_SCALES:IQ1_M_SCALES + 8].copy().view("<u2")
+        bits = d.view(np.uint16)[..., None] >> np.array([0, 4, 8, 12], np.uint16)
+        words = (words & np.uint16(0x0FFF)) | ((bits & np.uint16(0xF)) << np.uint16(12))
+        raw[..., IQ1_M_SCALES:IQ1_M_SCALES + 8] = words.view(np.uint8)
+        return raw.reshape(rows, -1)
     for offset in SCALE_FIELDS[type_name]:
         field = rng.uniform(-scale, scale, size=raw.shape[:2]).astype(np.float16)
         raw[..., offset:offset + 2] = field.view(np.uint8).reshape(*raw.shape[:2], 2)

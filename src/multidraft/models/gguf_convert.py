@@ -16,8 +16,16 @@ blocks packed in IQ4_XS's layout with a table of IQ3_S's 16 values (kernels/iq4_
 (Q2_K, IQ2_XXS / XS / S, IQ3_XXS, IQ4_XS and IQ4_NL have kernels of their own. IQ4_NL is Q4_0's block whose 4-bit
 indices pick IQ4_NL_TABLE's values: its kernels compute the Q8_0 block of those values, at 18 bytes for its 34.
 IQ3_XXS's values d * (2 s + 1) / 4 * g with g up to 62 would need Q6_K's d to be d / 2, which fp16 does not hold
-exactly for the smallest d, and IQ2's grid values reach 43, past Q6_K's 31. IQ1_S and IQ1_M (d / 8 as IQ3_XXS's
-d / 2) stay fp32.)
+exactly for the smallest d, and IQ2's grid values reach 43, past Q6_K's 31.)
+
+IQ1_S, IQ1_M -> Q6_K. Their values are d * (2 s + 1) * (g + delta): an fp16 d per 256 values, a 3-bit s per 32
+(IQ1_S) or 16 (IQ1_M), g in -1, 0, 1 from a fixed grid of 2048 octets and delta = +-1/8 per 32 (IQ1_S) or 8 (IQ1_M)
+values. That is (d / 8) * (2 s + 1) * (8 g +- 1): Q6_K's d is d / 8, its scale 2 s + 1 (1..15), q = 8 g +- 1 (-9..9),
+the very same values wherever d / 8 is an fp16 (every d of 2^-11 and up, and smaller ones whose last bits are zero).
+A matrix with a block whose d / 8 is not (`iq1_d_exact`) stays fp32 (the load warns).
+
+TQ1_0, TQ2_0 -> Q6_K (ternary: d * t, t in -1, 0, 1, an fp16 d per 256 values, base 3 or 2 bits a value): Q6_K's d
+is d, every scale 1, q = t. 210 bytes for 54 / 66, where fp32 took 1024.
 """
 
 from __future__ import annotations
@@ -99,6 +107,105 @@ def iq3_s_as_q6_k(rows: np.ndarray) -> np.ndarray:
         return _q6_k_blocks(u, scales, d)
 
     return _converted(rows, IQ3_S_BYTES, as_q6_k)
+
+
+IQ1_S_BYTES, IQ1_M_BYTES, TQ1_0_BYTES, TQ2_0_BYTES = 50, 56, 54, 66
+
+
+def _iq1_grid() -> np.ndarray:
+    """IQ1_S's (and IQ1_M's) 2048 octets of -1, 0, 1 as gguf-py has them: (2048, 8) int8."""
+    import gguf.quants
+
+    gguf.quants.IQ1_S.init_grid()
+    return gguf.quants.IQ1_S.grid.reshape(2048, 8).astype(np.int8)
+
+
+def _eighth(d: np.ndarray) -> np.ndarray:
+    """fp16 bytes (blocks, 2) -> the fp16 bytes of d / 8 (exact where `iq1_d_exact` holds)."""
+    return (d.view(np.float16).astype(np.float32) / np.float32(8)).astype(np.float16).view(np.uint8)
+
+
+def _iq1_m_d(part: np.ndarray) -> np.ndarray:
+    """IQ1_M's fp16 d, spread over the top 4 bits of its four 16-bit scale words: (blocks, 2) bytes."""
+    words = np.ascontiguousarray(part[:, 48:56]).view("<u2")
+    bits = (words[:, 0] >> 12) | ((words[:, 1] >> 12) << 4) | ((words[:, 2] >> 12) << 8) | ((words[:, 3] >> 12) << 12)
+    return bits.astype("<u2").view(np.uint8).reshape(-1, 2)
+
+
+def iq1_d_exact(rows: np.ndarray, type_id: int) -> bool:
+    """Whether every block's d / 8 is an fp16 (IQ1_S: type 19, IQ1_M: 29), so that the Q6_K blocks hold the very same
+    values (a non-finite d is not: its matrix stays fp32)."""
+    block_bytes = IQ1_S_BYTES if type_id == 19 else IQ1_M_BYTES
+    blocks = np.ascontiguousarray(rows).reshape(-1, block_bytes)
+    d = np.ascontiguousarray(blocks[:, :2]) if type_id == 19 else _iq1_m_d(blocks)
+    exact = d.view(np.float16).astype(np.float32)
+    back = _eighth(d).view(np.float16).astype(np.float32) * np.float32(8)
+    return bool(np.all(back == exact))
+
+
+def _iq1_values(index: np.ndarray, negative: np.ndarray) -> np.ndarray:
+    """Q6_K's stored q (32 + 8 g +- 1) of the octets `index` (blocks, 32) names, delta negative per octet: (blocks,
+    256) uint8."""
+    g = _iq1_grid()[index].astype(np.int16)                          # (blocks, 32, 8)
+    sign = np.where(negative, -1, 1).astype(np.int16)[..., None]
+    return (32 + 8 * g + sign).astype(np.uint8).reshape(-1, 256)
+
+
+def iq1_s_as_q6_k(rows: np.ndarray) -> np.ndarray:
+    """(rows, row bytes) uint8 of IQ1_S blocks (d, qs[32], qh[8] as uint16: per 32 values j, bits 3 l .. 3 l + 2 the
+    high bits of octet l's index, bits 12-14 s, bit 15 delta's sign) -> the Q6_K blocks of the same values (where
+    `iq1_d_exact`)."""
+    def as_q6_k(part):
+        d, qs, qh = part[:, :2], part[:, 2:34], np.ascontiguousarray(part[:, 34:50]).view("<u2")   # qh (blocks, 8)
+        high = (qh[:, :, None] >> np.array([0, 3, 6, 9], np.uint16)) & np.uint16(7)          # (blocks, 8, 4)
+        index = qs.astype(np.uint16) | (high.reshape(-1, 32) << np.uint16(8))
+        negative = np.repeat((qh & np.uint16(0x8000)) != 0, 4, axis=1)                      # per octet
+        scales = np.repeat(2 * ((qh >> np.uint16(12)) & np.uint16(7)) + 1, 2, axis=1)        # per 16 values
+        return _q6_k_blocks(_iq1_values(index, negative), scales, _eighth(np.ascontiguousarray(d)))
+
+    return _converted(rows, IQ1_S_BYTES, as_q6_k)
+
+
+def iq1_m_as_q6_k(rows: np.ndarray) -> np.ndarray:
+    """(rows, row bytes) uint8 of IQ1_M blocks (qs[32], qh[16]: per octet a nibble, low then high, its bits 0-2 the
+    index's high bits and bit 3 delta's sign; scales[8] as four uint16: s of 16 values k at bits 3 (k % 4) of word
+    k / 4, d's 4-bit pieces at bits 12-15) -> the Q6_K blocks of the same values (where `iq1_d_exact`)."""
+    def as_q6_k(part):
+        qs, qh = part[:, :32], part[:, 32:48]
+        nibbles = np.stack([qh & 0x0F, qh >> 4], axis=2).reshape(-1, 32)                  # per octet
+        index = qs.astype(np.uint16) | ((nibbles & 7).astype(np.uint16) << np.uint16(8))
+        words = np.ascontiguousarray(part[:, 48:56]).view("<u2")
+        s = (words[:, :, None] >> np.array([0, 3, 6, 9], np.uint16)) & np.uint16(7)           # (blocks, 4, 4)
+        return _q6_k_blocks(_iq1_values(index, (nibbles & 8) != 0), 2 * s.reshape(-1, 16) + 1, _eighth(_iq1_m_d(part)))
+
+    return _converted(rows, IQ1_M_BYTES, as_q6_k)
+
+
+def tq2_0_as_q6_k(rows: np.ndarray) -> np.ndarray:
+    """(rows, row bytes) uint8 of TQ2_0 blocks (qs[64]: value 128 j + 32 l + m in bits 2 l of byte 32 j + m, stored
+    t + 1; d) -> the Q6_K blocks of the same values."""
+    def as_q6_k(part):
+        qs = part[:, :64].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
+        u = (qs & np.uint8(3)).reshape(-1, 256) + np.uint8(31)                       # 32 + t
+        return _q6_k_blocks(u, np.ones((part.shape[0], 16), np.int8), part[:, 64:66])
+
+    return _converted(rows, TQ2_0_BYTES, as_q6_k)
+
+
+def tq1_0_as_q6_k(rows: np.ndarray) -> np.ndarray:
+    """(rows, row bytes) uint8 of TQ1_0 blocks (qs[48], qh[4]: five (qs) or four (qh) base-3 digits a byte, read as
+    the top digit of byte * 3^n (mod 256) times 3 / 256, stored t + 1; d) -> the Q6_K blocks of the same values."""
+    powers = np.array([1, 3, 9, 27, 81], np.uint8)
+
+    def as_q6_k(part):
+        qs0 = (part[:, None, 0:32] * powers[None, :, None]).reshape(-1, 160)       # uint8 products wrap, as ggml's
+        qs1 = (part[:, None, 32:48] * powers[None, :, None]).reshape(-1, 80)
+        qh = (part[:, None, 48:52] * powers[None, :4, None]).reshape(-1, 16)
+        digits = (np.concatenate([qs0, qs1, qh], axis=1).astype(np.uint16) * 3) >> 8
+        return _q6_k_blocks(digits.astype(np.uint8) + np.uint8(31), np.ones((part.shape[0], 16), np.int8),
+                            part[:, 52:54])
+
+    return _converted(rows, TQ1_0_BYTES, as_q6_k)
 
 
 def grid_words(quant_name: str) -> np.ndarray:

@@ -3,8 +3,9 @@
 `BlockMatrix` is one weight matrix kept in its GGUF encoding (rows of blocks along the input dimension), mapped
 from the file, not copied: the linear kernel decodes it on the fly (gguf_kernels.py). Q3_K and IQ3_S blocks become
 the Q6_K blocks of the same values at load (gguf_convert.py); block types the kernel does not
-read (IQ1_S, IQ1_M, TQ1_0, TQ2_0) are expanded to F32 once at load with gguf-py (and the load says what
-that costs), so any GGUF that gguf-py reads works.
+read are expanded to F32 once at load with gguf-py (and the load says what that costs), so any GGUF that gguf-py
+reads works. IQ1_S, IQ1_M, TQ1_0 and TQ2_0 become Q6_K blocks too (an IQ1 matrix only where every block's d / 8 is
+an fp16; gguf_convert.iq1_d_exact).
 Names: HF parameter names are mapped to GGUF names with gguf-py's own table (the one llama.cpp's converter uses).
 """
 
@@ -35,8 +36,13 @@ def _as_q6_k(type_id: int, reference: Callable[[np.ndarray], np.ndarray]) -> Cal
     return convert
 
 
-# ggml's type number -> (its lossless re-encoding, the type it becomes): Q3_K -> Q6_K, IQ3_S -> Q6_K
-CONVERSIONS = {11: (_as_q6_k(11, gguf_convert.q3_k_as_q6_k), 14), 21: (_as_q6_k(21, gguf_convert.iq3_s_as_q6_k), 14)}
+# ggml's type number -> (its lossless re-encoding, the type it becomes): Q3_K, IQ3_S (the kernels' or numpy's), IQ1_S,
+# IQ1_M, TQ1_0, TQ2_0 (numpy's) -> Q6_K
+CONVERSIONS = {11: (_as_q6_k(11, gguf_convert.q3_k_as_q6_k), 14), 21: (_as_q6_k(21, gguf_convert.iq3_s_as_q6_k), 14),
+               19: (gguf_convert.iq1_s_as_q6_k, 14), 29: (gguf_convert.iq1_m_as_q6_k, 14),
+               34: (gguf_convert.tq1_0_as_q6_k, 14), 35: (gguf_convert.tq2_0_as_q6_k, 14)}
+# a conversion that holds only where the blocks allow it (IQ1's d / 8 an fp16): elsewhere the matrix is expanded
+CONVERTIBLE = {19: lambda rows: gguf_convert.iq1_d_exact(rows, 19), 29: lambda rows: gguf_convert.iq1_d_exact(rows, 29)}
 
 
 @dataclass
@@ -257,7 +263,8 @@ class GGUFWeights:
         type_id = int(tensor.tensor_type)
         width = int(tensor.shape[0])              # GGUF lists dimensions innermost first
         data = tensor.data
-        if type_id in CONVERSIONS:                # the same values in a format the kernels compute (gguf_convert)
+        if type_id in CONVERSIONS and CONVERTIBLE.get(type_id, lambda rows: True)(data):
+            # the same values in a format the kernels compute (gguf_convert)
             convert, converted_type = CONVERSIONS[type_id]
             self.converted[tensor.tensor_type.name] = self.converted.get(tensor.tensor_type.name, 0) + 1
 
@@ -289,8 +296,9 @@ class GGUFWeights:
         return (f"multidraft: {count} tensors of {self.path.name} ({names}) are in formats the CPU kernels do not "
                 f"read, so they were expanded to fp32 at load ({fp32} in place of {source}) and their "
                 f"linears run several times slower than the rest; a GGUF of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, "
-                f"Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL or IQ4_XS (Q2_K, Q3_K_M, "
-                f"Q4_K_M, Q5_K_M, Q6_K, Q8_0, the IQ2 and IQ3 mixes, IQ4_XS) runs every matrix on the 8-bit kernels")
+                f"Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, TQ1_0 or TQ2_0 "
+                f"(Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, Q6_K, Q8_0, the IQ2 and IQ3 mixes, IQ4_XS) runs every matrix on the "
+                f"8-bit kernels, and IQ1_S and IQ1_M where every block's scale divided by 8 is an fp16")
 
     def dense(self, gguf_name: str) -> torch.Tensor:
         """A small tensor (norm, bias) as fp32, in HF's shape order (outermost first)."""
