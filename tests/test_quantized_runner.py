@@ -609,9 +609,11 @@ def test_a_converted_format_runs_on_the_8_bit_kernels_silently_and_computes_the_
         dropped = model(ids).logits
         assert all(m.blocks.shape[0] == m.rows for m in linears)          # made again
         assert torch.equal(model(ids).logits, dropped)
-    layout = {"IQ3_S": (gguf_kernels.IQ4_XS_X8, 148), "Q3_K": (gguf_kernels.Q3_K_X8, 164)}.get(type_name)
+    layout = {"IQ3_S": (gguf_kernels.IQ4_XS_X8, 148), "IQ1_S": (gguf_kernels.IQ4_XS_X8, 148),
+              "Q3_K": (gguf_kernels.Q3_K_X8, 164), "TQ1_0": (gguf_kernels.Q3_K_X8, 164),
+              "TQ2_0": (gguf_kernels.Q3_K_X8, 164)}.get(type_name)
     generator = torch.Generator().manual_seed(6)       # packed in layouts of their own, at their Q6_K blocks' bits
-    for m in linears:                                  # (IQ1 and TQ: in Q6_K's, where this path packs it)
+    for m in linears:                                  # (IQ1_M: in Q6_K's, where this path packs it)
         if layout is not None:
             assert (m.packed_type, m.packed.shape[1]) == (layout[0], m.width // 256 * layout[1])
         else:

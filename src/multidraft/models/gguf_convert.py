@@ -22,10 +22,11 @@ IQ1_S, IQ1_M -> Q6_K. Their values are d * (2 s + 1) * (g + delta): an fp16 d pe
 (IQ1_S) or 16 (IQ1_M), g in -1, 0, 1 from a fixed grid of 2048 octets and delta = +-1/8 per 32 (IQ1_S) or 8 (IQ1_M)
 values. That is (d / 8) * (2 s + 1) * (8 g +- 1): Q6_K's d is d / 8, its scale 2 s + 1 (1..15), q = 8 g +- 1 (-9..9),
 the very same values wherever d / 8 is an fp16 (every d of 2^-11 and up, and smaller ones whose last bits are zero).
-A matrix with a block whose d / 8 is not (`iq1_d_exact`) stays fp32 (the load warns).
+A matrix with a block whose d / 8 is not (`iq1_d_exact`) stays fp32 (the load warns). IQ1_S's blocks then pack as
+IQ3_S's do (odd values, a scale per 32: gguf_kernels.PACKS_AS).
 
 TQ1_0, TQ2_0 -> Q6_K (ternary: d * t, t in -1, 0, 1, an fp16 d per 256 values, base 3 or 2 bits a value): Q6_K's d
-is d, every scale 1, q = t. 210 bytes for 54 / 66, where fp32 took 1024.
+is d, every scale 1, q = t; packed as Q3_K's (164 bytes for 54 / 66, where fp32 took 1024).
 """
 
 from __future__ import annotations

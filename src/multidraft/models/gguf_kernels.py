@@ -387,6 +387,10 @@ def as_q6_k(blocks: torch.Tensor, type_id: int) -> torch.Tensor:
 # The formats converted to Q6_K at load that pack in layouts of their own (GGUF type -> (packed type, its repack of the
 # Q6_K blocks)), rows in eights: IQ3_S in IQ4_XS_X8's layout with its table, Q3_K in Q3_K_X8.
 CONVERTED_PACKS = {21: (IQ4_XS_X8, repack_q6_k_iq3_s_x8), 11: (Q3_K_X8, repack_q6_k_q3_k_x8)}
+# Formats whose Q6_K blocks fit one of those layouts too (GGUF type -> the type whose layout): IQ1_S's (odd values -9..9
+# and a scale 2 s + 1 per 32 values) IQ3_S's, TQ1_0's and TQ2_0's (values -1..1, every scale 1) Q3_K's. IQ1_M's
+# scales are per 16 values and its values reach +-9: it packs as Q6_K.
+PACKS_AS = {19: 21, 34: 11, 35: 11}
 
 
 def random_converted_blocks(type_id: int, rows: int, width: int, generator: torch.Generator) -> torch.Tensor:

@@ -143,8 +143,9 @@ class BlockMatrix:
         20.9."""
         if self.packed is not None or not self.has_q8_kernel:
             return
-        if self.source_type in gguf_kernels.CONVERTED_PACKS:      # IQ3_S, Q3_K: 148 / 164 bytes for Q6_K's 210
-            packed_type, repack = gguf_kernels.CONVERTED_PACKS[self.source_type]
+        source = gguf_kernels.PACKS_AS.get(self.source_type, self.source_type)
+        if source in gguf_kernels.CONVERTED_PACKS:      # IQ3_S and IQ1_S, Q3_K and TQ: 148 / 164 bytes for Q6_K's 210
+            packed_type, repack = gguf_kernels.CONVERTED_PACKS[source]
             self._pack(packed_type, repack, 8)
             return
         if self.type_id == 12:
