@@ -565,15 +565,17 @@ def test_an_iq1_matrix_converts_only_where_every_d_over_8_is_an_fp16():
                 assert np.array_equal(expected.view(np.uint32), got.view(np.uint32)), (type_name, d)
 
 
-@pytest.mark.parametrize("type_name", ["Q3_K", "IQ3_S"])
+@pytest.mark.parametrize("type_name", ["Q3_K", "IQ3_S", "IQ1_S", "IQ1_M", "TQ1_0", "TQ2_0"])
 def test_the_kernels_conversions_are_numpys_byte_for_byte(type_name):
-    """Every byte random (any bytes are a valid block of these formats), odd shapes, rows split over threads."""
+    """Every byte random (any bytes are a valid block of these formats; IQ1's d / 8 rounded as numpy rounds it, NaN
+    and infinities too), odd shapes, rows split over threads."""
     from multidraft.models import gguf_convert
 
     type_id, reference = int(gguf.GGMLQuantizationType[type_name]), getattr(gguf_convert, NUMPY_CONVERSIONS[type_name])
+    size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[type_name]][1]
     rng = np.random.default_rng(5)
     for rows, blocks in ((1, 1), (3, 7), (1000, 5)):
-        raw = rng.integers(0, 256, (rows, 110 * blocks), dtype=np.uint8)
+        raw = rng.integers(0, 256, (rows, size * blocks), dtype=np.uint8)
         ours = gguf_kernels.as_q6_k(torch.from_numpy(raw), type_id).numpy()
         assert ours.shape == (rows, 210 * blocks) and np.array_equal(ours, reference(raw))
 

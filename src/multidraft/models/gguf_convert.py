@@ -123,7 +123,8 @@ def _iq1_grid() -> np.ndarray:
 
 def _eighth(d: np.ndarray) -> np.ndarray:
     """fp16 bytes (blocks, 2) -> the fp16 bytes of d / 8 (exact where `iq1_d_exact` holds)."""
-    return (d.view(np.float16).astype(np.float32) / np.float32(8)).astype(np.float16).view(np.uint8)
+    with np.errstate(invalid="ignore"):                           # a NaN d stays NaN (never converted: not exact)
+        return (d.view(np.float16).astype(np.float32) / np.float32(8)).astype(np.float16).view(np.uint8)
 
 
 def _iq1_m_d(part: np.ndarray) -> np.ndarray:
@@ -211,11 +212,13 @@ def tq1_0_as_q6_k(rows: np.ndarray) -> np.ndarray:
 
 def grid_words(quant_name: str) -> np.ndarray:
     """An IQ format's fixed grid as gguf-py has it (the codebook llama.cpp defines): one little-endian word per entry,
-    its values' bytes in order (uint32 for quadruples: IQ3_XXS, IQ3_S; uint64 for octets: IQ2_XXS, IQ2_XS, IQ2_S)."""
+    its values' bytes in order (int8 two's complement; uint32 for quadruples: IQ3_XXS, IQ3_S; uint64 for octets:
+    IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S)."""
     import gguf.quants
 
     quant = getattr(gguf.quants, quant_name)
     quant.init_grid()
     entries, values = quant.grid.shape[-2:]
-    words = np.ascontiguousarray(quant.grid.reshape(entries, values).astype(np.uint8)).view(f"<u{values}")
+    octets = quant.grid.reshape(entries, values).astype(np.int8).view(np.uint8)     # IQ1_S's -1 as 255
+    words = np.ascontiguousarray(octets).view(f"<u{values}")
     return words.reshape(entries)

@@ -109,7 +109,7 @@ def _iq_grids() -> str:
         c_type = "uint32_t" if words.dtype.itemsize == 4 else "uint64_t"
         return (f"alignas(64) constexpr {c_type} {quant_name}_GRID[{len(words)}] = {{\n    " + ",\n    ".join(rows)
                 + "};\n")
-    return table("IQ3_XXS") + table("IQ3_S") + table("IQ2_XXS") + table("IQ2_XS") + table("IQ2_S")
+    return table("IQ3_XXS") + table("IQ3_S") + table("IQ2_XXS") + table("IQ2_XS") + table("IQ2_S") + table("IQ1_S")
 
 
 def unavailable_reason() -> Optional[str]:
@@ -379,8 +379,9 @@ def is_loaded() -> bool:
 
 
 def as_q6_k(blocks: torch.Tensor, type_id: int) -> torch.Tensor:
-    """(rows, row bytes) uint8 of Q3_K (type 11) or IQ3_S (21) blocks -> the Q6_K blocks of the same values: the
-    bytes of gguf_convert's numpy re-encodings (the reference), made in C++ on the OpenMP threads."""
+    """(rows, row bytes) uint8 of Q3_K (type 11), IQ3_S (21), IQ1_S (19), IQ1_M (29), TQ1_0 (34) or TQ2_0 (35) blocks
+    -> the Q6_K blocks of the same values: the bytes of gguf_convert's numpy re-encodings (the reference), made in
+    C++ on the OpenMP threads."""
     return torch.ops.multidraft_gguf.convert_as_q6_k(blocks, type_id)
 
 

@@ -28,7 +28,7 @@ F32 = 0
 
 def _as_q6_k(type_id: int, reference: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
     """A format's re-encoding as Q6_K: the kernels' once they are loaded (the same bytes; on a Zen 4 Q3_K's 28x and
-    IQ3_S's 6.6x numpy's speed), else numpy's."""
+    IQ3_S's 6.6x numpy's speed; IQ1's and TQ's below), else numpy's."""
     def convert(rows: np.ndarray) -> np.ndarray:
         if not gguf_kernels.is_loaded():
             return reference(rows)
@@ -36,11 +36,10 @@ def _as_q6_k(type_id: int, reference: Callable[[np.ndarray], np.ndarray]) -> Cal
     return convert
 
 
-# ggml's type number -> (its lossless re-encoding, the type it becomes): Q3_K, IQ3_S (the kernels' or numpy's), IQ1_S,
-# IQ1_M, TQ1_0, TQ2_0 (numpy's) -> Q6_K
-CONVERSIONS = {11: (_as_q6_k(11, gguf_convert.q3_k_as_q6_k), 14), 21: (_as_q6_k(21, gguf_convert.iq3_s_as_q6_k), 14),
-               19: (gguf_convert.iq1_s_as_q6_k, 14), 29: (gguf_convert.iq1_m_as_q6_k, 14),
-               34: (gguf_convert.tq1_0_as_q6_k, 14), 35: (gguf_convert.tq2_0_as_q6_k, 14)}
+# ggml's type number -> (its lossless re-encoding, the type it becomes): Q3_K, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0 -> Q6_K
+CONVERSIONS = {type_id: (_as_q6_k(type_id, reference), 14) for type_id, reference in (
+    (11, gguf_convert.q3_k_as_q6_k), (21, gguf_convert.iq3_s_as_q6_k), (19, gguf_convert.iq1_s_as_q6_k),
+    (29, gguf_convert.iq1_m_as_q6_k), (34, gguf_convert.tq1_0_as_q6_k), (35, gguf_convert.tq2_0_as_q6_k))}
 # a conversion that holds only where the blocks allow it (IQ1's d / 8 an fp16): elsewhere the matrix is expanded
 CONVERTIBLE = {19: lambda rows: gguf_convert.iq1_d_exact(rows, 19), 29: lambda rows: gguf_convert.iq1_d_exact(rows, 29)}
 
