@@ -28,7 +28,7 @@ F32 = 0
 
 def _as_q6_k(type_id: int, reference: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
     """A format's re-encoding as Q6_K: the kernels' once they are loaded (the same bytes; on a Zen 4 Q3_K's 28x and
-    IQ3_S's 6.6x numpy's speed; IQ1's and TQ's below), else numpy's."""
+    IQ3_S's 6.6x numpy's speed; an IQ1_S 1.5B's load 7.8 -> 3.8 s), else numpy's."""
     def convert(rows: np.ndarray) -> np.ndarray:
         if not gguf_kernels.is_loaded():
             return reference(rows)
