@@ -17,7 +17,7 @@ import torch
 from multidraft.models import gguf_kernels
 from multidraft.models.kv_cache import KVCache
 from tests.installed import load_smollm, require_quantized_kernels
-from tests.tiny_gguf import FORMATS, random_blocks, temp_model_folder, write_tiny_gguf
+from tests.tiny_gguf import FORMATS, random_blocks, set_iq1_d, temp_model_folder, write_tiny_gguf
 from tests.tiny_models import make_tokenizer
 
 
@@ -549,14 +549,8 @@ def test_an_iq1_matrix_converts_only_where_every_d_over_8_is_an_fp16():
         for d, exact in ((2.0 ** -11, True), (-1.0, True), (0.0, True), (float("inf"), True), (2.0 ** -12, True),
                          (2.0 ** -21, True), (2.0 ** -14 + 2.0 ** -24, False), (2.0 ** -24, False),
                          (float("nan"), False)):
-            bits = int(np.float16(d).view(np.uint16))
-            block = raw.reshape(-1, raw.shape[1] // 2)[0]               # row 0's first block of two
-            if type_name == "IQ1_S":
-                block[0:2] = [bits & 0xFF, bits >> 8]
-            else:
-                words = block[48:56].copy().view("<u2")
-                words[:] = (words & 0x0FFF) | ((bits >> np.array([0, 4, 8, 12])) & 0xF).astype(np.uint16) << 12
-                block[48:56] = words.view(np.uint8)
+            first = raw.reshape(-1, raw.shape[1] // 2)[:1]              # row 0's first block of two
+            set_iq1_d(first, type_name, np.float16([d]).view(np.uint16))
             assert gguf_convert.iq1_d_exact(raw, type_id) == exact, (type_name, d)
             if exact and np.isfinite(d):
                 expected = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[type_name])

@@ -42,18 +42,24 @@ def random_blocks(type_name: str, rows: int, width: int, rng, scale: float = 0.0
     raw = rng.integers(0, 256, size=(rows, width // values_per_block, block_bytes), dtype=np.uint8)
     if type_name in ("IQ1_S", "IQ1_M"):        # |d| of scale / 2 .. scale, so that d / 8 is an fp16 (converted)
         d = (rng.uniform(scale / 2, scale, raw.shape[:2]) * rng.choice([-1, 1], raw.shape[:2])).astype(np.float16)
-        if type_name == "IQ1_S":
-            raw[..., 0:2] = d.view(np.uint8).reshape(*raw.shape[:2], 2)
-            return raw.reshape(rows, -1)
-        words = raw[..., IQ1_M_SCALES:IQ1_M_SCALES + 8].copy().view("<u2")
-        bits = d.view(np.uint16)[..., None] >> np.array([0, 4, 8, 12], np.uint16)
-        words = (words & np.uint16(0x0FFF)) | ((bits & np.uint16(0xF)) << np.uint16(12))
-        raw[..., IQ1_M_SCALES:IQ1_M_SCALES + 8] = words.view(np.uint8)
+        set_iq1_d(raw, type_name, d.view(np.uint16))
         return raw.reshape(rows, -1)
     for offset in SCALE_FIELDS[type_name]:
         field = rng.uniform(-scale, scale, size=raw.shape[:2]).astype(np.float16)
         raw[..., offset:offset + 2] = field.view(np.uint8).reshape(*raw.shape[:2], 2)
     return raw.reshape(rows, -1)
+
+
+def set_iq1_d(blocks: np.ndarray, type_name: str, d_bits: np.ndarray) -> None:
+    """Write each IQ1 block's fp16 d (its bits, uint16, one per block) in place: blocks (..., block bytes) uint8,
+    IQ1_S's d its first two bytes, IQ1_M's spread over the top 4 bits of its four 16-bit scale words."""
+    if type_name == "IQ1_S":
+        blocks[..., 0:2] = d_bits.astype("<u2")[..., None].view(np.uint8)
+        return
+    words = blocks[..., IQ1_M_SCALES:IQ1_M_SCALES + 8].copy().view("<u2")
+    pieces = d_bits.astype(np.uint16)[..., None] >> np.array([0, 4, 8, 12], np.uint16)
+    words = (words & np.uint16(0x0FFF)) | ((pieces & np.uint16(0xF)) << np.uint16(12))
+    blocks[..., IQ1_M_SCALES:IQ1_M_SCALES + 8] = words.view(np.uint8)
 
 
 def encode_matrix(weight: torch.Tensor, type_name: str, rng, scale: float):
