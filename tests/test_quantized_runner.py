@@ -757,6 +757,27 @@ def test_without_the_kernels_loading_falls_back_with_one_warning(monkeypatch, sm
     assert [str(w.message) for w in caught if "quantized runner" in str(w.message)]
 
 
+def test_under_auto_only_the_machines_reasons_warn(monkeypatch, smollm_quantized):
+    """runner "auto" warns when this machine cannot run the kernels, whatever the reason's words (the loader once
+    matched them), and stays silent where the user turned the kernels off."""
+    from multidraft.models import loader
+
+    def fallbacks(reason, no_build=False):
+        monkeypatch.setattr(gguf_kernels, "_loaded", False)
+        monkeypatch.setattr(gguf_kernels, "unavailable_reason", lambda: reason)
+        if no_build:
+            monkeypatch.setenv("MULTIDRAFT_NO_KERNEL_BUILD", "1")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            lm = loader.load_model("smollm2-135m")
+        monkeypatch.delenv("MULTIDRAFT_NO_KERNEL_BUILD", raising=False)
+        assert lm.runner not in ("quantized", "quantized-q8", "native")
+        return [str(w.message) for w in caught if "quantized runner" in str(w.message)]
+
+    assert len(fallbacks("the kernels' self-check failed (test)")) == 1
+    assert fallbacks("MULTIDRAFT_NO_KERNEL_BUILD is set", no_build=True) == []
+
+
 @pytest.mark.real_model
 def test_a_quantized_runner_named_on_a_gpu_machine_runs_on_the_cpu(monkeypatch, smollm_quantized):
     """runner="native" without a device on a machine whose torch sees a GPU: the CPU runner, not the HF folder's

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import threading
 import types
 import warnings
@@ -51,7 +52,13 @@ PREFILL_GEMM_ROWS = 64
 
 
 class QuantizedUnsupported(MultidraftError):
-    """This model cannot run on the quantized runner (the caller falls back with one warning)."""
+    """This model cannot run on the quantized runner (the caller falls back with one warning). machine: the reason is
+    this machine (no AVX2, the kernels' build failed), not the model, so it is worth a warning under runner "auto"
+    too, where a model the runner does not fit falls back silently."""
+
+    def __init__(self, message: str, machine: bool = False):
+        super().__init__(message)
+        self.machine = machine
 
 
 def register_attention() -> None:
@@ -199,7 +206,9 @@ def load_quantized_model(folder: Path, gguf_path: Path, activations: str = "fp32
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if not gguf_kernels.load():
-        raise QuantizedUnsupported(gguf_kernels.unavailable_reason() or "the quantized kernels are not available")
+        # MULTIDRAFT_NO_KERNEL_BUILD is the user's own choice, not the machine's failing
+        raise QuantizedUnsupported(gguf_kernels.unavailable_reason() or "the quantized kernels are not available",
+                                   machine=not os.environ.get("MULTIDRAFT_NO_KERNEL_BUILD"))
     register_attention()
     config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
