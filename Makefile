@@ -71,13 +71,16 @@ test-heavy: models-data compiler
 # their tests: a read past a block's end or undefined behaviour stops the run with its stack. For kernel changes;
 # about 6 min to build and 11 to test on 2 cores. libstdc++ is preloaded beside ASan so that its interceptor finds
 # __cxa_throw (Python does not link it): without it the first refused call, a C++ exception, died in ASan's CHECK.
+# Then the load's C++ conversions of a file's blocks (Q3_K, IQ3_S, IQ1, TQ -> Q6_K: bytes from the file) on random
+# and extreme blocks (about 1 min more).
 SANITIZE_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
-test-sanitize: compiler $(STAMP)
-	MULTIDRAFT_KERNEL_CFLAGS="$(SANITIZE_FLAGS)" \
+SANITIZE_RUN := MULTIDRAFT_KERNEL_CFLAGS="$(SANITIZE_FLAGS)" \
 	LD_PRELOAD="$$(g++ -print-file-name=libasan.so) $$(g++ -print-file-name=libstdc++.so)" \
 	ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	$(PY) -m pytest -q -p no:cacheprovider tests/test_int8_kernels.py tests/test_native_runner.py \
-	tests/test_fast_runner.py
+	$(PY) -m pytest -q -p no:cacheprovider
+test-sanitize: compiler $(STAMP)
+	$(SANITIZE_RUN) tests/test_int8_kernels.py tests/test_native_runner.py tests/test_fast_runner.py
+	$(SANITIZE_RUN) tests/test_quantized_runner.py -k "conversion or iq1"
 
 # The kernel and native-runner test files on an emulated AVX2-only CPU (QEMU's TCG runs AVX2 but no AVX-512, AVX-VNNI
 # or AMX; one of those instructions stops the run with SIGILL): for kernel changes, since the development machines
