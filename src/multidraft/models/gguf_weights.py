@@ -6,7 +6,8 @@ the Q6_K blocks of the same values at load (gguf_convert.py); block types the ke
 read are expanded to F32 once at load with gguf-py (and the load says what that costs), so any GGUF that gguf-py
 reads works. IQ1_S, IQ1_M, TQ1_0 and TQ2_0 become Q6_K blocks too (an IQ1 matrix only where every block's d / 8 is
 an fp16; gguf_convert.iq1_d_exact).
-Names: HF parameter names are mapped to GGUF names with gguf-py's own table (the one llama.cpp's converter uses).
+Names: HF parameter names are mapped to GGUF names with gguf-py's own table (the one llama.cpp's converter uses);
+a GGUF of architecture HF_NAMES (an HF folder's Q8_0 blocks, hf_q8_0.py) holds them under the HF names themselves.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from multidraft.errors import CorruptCacheError
 from multidraft.models import gguf_convert, gguf_kernels
 
 F32 = 0
+# general.architecture of a GGUF whose tensors carry HF's own parameter names (hf_q8_0.py writes them)
+HF_NAMES = "multidraft-hf-names"
 
 
 def _as_q6_k(type_id: int, reference: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
@@ -251,6 +254,8 @@ class GGUFWeights:
 
     def gguf_name(self, hf_name: str) -> Optional[str]:
         """The GGUF tensor an HF parameter (`model.layers.0.self_attn.q_proj.weight`) comes from, if any."""
+        if self.architecture == HF_NAMES:
+            return hf_name if hf_name in self._tensors else None
         if self._names is None:
             return None
         name = self._names.get_name(hf_name, try_suffixes=(".weight", ".bias"))

@@ -149,6 +149,16 @@ def _converted(gguf: Path, digest: str, progress: bool, reference: bool = False)
     return folder
 
 
+def quantized_source(resolved: ResolvedModel, progress: bool = True) -> Path:
+    """The GGUF file a quantized runner reads: a GGUF-backed model's own, an HF model's matrices as Q8_0 blocks
+    (models/hf_q8_0.py: made once, cached; only where a quantized runner was asked for by name)."""
+    if resolved.kind in ("alias", "gguf"):
+        return gguf_source(resolved.name)
+    from multidraft.models import hf_q8_0
+
+    return hf_q8_0.q8_0_gguf(resolved.path, progress)
+
+
 def gguf_source(name_or_path) -> Path:
     """The GGUF file a model's weights came from: a pulled alias keeps it in its folder, a .gguf path is itself.
     Raises ModelNotFoundError (saying what to do) for HF folders and ids, and for aliases pulled before the GGUF
@@ -260,7 +270,9 @@ def load_model(name_or_path, dtype=None, device=None, runner: str = "auto", **kw
     runner: the GGUF's own blocks, integer dot products as llama.cpp computes them, batch-invariant forwards with
     the same bits on every instruction set (models/quantized.py, kernels/q8_linear.inc), so every lossless method
     is token-identical to greedy on any x86-64 CPU. A dtype other than fp32, a non-default attention
-    implementation, or a runner other than "auto" and the quantized ones loads the HF folder instead."""
+    implementation, or a runner other than "auto" and the quantized ones loads the HF folder instead. An HF model
+    (a folder or a cached id) named with a quantized runner runs on its matrices as Q8_0 blocks (models/hf_q8_0.py:
+    what llama.cpp's converter makes with --outtype q8_0; quantized once and cached); "auto" keeps its own weights."""
     from multidraft.heap import collection_paused, return_freed_memory
 
     with collection_paused():                  # a full collection per step of the heap's growth: ~20% of a load
@@ -328,11 +340,11 @@ def _load_quantized(name_or_path, runner: str, device, progress: bool):
 
     resolved = resolve(name_or_path)
     try:
-        source = gguf_source(name_or_path)
         # A quantized runner asked for by name runs on the CPU where no device is given, a GPU machine included
         # (None means "cuda if torch sees one" elsewhere); a GPU asked for by name gets the HF folder's weights.
         if device is not None and not str(parse_device(device)).startswith("cpu"):
             raise QuantizedUnsupported(f"it runs on the CPU only, not {parse_device(device)}")
+        source = quantized_source(resolved, progress)
         folder = runner_folder(resolved, progress)
         with offline_env(), _read_errors(resolved, folder, tokenizer=True):
             tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)

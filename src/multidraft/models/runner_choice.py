@@ -9,8 +9,10 @@ RUNNER_HELP = ("auto: on a CPU, a model with a GGUF behind it (a pulled alias, a
                "batch-invariant and the same bits on every x86 instruction set, so every lossless method gives "
                "greedy's tokens), through our own decoder layers for Qwen2 and Llama-family models (native: the "
                "same bits, no HF module between two tokens); quantized: the same blocks with fp32 activations (the "
-               "reference, slower, opt-in); other models the fast runner where it is measured faster (fp32 on an "
-               "AVX2-only CPU; CUDA), else eager; static: a static KV cache in shape buckets, CUDA graphs on a GPU")
+               "reference, slower, opt-in); an HF model named with one of these three runs on its matrices as "
+               "Q8_0 blocks (quantized once, cached; auto keeps its own weights); other models the fast runner "
+               "where it is measured faster (fp32 on an AVX2-only CPU; CUDA), else eager; static: a static KV "
+               "cache in shape buckets, CUDA graphs on a GPU")
 
 
 def add_runner_argument(parser, peers_note: bool = False) -> None:

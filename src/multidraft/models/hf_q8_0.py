@@ -1,0 +1,143 @@
+"""An HF folder's matrices as Q8_0 blocks, so that the CPU's 8-bit kernels (the quantized runners) serve HF models too.
+
+Asked for by name (`load_model(folder, runner="native")`, or "quantized-q8" / "quantized"; runner "auto" keeps an HF
+folder's own weights): each matrix of the folder's safetensors (2-D, floating point, its width a multiple of 32)
+becomes Q8_0 blocks made by gguf-py's quantizer, the one llama.cpp's `convert_hf_to_gguf.py --outtype q8_0` calls
+(per 32 values d = max|x| / 127 stored as fp16, q = round(x / d) with d in fp32): the blocks that converter writes,
+rows in HF's order. Everything else (norms, biases) stays the folder's. The blocks go once into a GGUF file in the
+cache (tensors under their HF names, general.architecture HF_NAMES), keyed by the safetensors files' sha256 (each
+file hashed once per version of it), and load from there as any GGUF's do.
+
+Why: on a CPU an HF folder otherwise runs in fp32 (the 1.5B reads ~6 GB a token); Q8_0 reads 34 bytes per 32 values,
+its linears are the 8-bit kernels' (llama.cpp's arithmetic), and the forward is batch-invariant, so every lossless
+method is token-identical to this model's greedy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from multidraft import paths
+from multidraft.errors import ModelNotFoundError, OutputPathError
+from multidraft.fsutil import atomic_path, remembered_sha256
+from multidraft.models.gguf_weights import HF_NAMES
+
+FORMAT = 1                 # bump when the file's contents change for the same weights: a new cache key
+BLOCK = 32                 # values per Q8_0 block
+
+
+def q8_0_gguf(folder: Path, progress: bool = True) -> Path:
+    """The cached Q8_0 GGUF of the HF folder's matrices, written first if needed (about a second per 100M weights)."""
+    files = weight_files(folder)
+    digests = [(file.name, remembered_sha256(file, paths.subdir("safetensors-digests"))) for file in files]
+    key = hashlib.sha256(json.dumps({"format": FORMAT, "files": digests}).encode()).hexdigest()[:32]
+    target = paths.subdir("q8_0") / key / "weights.gguf"
+    if target.is_file() and _readable(target):
+        return target
+    if target.is_file():
+        warnings.warn(f"multidraft: the cached Q8_0 blocks of {folder} ({target}) do not read as a GGUF file; "
+                      "quantizing again", RuntimeWarning, stacklevel=3)
+    try:
+        with atomic_path(target) as partial:
+            write_q8_0_gguf(files, partial, progress, f"quantize {Path(folder).name} to Q8_0")
+    except (OSError, OutputPathError) as error:          # a full disk, a read-only cache: the caller falls back
+        from multidraft.models.quantized import QuantizedUnsupported
+
+        raise QuantizedUnsupported(f"its Q8_0 blocks could not be written to {target.parent} "
+                                   f"({getattr(error, 'strerror', None) or error}); free space there or point "
+                                   "MULTIDRAFT_HOME elsewhere") from error
+    return target
+
+
+def _readable(path: Path) -> bool:
+    """Whether a cached file still reads as a whole GGUF (one damaged after it was written is made again)."""
+    from multidraft.models.gguf_header import TensorReader
+
+    try:
+        TensorReader(str(path), "r")
+    except Exception:                  # gguf-py's parser: ValueError, struct.error, IndexError ... on bad bytes
+        return False
+    return True
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The folder's safetensors files (those its index names, where it has one)."""
+    folder = Path(folder)
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        files = [folder / name for name in names]
+    else:
+        files = sorted(folder.glob("*.safetensors"))
+    if not files or not all(file.is_file() for file in files):
+        raise ModelNotFoundError(f"{folder} holds no .safetensors weights, which the 8-bit runners quantize; save the "
+                                 "model with save_pretrained(..., safe_serialization=True) or use runner='auto'")
+    return files
+
+
+def quantizes(shape, dtype) -> bool:
+    """Whether a tensor becomes Q8_0 blocks: a floating-point matrix whose rows fill whole blocks."""
+    return len(shape) == 2 and shape[1] % BLOCK == 0 and shape[0] > 0 and dtype.is_floating_point
+
+
+def write_q8_0_gguf(files: list[Path], out: Path, progress: bool = True, label: str = "quantize") -> None:
+    """A GGUF at `out` with every quantizable matrix of `files` as Q8_0 (under its HF name), nothing else."""
+    import gguf
+    from safetensors import safe_open
+    from tqdm.auto import tqdm
+
+    qtype = gguf.GGMLQuantizationType.Q8_0
+    block_bytes = gguf.GGML_QUANT_SIZES[qtype][1]
+    matrices = []                                           # (file, name, rows, width)
+    for file in files:
+        with safe_open(str(file), "pt") as handle:
+            for name in handle.keys():
+                tensor = handle.get_slice(name)
+                shape = tuple(tensor.get_shape())
+                if quantizes(shape, _dtype(tensor.get_dtype())):
+                    matrices.append((file, name, shape[0], shape[1]))
+    writer = gguf.GGUFWriter(str(out), HF_NAMES)
+    for _, name, rows, width in matrices:
+        writer.add_tensor_info(name, (rows, width // BLOCK * block_bytes), np.dtype(np.uint8),
+                               rows * width // BLOCK * block_bytes, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    total = sum(rows * width for _, _, rows, width in matrices)
+    with tqdm(total=total, desc=label, unit="weight", unit_scale=True, disable=not progress, file=sys.stderr) as bar:
+        for file, name, rows, width in matrices:
+            with safe_open(str(file), "pt") as handle:
+                values = handle.get_tensor(name).float().numpy()
+            writer.write_tensor_data(_quantized(values, qtype, block_bytes))
+            bar.update(rows * width)
+    writer.close()
+
+
+def _quantized(values: np.ndarray, qtype, block_bytes: int, chunk_rows: int = 512) -> np.ndarray:
+    """gguf-py's Q8_0 blocks of a matrix, its rows in chunks on torch's threads (numpy's loops release the GIL; each
+    block is quantized alone, so the bytes are the whole matrix's): the 1.5B in ~2x less time on 2 cores."""
+    import gguf
+    import torch
+
+    rows, width = values.shape
+    out = np.empty((rows, width // BLOCK * block_bytes), dtype=np.uint8)
+
+    def chunk(start: int) -> None:
+        out[start:start + chunk_rows] = gguf.quants.quantize(values[start:start + chunk_rows], qtype)
+    with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
+        list(pool.map(chunk, range(0, rows, chunk_rows)))
+    return out
+
+
+def _dtype(name: str):
+    import torch
+
+    return {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}.get(
+        name, torch.int64)
