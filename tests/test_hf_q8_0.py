@@ -11,6 +11,7 @@ import torch
 from safetensors import safe_open
 
 import multidraft
+from multidraft.errors import CorruptCacheError
 from multidraft.models import gguf_kernels, hf_q8_0
 from multidraft.models.gguf_header import TensorReader
 from multidraft.models.gguf_weights import HF_NAMES
@@ -26,9 +27,9 @@ def home(tmp_path, monkeypatch):
     return tmp_path / "home"
 
 
-def save_folder(path, arch="qwen2", seed=1, dtype=torch.float32, **overrides):
+def save_folder(path, arch="qwen2", seed=1, dtype=torch.float32, shard=None, **overrides):
     model = make_tiny_hf_model(arch, seed=seed, **overrides).to(dtype)
-    model.save_pretrained(path, safe_serialization=True)
+    model.save_pretrained(path, safe_serialization=True, **({"max_shard_size": shard} if shard else {}))
     make_tokenizer().save_pretrained(path)
     return path
 
@@ -143,3 +144,18 @@ def test_a_cache_that_cannot_take_the_file_falls_back_saying_what_to_do(home, tm
         lm = multidraft.load_model(folder, runner="native")
     assert lm.runner not in ("native", "quantized-q8", "quantized")
     assert not list((home / "q8_0").glob("*/weights.gguf"))     # no half-written file left behind
+
+
+def test_a_sharded_folder_quantizes_every_shard(home, tmp_path):
+    folder = save_folder(tmp_path / "shards", shard="20KB")
+    assert len(list(folder.glob("model-*.safetensors"))) > 1
+    path = hf_q8_0.q8_0_gguf(folder, progress=False)
+    assert len(TensorReader(str(path), "r").tensors) == 2 * 7 + 2
+    assert multidraft.load_model(folder, runner="native").runner == "native"
+
+
+def test_a_broken_index_is_one_clear_error(home, tmp_path):
+    folder = save_folder(tmp_path / "shards", shard="20KB")
+    (folder / "model.safetensors.index.json").write_text("{not json")
+    with pytest.raises(CorruptCacheError, match="is not a safetensors index .*save the model folder again"):
+        multidraft.load_model(folder, runner="native")

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from multidraft import paths
-from multidraft.errors import ModelNotFoundError, OutputPathError
+from multidraft.errors import CorruptCacheError, ModelNotFoundError, OutputPathError
 from multidraft.fsutil import atomic_path, remembered_sha256
 from multidraft.models.gguf_weights import HF_NAMES
 
@@ -68,15 +68,20 @@ def _readable(path: Path) -> bool:
 
 
 def weight_files(folder: Path) -> list[Path]:
-    """The folder's safetensors files (those its index names, where it has one)."""
+    """The folder's safetensors files, as save_pretrained writes them: those its index names, else model.safetensors
+    (where the loader reads the rest of the model)."""
     folder = Path(folder)
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        files = [folder / name for name in names]
+        try:
+            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise CorruptCacheError(f"cannot load {folder}: {index.name} is not a safetensors index "
+                                    f"({type(error).__name__}); download or save the model folder again") from error
+        files = [folder / str(name) for name in names]
     else:
-        files = sorted(folder.glob("*.safetensors"))
-    if not files or not all(file.is_file() for file in files):
+        files = [folder / "model.safetensors"]
+    if not all(file.is_file() for file in files):
         raise ModelNotFoundError(f"{folder} holds no .safetensors weights, which the 8-bit runners quantize; save the "
                                  "model with save_pretrained(..., safe_serialization=True) or use runner='auto'")
     return files
