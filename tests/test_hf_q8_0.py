@@ -63,7 +63,8 @@ def test_the_file_holds_ggml_q8_0_blocks_of_every_matrix_under_its_hf_name(home,
             assert bytes(np.asarray(tensors[name].data)) == ggml_q8_0(values), name
 
 
-@pytest.mark.parametrize("arch,tie", [("qwen2", False), ("qwen2", True), ("llama", False), ("gemma3", False)])
+@pytest.mark.parametrize("arch,tie", [("qwen2", False), ("qwen2", True), ("llama", False), ("gemma3", False),
+                                      ("qwen3", False), ("mistral", False)])
 def test_a_quantized_runner_named_on_an_hf_folder_runs_its_q8_0_blocks_exactly(home, tmp_path, arch, tie):
     folder = save_folder(tmp_path / arch, arch, tie_word_embeddings=tie)
     with warnings.catch_warnings():

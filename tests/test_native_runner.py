@@ -27,8 +27,10 @@ pytestmark = pytest.mark.skipif(not gguf_kernels.load(progress=False),
 # (arch, block format): Qwen2 with its q/k/v biases on 8-bit activations (Q4_K, and Q5_K as Q5_K_M models have
 # it), Llama on Q6_K (8-bit) and on F16 (no 8-bit kernel, so fp32 activations: its prefills of more than 64 rows
 # take the dense GEMM, the native forward must too), Gemma3 (tied head, per-head norms, a sliding window of 8 keys
-# that every prompt here outgrows).
-CASES = [("qwen2", "Q4_K"), ("qwen2", "Q5_K"), ("llama", "Q6_K"), ("llama", "F16"), ("gemma3", "Q4_K")]
+# that every prompt here outgrows), Qwen3 (per-head norms, head_dim apart from hidden / heads) and Mistral (Llama's
+# layers; its GGUF is llama.cpp's "llama" architecture) on Q8_0.
+CASES = [("qwen2", "Q4_K"), ("qwen2", "Q5_K"), ("llama", "Q6_K"), ("llama", "F16"), ("gemma3", "Q4_K"),
+         ("qwen3", "Q4_K"), ("mistral", "Q8_0")]
 PROMPT = [(7 * i + 3) % 60 + 1 for i in range(70)]          # longer than PREFILL_GEMM_ROWS
 
 

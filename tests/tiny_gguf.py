@@ -24,6 +24,8 @@ SCALE_FIELDS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_
                 "IQ2_S": (0,), "IQ1_S": (0,), "TQ1_0": (52,), "TQ2_0": (64,)}  # Q3_K, IQ3_S, IQ1, TQ: converted
 # IQ1_M's fp16 d is spread over the top 4 bits of its four 16-bit scale words (from byte 48)
 IQ1_M_SCALES = 48
+# llama.cpp's converter writes a Mistral model as its "llama" architecture (the rotary order of q / k included)
+GGUF_ARCHES = {"mistral": "llama"}
 FORMATS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16", "BF16", "F32")
 
 
@@ -99,8 +101,10 @@ def write_tiny_gguf(folder: Path, arch: str = "qwen2", type_name: str = "Q4_K", 
     model = make_tiny_hf_model(arch, seed, vocab_size=vocab_size, hidden_size=256, intermediate_size=512,
                                num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=tie)
     config = model.config
-    names = gguf.get_tensor_name_map({v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}[arch], config.num_hidden_layers)
-    writer = gguf.GGUFWriter(str(folder / "model.gguf"), arch)
+    gguf_arch = GGUF_ARCHES.get(arch, arch)
+    names = gguf.get_tensor_name_map({v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}[gguf_arch],
+                                     config.num_hidden_layers)
+    writer = gguf.GGUFWriter(str(folder / "model.gguf"), gguf_arch)
     state = model.state_dict()
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -112,7 +116,7 @@ def write_tiny_gguf(folder: Path, arch: str = "qwen2", type_name: str = "Q4_K", 
                 chosen = other_type if other_type and (".v_proj." in name or ".down_proj." in name) else type_name
                 data, raw_dtype, exact = encode_matrix(param, chosen, rng, scale)
                 param.copy_(exact)
-                if arch == "llama" and (".q_proj." in name or ".k_proj." in name):
+                if gguf_arch == "llama" and (".q_proj." in name or ".k_proj." in name):
                     heads = config.num_attention_heads if ".q_proj." in name else config.num_key_value_heads
                     stored = np.empty_like(data)
                     stored[rotary_order(param.shape[0], heads)] = data

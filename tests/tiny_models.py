@@ -6,8 +6,9 @@ import functools
 import numpy as np
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast,
-                          Qwen2Config, Qwen2ForCausalLM)
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
 
 from multidraft.models.runner import LM
 
@@ -43,11 +44,14 @@ def make_tiny_hf_model(arch: str = "llama", seed: int = 0, vocab_size: int = 64,
                       layer_types=["sliding_attention", "full_attention", "sliding_attention"],
                       rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                        "full_attention": {"rope_type": "default", "rope_theta": 1e6}})
+    if arch == "mistral":           # Llama's layers; its config's default sliding window (4096) off, as in v0.3
+        common.update(sliding_window=None)
     common.update(overrides)
-    if arch == "gemma3":
+    if arch in ("gemma3", "qwen3"):  # their configs name head_dim (Qwen3's default, 128, is not hidden / heads)
         common.setdefault("head_dim", common["hidden_size"] // common["num_attention_heads"])
     config_cls, model_cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-                             "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM)}[arch]
+                             "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+                             "mistral": (MistralConfig, MistralForCausalLM)}[arch]
     config = config_cls(**common)
     model = model_cls(config).float().eval()
     # Sharper logits than the default init so greedy and sampling tests see varied, non-uniform text.

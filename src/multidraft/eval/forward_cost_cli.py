@@ -19,8 +19,8 @@ def register(sub) -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: the loader's choice; cpu for --random)")
     parser.add_argument("--runners", default="auto", help="comma-separated runners (auto: the one load_model picks "
-                        "for the model here, native for a GGUF Qwen2 / Llama / Gemma3 on a CPU; eager and fast with "
-                        "--random); also native, quantized-q8, quantized, eager, fast")
+                        "for the model here, native for a GGUF Qwen2 / Qwen3 / Llama / Mistral / Gemma3 on a CPU; "
+                        "eager and fast with --random); also native, quantized-q8, quantized, eager, fast")
     parser.add_argument("--isa", default="", help="8-bit kernel paths to time the native and quantized-q8 runners on: "
                         "a comma-separated list of scalar, avx2, avx-vnni, avx512-vnni, amx, or 'all' (every path "
                         "this CPU has but scalar); default: the path chosen at load")

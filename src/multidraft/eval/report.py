@@ -187,9 +187,12 @@ def render_report(header: dict, rows: list[dict], plots: list[str]) -> str:
     loads = [r["load_average"] for r in rows if r.get("load_average") is not None]
     runs = header.get("runs", [])
     loaded = sorted({f"{r['dtype']} on {r['device']}" for r in rows if r.get("dtype")})
+    runners = sorted({r["runner"] for r in rows if r.get("runner") and not r.get("peer")})
     lines = ["# multidraft bench", "",
              f"- model `{config['model']}`" + (f", draft `{config['draft']}`" if config.get("draft") else "")
-             + f", dtype {identity['dtype']}" + (f" ({', '.join(loaded)})" if loaded else "") + f", max_new_tokens {identity['max_new_tokens']}, seed {identity['seed']}",
+             + f", dtype {identity['dtype']}" + (f" ({', '.join(loaded)})" if loaded else "")
+             + (f", our rows on runner {' / '.join(runners)}" if runners else "")
+             + f", max_new_tokens {identity['max_new_tokens']}, seed {identity['seed']}",
              f"- tasks: {', '.join(header['tasks'])}; started {header.get('created', '?')}; "
              f"{len(runs)} run(s): {', '.join(r['mode'] for r in runs)}",
              f"- load average (1 min) over rows: {min(loads):.1f} to {max(loads):.1f}" if loads else "- load average: —",

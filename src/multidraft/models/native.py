@@ -22,8 +22,9 @@ captures and checks nothing runs all its layers in one (registered_stack: the la
 once, at load), which saves the Python and dispatch between the steps (~15% of a small model's forward; the 1.5B's
 decode step of 8 requests in the engine 105 -> 75 ms).
 
-Supported: Qwen2 and Llama configs (SmolLM2 is one) with SiLU MLPs, full causal attention and a rotary whose
-frequencies do not depend on the sequence (default, linear, llama3, yarn); and Gemma3's text model (the same layer
+Supported: Qwen2, Llama (SmolLM2 is one) and Mistral configs with SiLU MLPs, full causal attention and a rotary
+whose frequencies do not depend on the sequence (default, linear, llama3, yarn); Qwen3's, which add per-head RMSNorms
+of q and k before the rotary; and Gemma3's text model (the same layer
 ops, with six norms): its embeddings scaled by sqrt(d), norms that multiply by 1 + weight (computed once at load, as HF
 computes it per call), per-head RMSNorms of q and k, two rotary tables (sliding and full layers), sliding-window
 layers (kv_cache.windowed: the window by the row's position, as HF's base runners now apply it too; on the engine's
@@ -43,8 +44,10 @@ from multidraft.models import gguf_kernels
 from multidraft.models.kv_cache import GrowingKVCache, StaticArena, sliding_window, unserved_layer_kinds, windowed
 from multidraft.models.quantized import block_linear, block_linears
 
-ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Gemma3ForCausalLM")
+ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                 "Gemma3ForCausalLM")
 GEMMA = "Gemma3ForCausalLM"
+HEAD_NORMS = (GEMMA, "Qwen3ForCausalLM")        # RMSNorms of each query and key head before the rotary
 FULL, SLIDING = "full_attention", "sliding_attention"
 STATIC_ROTARY = ("default", "linear", "llama3", "yarn")      # inv_freq fixed at load
 ROTARY_BLOCK = 256        # positions per rotary table block: 256 x D values, one torch call (under its 32768 grain)
@@ -69,8 +72,10 @@ def unsupported_reason(model) -> Optional[str]:
         for linear in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj):
             if getattr(linear, "gguf_matrix", None) is None:
                 return "a linear is not on GGUF blocks"
-        if name != GEMMA and (getattr(attn, "q_norm", None) is not None or getattr(attn, "sliding_window", None)):
-            return "its attention has per-head norms or a sliding window"
+        if name not in HEAD_NORMS and getattr(attn, "q_norm", None) is not None:
+            return "its attention has per-head norms"
+        if name != GEMMA and getattr(attn, "sliding_window", None):
+            return "its attention has a sliding window"
     if getattr(model.lm_head, "gguf_matrix", None) is None:
         return "its LM head is not on GGUF blocks"
     return None
@@ -119,10 +124,8 @@ def _inv_freq_name(model, kind: str) -> str:
 
 @dataclass
 class _GemmaNorms:
-    """Gemma3's extra norms: per-head q and k, and the ones after the attention and after the MLP."""
+    """Gemma3's extra norms: after the attention and after the MLP."""
 
-    q: tuple
-    k: tuple
     attn_out: tuple
     mlp_out: tuple
 
@@ -142,6 +145,7 @@ class _Layer:
     up: tuple
     down: tuple
     kind: str = FULL
+    head_norms: Optional[tuple] = None          # (q_norm, k_norm): per-head RMSNorms before the rotary (Gemma3, Qwen3)
     gemma: Optional[_GemmaNorms] = None
 
 
@@ -158,12 +162,13 @@ def _norm(module) -> tuple:
 
 def _layer(layer, kind: str, gemma: bool) -> _Layer:
     attn, mlp = layer.self_attn, layer.mlp
-    extra = _GemmaNorms(_norm(attn.q_norm), _norm(attn.k_norm), _norm(layer.post_attention_layernorm),
-                        _norm(layer.post_feedforward_layernorm)) if gemma else None
+    head_norms = (_norm(attn.q_norm), _norm(attn.k_norm)) if getattr(attn, "q_norm", None) is not None else None
+    extra = _GemmaNorms(_norm(layer.post_attention_layernorm), _norm(layer.post_feedforward_layernorm)) \
+        if gemma else None
     return _Layer(_norm(layer.input_layernorm), _linear(attn.q_proj), _linear(attn.k_proj), _linear(attn.v_proj),
                   _linear(attn.o_proj),
                   _norm(layer.pre_feedforward_layernorm if gemma else layer.post_attention_layernorm),
-                  _linear(mlp.gate_proj), _linear(mlp.up_proj), _linear(mlp.down_proj), kind, extra)
+                  _linear(mlp.gate_proj), _linear(mlp.up_proj), _linear(mlp.down_proj), kind, head_norms, extra)
 
 
 class RotaryTable:
@@ -300,8 +305,9 @@ class NativeForward:
                 self._captures(out, index, q, keys[0], width, hidden_layers, heads_by_layer, x, copy=True)
                 continue
             q, k, v = self._linears((layer.q, layer.k, layer.v), h, prefill)
-            if layer.gemma is not None:
-                q, k = _head_norm(q, *layer.gemma.q, self.head_dim), _head_norm(k, *layer.gemma.k, self.head_dim)
+            if layer.head_norms is not None:
+                q_norm, k_norm = layer.head_norms
+                q, k = _head_norm(q, *q_norm, self.head_dim), _head_norm(k, *k_norm, self.head_dim)
             layer_cos, layer_sin = tables[layer.kind]
             if isinstance(cache, GrowingKVCache):       # k and v written into the cache by the rotary op
                 keys, values = cache.room(index, rows, k.shape[-1] // self.head_dim, self.head_dim, k)
@@ -374,13 +380,15 @@ def _fused_layer(layer: _Layer, norm_after: tuple) -> Optional[tuple]:
     """decoder_layer's weight arguments (blocks, types, q/k/v biases, norms, eps) for a layer whose linears all take
     8-bit activations (in any mix of activation blocks), none packed with padding rows, and whose o and down have no
     bias; None for another layer (it runs step by step). Norms: the pre-MLP norm and the norm after the layer;
-    Gemma3's six (q, k, the attention's output, pre-MLP, the MLP's output, after)."""
+    Qwen3's four (q, k, pre-MLP, after); Gemma3's six (q, k, the attention's output, pre-MLP, the MLP's output,
+    after)."""
     linears = (layer.q, layer.k, layer.v, layer.o, layer.gate, layer.up, layer.down)
     if not all(matrix.shares_q8_kernel for matrix, _ in linears) or layer.o[1] is not None or layer.down[1] is not None:
         return None
     g = layer.gemma
-    norms = [layer.mlp_norm, norm_after] if g is None else [g.q, g.k, g.attn_out, layer.mlp_norm, g.mlp_out,
-                                                             norm_after]
+    heads = list(layer.head_norms or ())
+    norms = heads + ([layer.mlp_norm, norm_after] if g is None else [g.attn_out, layer.mlp_norm, g.mlp_out,
+                                                                      norm_after])
     return ([matrix.q8_weights[0] for matrix, _ in linears], [matrix.q8_weights[1] for matrix, _ in linears],
             [layer.q[1], layer.k[1], layer.v[1]], [weight for weight, _ in norms], [eps for _, eps in norms])
 
@@ -408,8 +416,8 @@ def _rotary_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.
 
 
 def _head_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, head_dim: int) -> torch.Tensor:
-    """Gemma3's q_norm / k_norm on a linear's output (1, T, heads * D): RMSNorm of each head's D values (rows are
-    independent: the bits of HF's norm on its (1, heads, T, D) view)."""
+    """Gemma3's and Qwen3's q_norm / k_norm on a linear's output (1, T, heads * D): RMSNorm of each head's D values
+    (rows are independent: the bits of HF's norm on its (1, heads, T, D) view)."""
     return _add_rms_norm(x.reshape(-1, head_dim), None, weight, eps)[1].view(x.shape)
 
 
