@@ -46,10 +46,27 @@ def price(table, n):
     return c1 + (c1 - c0) / (n1 - n0) * (n - n1)
 
 
+def accepted_path(draft, tokens, position):
+    """The draft's nodes along the recorded answer from `position` on (greedy's tokens are fixed): what a verify
+    accepts."""
+    accepted, parent = [], -1
+    while position + len(accepted) < len(tokens):
+        wanted = tokens[position + len(accepted)]
+        child = next((i for i in range(len(draft)) if draft.parents[i] == parent
+                      and draft.token_ids[i] == wanted), None)
+        if child is None:
+            break
+        accepted.append(child)
+        parent = child
+    return accepted
+
+
 def simulate(drafter, lm, row, hidden, table, policy_kind, max_new_tokens=256, rates=None):
     """policy_kind: "fixed" (every drafted token verified), "before" (the policy before match classes: a depth
     asked for first, the request's own rates), "adaptive" (match_classes.patch applied: full budget, cut by the
-    draft's match class), "oracle" (only the accepted path priced: the best any cut could do)."""
+    draft's match class), "landed" (the loop's policy since: the full budget asked for, the draft cut by the
+    request's rates; 2026-12-07-zen4-tree-cut), "oracle" (only the accepted path priced: the best any cut could
+    do)."""
     prompt, tokens = list(row["prompt_ids"]), list(row["tokens"])
     seq = list(prompt)
     state = LoopState(seq=seq, prompt_length=len(seq), lm=lm, sampler=None, stats=None)
@@ -66,19 +83,11 @@ def simulate(drafter, lm, row, hidden, table, policy_kind, max_new_tokens=256, r
             budget = policy.request_depth(budget)
         draft = drafter.propose(state, budget) if budget > 0 else multidraft.types.Draft()
         draft = _within_budget(draft, budget)
-        if policy is not None and policy_kind in ("before", "adaptive"):
+        if policy is not None and policy_kind in ("before", "adaptive", "landed"):
             if policy_kind == "adaptive":
                 policy.consider(draft)
             draft = _within_budget(draft, policy.choose(draft.depths()))
-        accepted, parent = [], -1
-        while position + len(accepted) < len(tokens):
-            wanted = tokens[position + len(accepted)]
-            child = next((i for i in range(len(draft)) if draft.parents[i] == parent
-                          and draft.token_ids[i] == wanted), None)
-            if child is None:
-                break
-            accepted.append(child)
-            parent = child
+        accepted = accepted_path(draft, tokens, position)
         if policy_kind == "oracle":       # verify just the accepted path: the best any cut could do
             rows = len(accepted) + 1
         else:

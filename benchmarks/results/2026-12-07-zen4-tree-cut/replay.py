@@ -7,18 +7,14 @@ predicted tok/s, exactly as the loop would step.
 CUT: "depth" (the landed policy: DraftLength.choose over the draft's depths), "topN" (the first N nodes of the
 best-first tree, every step). MIN_PROB: suffix's min_token_prob (0.7, the default, drafts chains; lower, trees).
 """
+import importlib.util
 import json
 import sys
 from pathlib import Path
 
-import torch
-
 import multidraft
-from multidraft.decoders.draft_length import DraftLength, ForwardCosts
-from multidraft.decoders.loop import _within_budget
-from multidraft.drafters.base import LoopState
 from multidraft.drafters.suffix import SuffixDrafter
-from multidraft.models.runner import ForwardOutput
+from multidraft.decoders.draft_length import ForwardCosts
 from multidraft.suffix.store import SuffixStore
 from multidraft.types import Draft
 
@@ -31,70 +27,48 @@ AMX = {1: 30.0, 8: 39.0, 16: 48.0, 32: 99.0, 64: 200.0}
 CURVES = {"zen4": ZEN4, "amx": AMX}
 
 
-def price(table, n):
-    points = sorted(table.items())
-    for (n0, c0), (n1, c1) in zip(points, points[1:]):
-        if n <= n1:
-            return max(c0, c0 + (c1 - c0) * (n - n0) / (n1 - n0))
-    (n0, c0), (n1, c1) = points[-2:]
-    return c1 + (c1 - c0) / (n1 - n0) * (n - n1)
+# the earlier replay's pricing and verify walk (2026-12-03-zen4-draft-confidence/simulate.py)
+_spec = importlib.util.spec_from_file_location(
+    "simulate", Path(__file__).parent.parent / "2026-12-03-zen4-draft-confidence" / "simulate.py")
+earlier = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(earlier)
+price = earlier.price
 
 
 def fixed_costs(table):
+    """The policy's cost table: every size 1..128 priced on the curve (the earlier fixed_costs gave its points)."""
     costs = ForwardCosts()
     costs.seconds = {n: price(table, n) / 1000 for n in range(1, 129)}
     return costs
 
 
-class Verdict:
-    def __init__(self, accepted):
-        self.accepted_nodes = accepted
+class FirstNodes:
+    """A drafter whose every draft is cut to its first n nodes (a best-first tree's parents come first: a subtree)."""
+
+    def __init__(self, drafter, n: int):
+        self.drafter, self.n = drafter, n
+
+    def begin(self, state, output):
+        self.drafter.begin(state, output)
+
+    def propose(self, state, budget):
+        draft = self.drafter.propose(state, budget)
+        return Draft(draft.token_ids[:self.n], draft.parents[:self.n], None, dict(draft.notes))
+
+    def observe(self, *args):
+        self.drafter.observe(*args)
+
+    def end(self, state):
+        self.drafter.end(state)
 
 
-def first_nodes(draft: Draft, n: int) -> Draft:
-    """The first n nodes of a best-first tree (parents come first, so a subtree)."""
-    return Draft(draft.token_ids[:n], draft.parents[:n], None, dict(draft.notes))
-
-
-def simulate(lm, store, row, table, cut, min_prob, max_new_tokens=256):
+def simulate(lm, store, row, table, cut, min_prob):
+    """One step's replay: "depth" as the loop cuts today, "topN" every draft's first N nodes, all verified."""
     drafter = SuffixDrafter(lm, store=store, min_token_prob=min_prob)
-    prompt, tokens = list(row["prompt_ids"]), list(row["tokens"])
-    seq = list(prompt)
-    state = LoopState(seq=seq, prompt_length=len(seq), lm=lm, sampler=None, stats=None)
-    drafter.begin(state, ForwardOutput(logits=torch.empty(0), hidden=None))
-    policy = DraftLength(fixed_costs(table)) if cut == "depth" else None
-    position, calls, seconds, drafted = 0, 0, 0.0, 0
-    while position < len(tokens):
-        budget = max_new_tokens - position - 1
-        draft = drafter.propose(state, budget) if budget > 0 else Draft()
-        draft = _within_budget(draft, budget)
-        if cut == "depth":
-            draft = _within_budget(draft, policy.choose(draft.depths()))
-        elif cut.startswith("top"):
-            draft = first_nodes(draft, int(cut[3:]))
-        accepted, parent = [], -1
-        while position + len(accepted) < len(tokens):
-            wanted = tokens[position + len(accepted)]
-            child = next((i for i in range(len(draft)) if draft.parents[i] == parent
-                          and draft.token_ids[i] == wanted), None)
-            if child is None:
-                break
-            accepted.append(child)
-            parent = child
-        rows = len(draft) + 1
-        if policy is not None and draft.token_ids:
-            policy.observe(max(draft.depths()), len(accepted))
-        calls += 1
-        drafted += rows - 1
-        seconds += price(table, rows) / 1000
-        step = min(len(accepted) + 1, len(tokens) - position)
-        seq.extend(tokens[position:position + step])
-        position += step
-        if position < len(tokens):
-            drafter.observe(state, draft, Verdict(accepted), ForwardOutput(logits=torch.empty(0), hidden=None),
-                            [0] + [node + 1 for node in accepted])
-    drafter.end(state)
-    return dict(tokens=len(tokens), calls=calls, seconds=seconds, drafted=drafted)
+    if cut == "depth":
+        earlier.fixed_costs = fixed_costs
+        return earlier.simulate(drafter, lm, row, None, table, "landed")
+    return earlier.simulate(FirstNodes(drafter, int(cut[3:])), lm, row, None, table, "fixed")
 
 
 def run(lm, rows, table, cut, min_prob):
