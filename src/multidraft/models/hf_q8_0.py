@@ -3,7 +3,7 @@
 Asked for by name (`load_model(folder, runner="native")`, or "quantized-q8" / "quantized"; runner "auto" keeps an HF
 folder's own weights): each matrix of the folder's safetensors (2-D, floating point, its width a multiple of 32)
 becomes Q8_0 blocks made by gguf-py's quantizer, the one llama.cpp's `convert_hf_to_gguf.py --outtype q8_0` calls
-(per 32 values d = max|x| / 127 stored as fp16, q = round(x / d) with d in fp32): the blocks that converter writes,
+(per 32 values d = max|x| / 127, q = roundf(x * (1 / d)) in fp32, d stored as fp16): the blocks that converter writes,
 rows in HF's order. Everything else (norms, biases) stays the folder's. The blocks go once into a GGUF file in the
 cache (tensors under their HF names, general.architecture HF_NAMES), keyed by the safetensors files' sha256 (each
 file hashed once per version of it), and load from there as any GGUF's do.
@@ -34,7 +34,7 @@ BLOCK = 32                 # values per Q8_0 block
 
 
 def q8_0_gguf(folder: Path, progress: bool = True) -> Path:
-    """The cached Q8_0 GGUF of the HF folder's matrices, written first if needed (about a second per 100M weights)."""
+    """The cached Q8_0 GGUF of the HF folder's matrices, written first if needed (the 1.5B's 1.8 G weights: 16 s)."""
     files = weight_files(folder)
     digests = [(file.name, remembered_sha256(file, paths.subdir("safetensors-digests"))) for file in files]
     key = hashlib.sha256(json.dumps({"format": FORMAT, "files": digests}).encode()).hexdigest()[:32]
@@ -127,7 +127,7 @@ def write_q8_0_gguf(files: list[Path], out: Path, progress: bool = True, label: 
 
 def _quantized(values: np.ndarray, qtype, block_bytes: int, chunk_rows: int = 512) -> np.ndarray:
     """gguf-py's Q8_0 blocks of a matrix, its rows in chunks on torch's threads (numpy's loops release the GIL; each
-    block is quantized alone, so the bytes are the whole matrix's): the 1.5B in ~2x less time on 2 cores."""
+    block is quantized alone, so the bytes are the whole matrix's): an 8960 x 1536 matrix 1.6x faster on 2 cores."""
     import gguf
     import torch
 
