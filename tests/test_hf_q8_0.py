@@ -93,6 +93,18 @@ def test_the_blocks_are_made_once_per_version_of_the_weights(home, tmp_path, mon
     save_folder(folder, seed=2)                        # other weights, the same folder
     second = hf_q8_0.q8_0_gguf(folder, progress=False)
     assert second != first and len(writes) == 2
+    assert not first.exists() and sorted((home / "q8_0").iterdir()) == [second.parent]   # the old version's file
+
+
+def test_a_file_two_folders_share_stays_while_either_uses_it(home, tmp_path):
+    one, two = save_folder(tmp_path / "one"), save_folder(tmp_path / "two")      # the same weights
+    shared = hf_q8_0.q8_0_gguf(one, progress=False)
+    assert hf_q8_0.q8_0_gguf(two, progress=False) == shared
+    save_folder(one, seed=2)
+    assert hf_q8_0.q8_0_gguf(one, progress=False) != shared and shared.exists()     # two still uses it
+    save_folder(two, seed=3)
+    hf_q8_0.q8_0_gguf(two, progress=False)
+    assert not shared.exists() and len(list((home / "q8_0").iterdir())) == 2
 
 
 def test_an_interrupted_quantization_leaves_no_file_and_the_next_load_completes_it(home, tmp_path, monkeypatch):

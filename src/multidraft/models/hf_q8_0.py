@@ -6,7 +6,8 @@ becomes Q8_0 blocks made by gguf-py's quantizer, the one llama.cpp's `convert_hf
 (per 32 values d = max|x| / 127, q = roundf(x * (1 / d)) in fp32, d stored as fp16): the blocks that converter writes,
 rows in HF's order. Everything else (norms, biases) stays the folder's. The blocks go once into a GGUF file in the
 cache (tensors under their HF names, general.architecture HF_NAMES), keyed by the safetensors files' sha256 (each
-file hashed once per version of it), and load from there as any GGUF's do.
+file hashed once per version of it), and load from there as any GGUF's do; a folder's earlier versions' files are
+removed when it gets a new one.
 
 Why: on a CPU an HF folder otherwise runs in fp32 (the 1.5B reads ~6 GB a token); Q8_0 reads 34 bytes per 32 values,
 its linears are the 8-bit kernels' (llama.cpp's arithmetic), and the forward is batch-invariant, so every lossless
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +33,7 @@ from multidraft.models.gguf_weights import HF_NAMES
 
 FORMAT = 1                 # bump when the file's contents change for the same weights: a new cache key
 BLOCK = 32                 # values per Q8_0 block
+USERS = "folders.json"     # beside an entry's file: the HF folders whose current weights it holds
 
 
 def q8_0_gguf(folder: Path, progress: bool = True) -> Path:
@@ -40,6 +43,7 @@ def q8_0_gguf(folder: Path, progress: bool = True) -> Path:
     key = hashlib.sha256(json.dumps({"format": FORMAT, "files": digests}).encode()).hexdigest()[:32]
     target = paths.subdir("q8_0") / key / "weights.gguf"
     if target.is_file() and _readable(target):
+        _claim(target.parent, folder)
         return target
     if target.is_file():
         warnings.warn(f"multidraft: the cached Q8_0 blocks of {folder} ({target}) do not read as a GGUF file; "
@@ -53,7 +57,40 @@ def q8_0_gguf(folder: Path, progress: bool = True) -> Path:
         raise QuantizedUnsupported(f"its Q8_0 blocks could not be written to {target.parent} "
                                    f"({getattr(error, 'strerror', None) or error}); free space there or point "
                                    "MULTIDRAFT_HOME elsewhere") from error
+    _claim(target.parent, folder)
     return target
+
+
+def _claim(entry: Path, folder: Path) -> None:
+    """Record that `folder` uses the cache entry `entry`, and remove the entries of its earlier weights that no other
+    folder uses: a folder whose checkpoint changes (training, a new download) keeps one Q8_0 file, not one a version."""
+    folder = str(Path(folder).resolve())
+    for other in entry.parent.iterdir():
+        users = _users(other)
+        if other == entry and folder not in users:
+            _write_users(other, users + [folder])
+        elif other != entry and folder in users:
+            users.remove(folder)
+            if users:
+                _write_users(other, users)
+            else:
+                shutil.rmtree(other, ignore_errors=True)     # a process reading it keeps its mapping (unlinked)
+
+
+def _users(entry: Path) -> list[str]:
+    try:
+        users = json.loads((entry / USERS).read_text())
+        return [str(user) for user in users] if isinstance(users, list) else []
+    except (OSError, ValueError):
+        return []
+
+
+def _write_users(entry: Path, users: list[str]) -> None:
+    try:
+        with atomic_path(entry / USERS) as partial:
+            partial.write_text(json.dumps(users))
+    except (OSError, OutputPathError):
+        pass                                   # a read-only cache only keeps old entries longer
 
 
 def _readable(path: Path) -> bool:
