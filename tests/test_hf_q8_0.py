@@ -172,3 +172,12 @@ def test_a_broken_index_is_one_clear_error(home, tmp_path):
     (folder / "model.safetensors.index.json").write_text("{not json")
     with pytest.raises(CorruptCacheError, match="is not a safetensors index .*save the model folder again"):
         multidraft.load_model(folder, runner="native")
+
+
+def test_no_file_is_written_where_the_kernels_cannot_run(home, tmp_path, monkeypatch):
+    folder = save_folder(tmp_path / "m")
+    monkeypatch.setattr(gguf_kernels, "_loaded", False)
+    monkeypatch.setattr(gguf_kernels, "unavailable_reason", lambda: "this CPU has no AVX2 (test)")
+    with pytest.warns(RuntimeWarning, match="no AVX2"):
+        assert multidraft.load_model(folder, runner="native").runner not in ("native", "quantized-q8", "quantized")
+    assert not (home / "q8_0").exists() or not list((home / "q8_0").iterdir())

@@ -155,7 +155,9 @@ def quantized_source(resolved: ResolvedModel, progress: bool = True) -> Path:
     if resolved.kind in ("alias", "gguf"):
         return gguf_source(resolved.name)
     from multidraft.models import hf_q8_0
+    from multidraft.models.quantized import require_kernels
 
+    require_kernels(progress)               # no Q8_0 file for kernels that cannot run here
     return hf_q8_0.q8_0_gguf(resolved.path, progress)
 
 

@@ -61,6 +61,14 @@ class QuantizedUnsupported(MultidraftError):
         self.machine = machine
 
 
+def require_kernels(progress: bool = True) -> None:
+    """Build or load the quantized kernels, or raise QuantizedUnsupported saying why they cannot run here."""
+    if not gguf_kernels.load(progress):
+        # MULTIDRAFT_NO_KERNEL_BUILD is the user's own choice, not the machine's failing
+        raise QuantizedUnsupported(gguf_kernels.unavailable_reason() or "the quantized kernels are not available",
+                                   machine=not os.environ.get("MULTIDRAFT_NO_KERNEL_BUILD"))
+
+
 def register_attention() -> None:
     """Make `attn_implementation="multidraft_invariant"` known to transformers (idempotent)."""
     from transformers import AttentionInterface
@@ -205,10 +213,7 @@ def load_quantized_model(folder: Path, gguf_path: Path, activations: str = "fp32
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    if not gguf_kernels.load():
-        # MULTIDRAFT_NO_KERNEL_BUILD is the user's own choice, not the machine's failing
-        raise QuantizedUnsupported(gguf_kernels.unavailable_reason() or "the quantized kernels are not available",
-                                   machine=not os.environ.get("MULTIDRAFT_NO_KERNEL_BUILD"))
+    require_kernels()
     register_attention()
     config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
