@@ -181,3 +181,13 @@ def test_no_file_is_written_where_the_kernels_cannot_run(home, tmp_path, monkeyp
     with pytest.warns(RuntimeWarning, match="no AVX2"):
         assert multidraft.load_model(folder, runner="native").runner not in ("native", "quantized-q8", "quantized")
     assert not (home / "q8_0").exists() or not list((home / "q8_0").iterdir())
+
+
+def test_the_command_line_says_how_to_run_an_hf_folder_on_the_8bit_kernels(home, tmp_path, capsys):
+    from multidraft.cli import main
+
+    folder = str(save_folder(tmp_path / "m"))
+    assert main(["generate", "--model", folder, "--max-new-tokens", "4", "the cat"]) == 0
+    assert "--runner native runs its matrices as Q8_0 blocks" in capsys.readouterr().err
+    assert main(["generate", "--model", folder, "--runner", "native", "--max-new-tokens", "4", "the cat"]) == 0
+    assert "--runner native runs" not in capsys.readouterr().err
