@@ -41,8 +41,9 @@ def ggml_q8_0(values: np.ndarray) -> bytes:
     d = np.abs(blocks).max(axis=1, keepdims=True) / np.float32(127)
     with np.errstate(divide="ignore"):
         inverse = np.where(d == 0, np.float32(0), np.float32(1) / d).astype(np.float32)
-    scaled = (blocks * inverse).astype(np.float32)
-    q = (np.sign(scaled) * np.floor(np.abs(scaled) + np.float32(0.5))).astype(np.int8)
+    scaled = np.abs((blocks * inverse).astype(np.float32))
+    whole = np.floor(scaled)
+    q = (np.sign(blocks) * (whole + (scaled - whole >= np.float32(0.5)))).astype(np.int8)   # exact: no x + 0.5
     out = np.concatenate([d.astype(np.float16).view(np.uint8), q.view(np.uint8)], axis=1)
     return out.tobytes()
 
