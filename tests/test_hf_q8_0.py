@@ -192,3 +192,14 @@ def test_the_command_line_says_how_to_run_an_hf_folder_on_the_8bit_kernels(home,
     assert "--runner native runs its matrices as Q8_0 blocks" in capsys.readouterr().err
     assert main(["generate", "--model", folder, "--runner", "native", "--max-new-tokens", "4", "the cat"]) == 0
     assert "--runner native runs" not in capsys.readouterr().err
+
+
+def test_models_info_names_the_folders_q8_0_file(home, tmp_path, capsys):
+    from multidraft.cli import main
+
+    folder = save_folder(tmp_path / "m")
+    assert main(["models", "info", str(folder)]) == 0
+    assert "q8_0:      none yet" in capsys.readouterr().out
+    path = hf_q8_0.q8_0_gguf(folder, progress=False)
+    assert main(["models", "info", str(folder)]) == 0
+    assert f"q8_0:      {path} (" in capsys.readouterr().out

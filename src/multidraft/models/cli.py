@@ -74,6 +74,12 @@ def cmd_info(args) -> int:
 
         resolved = resolve(args.name)
         print(f"name:      {resolved.name}\nkind:      {resolved.kind}\npath:      {resolved.path}")
+        if resolved.kind in ("hf_folder", "hf_id"):
+            from multidraft.models.hf_q8_0 import cached_files
+
+            made = cached_files(resolved.path)
+            print("q8_0:      " + (", ".join(f"{path} ({_size(path.stat().st_size)})" for path in made) if made else
+                                   "none yet (made by the first load with --runner native)"))
         return 0
     spec = registry.get_spec(args.name)
     status = model_store.alias_status(spec.alias, full=args.verify)

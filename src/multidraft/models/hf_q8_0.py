@@ -77,6 +77,14 @@ def _claim(entry: Path, folder: Path) -> None:
                 shutil.rmtree(other, ignore_errors=True)     # a process reading it keeps its mapping (unlinked)
 
 
+def cached_files(folder: Path) -> list[Path]:
+    """The Q8_0 files made for `folder` (its current weights' once loaded; none before), without hashing them."""
+    root, folder = paths.home() / "q8_0", str(Path(folder).resolve())
+    entries = sorted(root.iterdir()) if root.is_dir() else []
+    return [entry / "weights.gguf" for entry in entries
+            if folder in _users(entry) and (entry / "weights.gguf").is_file()]
+
+
 def _users(entry: Path) -> list[str]:
     try:
         users = json.loads((entry / USERS).read_text())
