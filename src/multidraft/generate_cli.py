@@ -130,7 +130,7 @@ def _hf_model(name) -> bool:
     from multidraft.models.loader import resolve
 
     try:
-        return resolve(name).kind in ("hf_folder", "hf_id")
+        return resolve(name).is_hf
     except MultidraftError:                 # a model loaded by other means than its name (tests)
         return False
 

@@ -74,7 +74,7 @@ def cmd_info(args) -> int:
 
         resolved = resolve(args.name)
         print(f"name:      {resolved.name}\nkind:      {resolved.kind}\npath:      {resolved.path}")
-        if resolved.kind in ("hf_folder", "hf_id"):
+        if resolved.is_hf:
             from multidraft.models.hf_q8_0 import cached_files
 
             made = cached_files(resolved.path)

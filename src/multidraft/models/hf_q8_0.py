@@ -112,18 +112,26 @@ def _readable(path: Path) -> bool:
     return True
 
 
+INDEX = "model.safetensors.index.json"
+
+
+def indexed_files(folder: Path) -> dict[str, Path]:
+    """Parameter name -> the safetensors file that holds it, from the folder's index (save_pretrained's shards)."""
+    index = Path(folder) / INDEX
+    try:
+        return {name: Path(folder) / str(file)
+                for name, file in json.loads(index.read_text())["weight_map"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise CorruptCacheError(f"cannot load {folder}: {INDEX} is not a safetensors index "
+                                f"({type(error).__name__}); download or save the model folder again") from error
+
+
 def weight_files(folder: Path) -> list[Path]:
     """The folder's safetensors files, as save_pretrained writes them: those its index names, else model.safetensors
     (where the loader reads the rest of the model)."""
     folder = Path(folder)
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
-            raise CorruptCacheError(f"cannot load {folder}: {index.name} is not a safetensors index "
-                                    f"({type(error).__name__}); download or save the model folder again") from error
-        files = [folder / str(name) for name in names]
+    if (folder / INDEX).is_file():
+        files = sorted(set(indexed_files(folder).values()))
     else:
         files = [folder / "model.safetensors"]
     if not all(file.is_file() for file in files):
@@ -132,9 +140,13 @@ def weight_files(folder: Path) -> list[Path]:
     return files
 
 
-def quantizes(shape, dtype) -> bool:
-    """Whether a tensor becomes Q8_0 blocks: a floating-point matrix whose rows fill whole blocks."""
-    return len(shape) == 2 and shape[1] % BLOCK == 0 and shape[0] > 0 and dtype.is_floating_point
+FLOATS = ("F64", "F32", "F16", "BF16")      # safetensors' floating-point dtypes that gguf-py's quantizer takes
+
+
+def quantizes(shape, dtype: str) -> bool:
+    """Whether a tensor (its shape, its safetensors dtype) becomes Q8_0 blocks: a floating-point matrix whose rows
+    fill whole blocks."""
+    return len(shape) == 2 and shape[1] % BLOCK == 0 and shape[0] > 0 and dtype in FLOATS
 
 
 def write_q8_0_gguf(files: list[Path], out: Path, progress: bool = True, label: str = "quantize") -> None:
@@ -145,28 +157,29 @@ def write_q8_0_gguf(files: list[Path], out: Path, progress: bool = True, label: 
 
     qtype = gguf.GGMLQuantizationType.Q8_0
     block_bytes = gguf.GGML_QUANT_SIZES[qtype][1]
-    matrices = []                                           # (file, name, rows, width)
+    matrices = {}                                           # file -> [(name, rows, width)], in file order
     for file in files:
         with safe_open(str(file), "pt") as handle:
             for name in handle.keys():
                 tensor = handle.get_slice(name)
                 shape = tuple(tensor.get_shape())
-                if quantizes(shape, _dtype(tensor.get_dtype())):
-                    matrices.append((file, name, shape[0], shape[1]))
+                if quantizes(shape, tensor.get_dtype()):
+                    matrices.setdefault(file, []).append((name, shape[0], shape[1]))
+    listed = [matrix for file_matrices in matrices.values() for matrix in file_matrices]
     writer = gguf.GGUFWriter(str(out), HF_NAMES)
-    for _, name, rows, width in matrices:
+    for name, rows, width in listed:
         writer.add_tensor_info(name, (rows, width // BLOCK * block_bytes), np.dtype(np.uint8),
                                rows * width // BLOCK * block_bytes, raw_dtype=qtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
-    total = sum(rows * width for _, _, rows, width in matrices)
+    total = sum(rows * width for _, rows, width in listed)
     with tqdm(total=total, desc=label, unit="weight", unit_scale=True, disable=not progress, file=sys.stderr) as bar:
-        for file, name, rows, width in matrices:
+        for file, file_matrices in matrices.items():           # the tensors in the order their infos were written
             with safe_open(str(file), "pt") as handle:
-                values = handle.get_tensor(name).float().numpy()
-            writer.write_tensor_data(_quantized(values, qtype, block_bytes))
-            bar.update(rows * width)
+                for name, rows, width in file_matrices:
+                    writer.write_tensor_data(_quantized(handle.get_tensor(name).float().numpy(), qtype, block_bytes))
+                    bar.update(rows * width)
     writer.close()
 
 
@@ -185,9 +198,3 @@ def _quantized(values: np.ndarray, qtype, block_bytes: int, chunk_rows: int = 51
         list(pool.map(chunk, range(0, rows, chunk_rows)))
     return out
 
-
-def _dtype(name: str):
-    import torch
-
-    return {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}.get(
-        name, torch.int64)

@@ -43,6 +43,11 @@ class ResolvedModel:
     path: Path
     spec: Optional[ModelSpec] = None
 
+    @property
+    def is_hf(self) -> bool:
+        """An HF model (a folder or a cached id), no GGUF behind it."""
+        return self.kind in ("hf_folder", "hf_id")
+
 
 @dataclass(frozen=True)
 class ModelInfo:
@@ -152,7 +157,7 @@ def _converted(gguf: Path, digest: str, progress: bool, reference: bool = False)
 def quantized_source(resolved: ResolvedModel, progress: bool = True) -> Path:
     """The GGUF file a quantized runner reads: a GGUF-backed model's own, an HF model's matrices as Q8_0 blocks
     (models/hf_q8_0.py: made once, cached; only where a quantized runner was asked for by name)."""
-    if resolved.kind in ("alias", "gguf"):
+    if not resolved.is_hf:
         return gguf_source(resolved.name)
     from multidraft.models import hf_q8_0
     from multidraft.models.quantized import require_kernels

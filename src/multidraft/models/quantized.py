@@ -31,7 +31,6 @@ Memory: the blocks are mapped from the GGUF file (the 1.5B: 1.1 GB), not copied;
 from __future__ import annotations
 
 import functools
-import json
 import os
 import threading
 import types
@@ -42,7 +41,7 @@ from typing import Optional
 import torch
 
 from multidraft.errors import MultidraftError
-from multidraft.models import fast_linear, gguf_kernels
+from multidraft.models import fast_linear, gguf_kernels, hf_q8_0
 from multidraft.models.gguf_to_hf import REFERENCE_FILE, is_reference, reference_rows
 from multidraft.models.gguf_weights import BlockMatrix, GGUFWeights
 
@@ -316,11 +315,9 @@ class _FolderTensors:
 
     def __init__(self, folder: Path):
         folder = Path(folder)
-        index = folder / "model.safetensors.index.json"
         self.rows_only = is_reference(folder)
-        if index.is_file() and not self.rows_only:
-            mapping = json.loads(index.read_text())["weight_map"]
-            self._files = {name: folder / file for name, file in mapping.items()}
+        if (folder / hf_q8_0.INDEX).is_file() and not self.rows_only:
+            self._files = hf_q8_0.indexed_files(folder)
         else:
             from safetensors import safe_open
             single = folder / (REFERENCE_FILE if self.rows_only else "model.safetensors")
