@@ -27,9 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from multidraft import paths
-from multidraft.errors import CorruptCacheError, ModelNotFoundError, OutputPathError
+from multidraft.errors import OutputPathError
 from multidraft.fsutil import atomic_path, remembered_sha256
 from multidraft.models.gguf_weights import HF_NAMES
+from multidraft.models.safetensors_files import weight_files
 
 FORMAT = 1                 # bump when the file's contents change for the same weights: a new cache key
 BLOCK = 32                 # values per Q8_0 block
@@ -110,34 +111,6 @@ def _readable(path: Path) -> bool:
     except Exception:                  # gguf-py's parser: ValueError, struct.error, IndexError ... on bad bytes
         return False
     return True
-
-
-INDEX = "model.safetensors.index.json"
-
-
-def indexed_files(folder: Path) -> dict[str, Path]:
-    """Parameter name -> the safetensors file that holds it, from the folder's index (save_pretrained's shards)."""
-    index = Path(folder) / INDEX
-    try:
-        return {name: Path(folder) / str(file)
-                for name, file in json.loads(index.read_text())["weight_map"].items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise CorruptCacheError(f"cannot load {folder}: {INDEX} is not a safetensors index "
-                                f"({type(error).__name__}); download or save the model folder again") from error
-
-
-def weight_files(folder: Path) -> list[Path]:
-    """The folder's safetensors files, as save_pretrained writes them: those its index names, else model.safetensors
-    (where the loader reads the rest of the model)."""
-    folder = Path(folder)
-    if (folder / INDEX).is_file():
-        files = sorted(set(indexed_files(folder).values()))
-    else:
-        files = [folder / "model.safetensors"]
-    if not all(file.is_file() for file in files):
-        raise ModelNotFoundError(f"{folder} holds no .safetensors weights, which the 8-bit runners quantize; save the "
-                                 "model with save_pretrained(..., safe_serialization=True) or use runner='auto'")
-    return files
 
 
 FLOATS = ("F64", "F32", "F16", "BF16")      # safetensors' floating-point dtypes that gguf-py's quantizer takes

@@ -41,7 +41,7 @@ from typing import Optional
 import torch
 
 from multidraft.errors import MultidraftError
-from multidraft.models import fast_linear, gguf_kernels, hf_q8_0
+from multidraft.models import fast_linear, gguf_kernels, safetensors_files
 from multidraft.models.gguf_to_hf import REFERENCE_FILE, is_reference, reference_rows
 from multidraft.models.gguf_weights import BlockMatrix, GGUFWeights
 
@@ -316,8 +316,8 @@ class _FolderTensors:
     def __init__(self, folder: Path):
         folder = Path(folder)
         self.rows_only = is_reference(folder)
-        if (folder / hf_q8_0.INDEX).is_file() and not self.rows_only:
-            self._files = hf_q8_0.indexed_files(folder)
+        if (folder / safetensors_files.INDEX).is_file() and not self.rows_only:
+            self._files = safetensors_files.indexed_files(folder)
         else:
             from safetensors import safe_open
             single = folder / (REFERENCE_FILE if self.rows_only else "model.safetensors")
