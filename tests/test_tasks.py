@@ -47,6 +47,29 @@ def test_code_edit_covers_every_edit_and_plants_real_bugs():
             assert item.meta["fixed_source"] not in item.messages[0]["content"]
 
 
+@pytest.mark.parametrize("split", tasks.SPLITS)
+def test_code_edit_long_asks_the_same_edits_inside_the_module(split):
+    need("code_edit_long")
+    short, long = load_task("code_edit", split=split), load_task("code_edit_long", split=split)
+    assert len(long) == len(short) and [i.meta for i in long] == [i.meta for i in short]
+    for brief, item in zip(short, long):
+        text, function = item.messages[0]["content"], item.meta["function"]
+        shown = brief.messages[0]["content"].split("```python\n")[1].removesuffix("\n```")
+        excerpt = text.split("```python\n")[1].split("\n```")[0]
+        assert shown in excerpt and len(excerpt) > len(shown)           # the function as code_edit shows it, in context
+        assert len(excerpt) <= tasks.LONG_CONTEXT_CHARS and f"`{function}`" in text.split("```")[-1]
+        module = (data.path("cpython-stdlib") / "files" / item.meta["module"]).read_text(encoding="utf-8",
+                                                                                       errors="replace")
+        lines = excerpt.splitlines()
+        if item.meta["edit"] == "fix_bug":                  # the planted bug replaces the function; the rest is the file
+            assert item.meta["fixed_source"] not in text
+            module = module.replace(item.meta["fixed_source"], shown)
+        assert "\n".join(lines) in module                 # consecutive lines of the file
+    # a long prompt: most modules fill the excerpt
+    filled = [i for i in long if len(i.messages[0]["content"]) > tasks.LONG_CONTEXT_CHARS * 0.9]
+    assert len(filled) >= len(long) // 2
+
+
 def test_summarize_mixes_docs_and_sharegpt():
     need("summarize")
     sources = {i.source.split(":")[0] for i in load_task("summarize")}

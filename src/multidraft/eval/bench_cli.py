@@ -30,7 +30,8 @@ def register(subparsers) -> None:
     add_model_argument(parser)
     parser.add_argument("--draft", help="draft model for speculative / multi_draft / mtad and HF assisted generation")
     parser.add_argument("--tasks", default="code_edit",
-                        help="comma-separated: code_edit, summarize, text_edit, chat, humaneval, autocomplete, agent_edit, agent_fix, "
+                        help="comma-separated: code_edit, code_edit_long (the same edits inside ~2,000 tokens of their "
+                             "module), summarize, text_edit, chat, humaneval, autocomplete, agent_edit, agent_fix, "
                              "agent_chat (multi-step agent episodes)")
     parser.add_argument("--methods", default="all",
                         help="'all' or a comma-separated list of methods (see `multidraft methods`) and HF peers "

@@ -7,6 +7,8 @@
 Input-guided tasks (the answer copies long stretches of the input; PLD/PLD+ territory):
 - code_edit   a real CPython stdlib function + an instruction (rename, type hints, docstring, convert a loop,
               fix a planted bug)                                               needs: cpython-stdlib
+- code_edit_long  the same edits, the function shown inside ~9,000 characters of its module (a long prompt: ~2,000-
+              3,000 tokens)                                                    needs: cpython-stdlib
 - summarize   Linux kernel documentation sections, and ShareGPT "summarize" requests   needs: linux-doc, sharegpt
 - text_edit   rewrite / correct a real documentation paragraph                 needs: linux-doc
 - chat        MT-Bench two-turn questions (`turns`; see `TaskPrompt.turn_messages`)    needs: mt-bench
@@ -85,7 +87,7 @@ def _user(text: str) -> list[dict]:
 # the same sources, disjoint from the test ones, for tuning and calibration (PLD+ layer and heads, issue #21),
 # so no hyperparameter is chosen on the prompts it is then measured on.
 SPLITS = ("test", "validation")
-VALIDATION_TASKS = ("code_edit", "summarize", "text_edit", "agent_edit", "agent_fix", "agent_chat")
+VALIDATION_TASKS = ("code_edit", "code_edit_long", "summarize", "text_edit", "agent_edit", "agent_fix", "agent_chat")
 
 
 def _spread(pool: list, count: int, split: str, key: Callable = repr) -> list:
@@ -99,11 +101,6 @@ def _spread(pool: list, count: int, split: str, key: Callable = repr) -> list:
     taken = {key(item) for item in pool[::stride][:count]}
     rest = [item for item in pool if key(item) not in taken]
     return rest[:: max(1, len(rest) // count)][:count]
-
-
-def _renamed(item: "TaskPrompt", new_id: str) -> "TaskPrompt":
-    item.id = new_id
-    return item
 
 
 # ----- code_edit -----
@@ -152,44 +149,87 @@ def _plant_bug(source: str) -> Optional[tuple[str, str, str]]:
     return None
 
 
-def _code_edit(split: str = "test") -> list[TaskPrompt]:
+def _code_edits(split: str = "test") -> list[tuple[str, ast.FunctionDef, str, Callable[[str], str], dict]]:
+    """(module, node, code, instruction, meta) of the split's code edits: `code` is the function as the prompt shows
+    it (a planted bug in it for fix_bug), `instruction(target)` the request with `target` naming the function."""
     functions = _stdlib_functions()
     wanted = SIZE if split == "test" else 2 * SIZE       # validation: the next SIZE functions after the test ones
     kinds = ["rename", "type_hints", "docstring", "convert_loop", "fix_bug"]
-    out: list[TaskPrompt] = []
-    for index, (module, node, source) in enumerate(functions):
+    out: list = []
+    for module, node, source in functions:
         kind = kinds[len(out) % len(kinds)]
         code = source
         meta: dict[str, Any] = {"module": module, "function": node.name, "edit": kind}
         if kind == "rename":
             new_name = node.name.lstrip("_") + "_v2"
-            instruction = (f"Rename the function `{node.name}` to `{new_name}` and give its local variables clearer "
-                           "names. Return the complete edited function.")
+            instruction = functools.partial(
+                "Rename the function `{old}` to `{new}` and give its local variables clearer names. Return the "
+                "complete edited function.".format, old=node.name, new=new_name)
         elif kind == "type_hints":
-            instruction = "Add type hints to every parameter and to the return value of this function. Return the complete function."
+            instruction = ("Add type hints to every parameter and to the return value of {}. Return the complete "
+                           "function.").format
         elif kind == "docstring":
             if ast.get_docstring(node):
                 continue
-            instruction = "Add a docstring that explains what this function does, its arguments and its return value. Return the complete function."
+            instruction = ("Add a docstring that explains what {} does, its arguments and its return value. Return "
+                           "the complete function.").format
         elif kind == "convert_loop":
             if not _has_loop(node):
                 continue
-            instruction = "Convert the for loop in this function into a while loop without changing its behaviour. Return the complete function."
+            instruction = ("Convert the for loop in {} into a while loop without changing its behaviour. Return the "
+                           "complete function.").format
         else:
             planted = _plant_bug(source)
             if planted is None:
                 continue
             code, meta["original"], meta["planted"] = planted
             meta["fixed_source"] = source
-            instruction = "This function contains one bug. Find it, fix it and return the complete corrected function."
-        text = f"{instruction}\n\n```python\n{textwrap.dedent(code)}\n```"
-        out.append(TaskPrompt(f"code_edit/{len(out):03d}", "code_edit", messages=_user(text),
-                              source=f"cpython-stdlib:{module}:{node.name}", meta=meta))
+            instruction = (lambda target: f"{target[0].upper()}{target[1:]} contains one bug. Find it, fix it and "
+                           "return the complete corrected function.")
+        out.append((module, node, code, instruction, meta))
         if len(out) == wanted:
             break
-    if split == "test":
-        return out
-    return [_renamed(item, f"code_edit/val-{i:03d}") for i, item in enumerate(out[SIZE:])]
+    return out if split == "test" else out[SIZE:]
+
+
+def _code_edit(split: str = "test") -> list[TaskPrompt]:
+    prefix = "code_edit/" if split == "test" else "code_edit/val-"
+    return [TaskPrompt(f"{prefix}{i:03d}", "code_edit",
+                       messages=_user(f"{instruction('this function')}\n\n```python\n{textwrap.dedent(code)}\n```"),
+                       source=f"cpython-stdlib:{module}:{node.name}", meta=meta)
+            for i, (module, node, code, instruction, meta) in enumerate(_code_edits(split))]
+
+
+# ----- code_edit_long: the same edits, the function shown inside its module -----
+LONG_CONTEXT_CHARS = 9000       # of the module around the function: ~2,000-3,000 tokens (Qwen2.5's tokenizer)
+
+
+def _module_excerpt(module: str, node: ast.FunctionDef, code: str, budget: int = LONG_CONTEXT_CHARS) -> str:
+    """The module's lines around the function (shown as `code`), a line above and a line below in turn while the
+    excerpt stays within `budget` characters: a real file's context, as an editor plugin sends it."""
+    lines = (data.path("cpython-stdlib") / "files" / module).read_text(encoding="utf-8", errors="replace").splitlines()
+    above, below = lines[:node.lineno - 1], lines[node.end_lineno:]
+    first, last, size = len(above), 0, len(code) + 1
+    while first > 0 or last < len(below):
+        grew = False
+        if first > 0 and size + len(above[first - 1]) + 1 <= budget:
+            first, size, grew = first - 1, size + len(above[first - 1]) + 1, True
+        if last < len(below) and size + len(below[last]) + 1 <= budget:
+            last, size, grew = last + 1, size + len(below[last]) + 1, True
+        if not grew:
+            break
+    return "\n".join(above[first:] + [code] + below[:last])
+
+
+def _code_edit_long(split: str = "test") -> list[TaskPrompt]:
+    prefix = "code_edit_long/" if split == "test" else "code_edit_long/val-"
+    out = []
+    for i, (module, node, code, instruction, meta) in enumerate(_code_edits(split)):
+        text = (f"Here is part of the Python module `{module}`:\n\n```python\n{_module_excerpt(module, node, code)}\n```"
+                f"\n\n{instruction(f'the function `{node.name}`')} Return only that function.")
+        out.append(TaskPrompt(f"{prefix}{i:03d}", "code_edit_long", messages=_user(text),
+                              source=f"cpython-stdlib:{module}:{node.name}", meta=dict(meta)))
+    return out
 
 
 # ----- Linux documentation: sections and paragraphs -----
@@ -323,6 +363,7 @@ def _agent_episodes(name: str, split: str = "test") -> list[TaskPrompt]:
 
 _BUILDERS: dict[str, tuple[Callable[[], list[TaskPrompt]], tuple[str, ...]]] = {
     "code_edit": (_code_edit, ("cpython-stdlib",)),
+    "code_edit_long": (_code_edit_long, ("cpython-stdlib",)),
     "summarize": (_summarize, ("linux-doc", "sharegpt")),
     "text_edit": (_text_edit, ("linux-doc",)),
     "chat": (_chat, ("mt-bench",)),
@@ -350,7 +391,7 @@ def _check(name: str) -> None:
 def load_task(name: str, limit: Optional[int] = None, split: str = "test") -> list[TaskPrompt]:
     """The prompts of task `name`, always the same ones in the same order; the first `limit` if given.
 
-    `split="validation"` (code_edit, summarize, text_edit) gives prompts from the same sources that the test
+    `split="validation"` (VALIDATION_TASKS) gives prompts from the same sources that the test
     split (the default, what benchmarks run) never contains: tune and calibrate there.
     Raises DataNotFoundError naming the `multidraft data pull` command when a source has not been pulled.
     """
