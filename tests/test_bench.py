@@ -82,6 +82,13 @@ def test_full_run_writes_rows_report_and_plots(full_run):
         assert 1 <= row["tokens"] <= 8 * len(row["turns"]) and row["seconds"] > 0
         assert row["tokens"] == sum(len(t["token_ids"]) for t in row["turns"])
         assert (row["stats"] is None) == row["peer"]
+        # ours time the prompt's forward apart (the prefill); HF's generate() does not
+        if row["peer"]:
+            assert row["prompt_seconds"] is None and row["decode_tokens"] is None
+        else:
+            assert row["prompt_seconds"] == sum(t["prompt_seconds"] for t in row["turns"])
+            assert 0 < row["prompt_seconds"] < row["seconds"] and row["decode_tokens"] == row["tokens"]
+            assert row["prompt_seconds"] == pytest.approx(row["stats"]["prefill_time"])
         # the conditions of every timing: threads, and the load before and after the row (issue #35)
         assert row["threads"] >= 1 and row["load_average"] >= 0 and row["load_average_after"] >= 0
     chat = [r for r in rows if r["task"] == "chat"]
@@ -294,6 +301,11 @@ def test_summary_numbers():
     assert s["mal"] == 30 / 20 and s["per_position"] == [2 / 8, 1 / 2]
     assert s["equal"] == (2, 3) and s["tok_s"] == 30 / 2.5
     assert s["matched_speedup"] is None
+    assert s["prompt_s"] is None and s["decode_tok_s"] is None          # rows that do not split their time
+    rows[0].update(prompt_seconds=0.25, decode_tokens=9)
+    rows[1].update(prompt_seconds=0.5, decode_tokens=10)
+    s = summarize(rows, {"lossless": True}, base)
+    assert s["prompt_s"] == 0.375 and s["decode_tok_s"] == 19 / 0.75    # the third row has no split: left out
 
 
 def test_matched_prompts_leave_out_every_prompt_where_a_lossless_row_diverged():

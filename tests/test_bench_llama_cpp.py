@@ -136,6 +136,7 @@ def test_run_path_resets_per_prompt_loads_once_and_stops(fake_llama_cpp, tiny_be
     _, lm = tiny_bench_lm
     eos = min(lm.eos_token_ids)
     monkeypatch.setenv("FAKE_LLAMA_CONTINUATION", json.dumps([7, 8, eos, 9, 10]))   # stops at EOS, keeping it
+    monkeypatch.setenv("FAKE_LLAMA_PROMPT_SECONDS", "0.3")
     threads = torch.get_num_threads()
     rows = bench(tiny_bench_lm, tmp_path, LLAMA, options={"llama_cpp_prompt_lookup": {"num_pred_tokens": 3}})
     llama_rows = [r for r in rows if r["name"] in LLAMA]
@@ -143,6 +144,9 @@ def test_run_path_resets_per_prompt_loads_once_and_stops(fake_llama_cpp, tiny_be
     for row in llama_rows:
         assert row["error"] is None, row["error"]
         assert row["turns"][0]["token_ids"] == [7, 8, eos] and row["tokens"] == 3 and row["seconds"] > 0
+        # the prompt's forward timed apart: up to the first token; the two tokens after it are the decode's
+        assert 0.3 <= row["prompt_seconds"] <= row["seconds"] < row["prompt_seconds"] + 0.25
+        assert row["decode_tokens"] == 2
         assert row["runner"] == "llama.cpp" and row["peer"] and not row["lossless"]
         assert row["equal_greedy"] is False and row["greedy_prefix_match"]["reference"] == len(
             next(r for r in rows if r["method"] == BASELINE and r["prompt_id"] == row["prompt_id"])["turns"][0]["token_ids"])

@@ -90,6 +90,7 @@ def _run_turns(lm, draft_lm, item, method: BenchMethod, config, quality: bool, a
         prompt_ids = lm.encode(prompt)
         stats = drafts = None
         llama = None
+        prompt_seconds = decode_tokens = None      # the prompt's forward, and the tokens the forwards after it made
         if llama_cpp_peer.is_llama_cpp(method.name):     # loaded once per run, outside the timed span
             llama = llama_cpp_peer.runner_for(lm, method.name, method.options,
                                               len(prompt_ids) + config.max_new_tokens, config.model)
@@ -98,6 +99,8 @@ def _run_turns(lm, draft_lm, item, method: BenchMethod, config, quality: bool, a
             token_ids = llama.generate(prompt_ids, config.max_new_tokens, lm.eos_token_ids)
             seconds = llama.last_seconds
             text = lm.decode(token_ids)
+            if llama.last_prompt_seconds is not None:     # its first token comes from the prompt's forward
+                prompt_seconds, decode_tokens = llama.last_prompt_seconds, len(token_ids) - 1
         elif method.peer:
             token_ids = _hf_generate(lm, draft_lm, method, prompt_ids, config.max_new_tokens, config.dtype)
             seconds = time.perf_counter() - start
@@ -113,10 +116,12 @@ def _run_turns(lm, draft_lm, item, method: BenchMethod, config, quality: bool, a
             seconds = time.perf_counter() - start
             token_ids, text, stats = list(gen.token_ids), gen.text, gen.stats.to_dict()
             pooled.append(gen.stats)
+            # our prefill runs the prompt but its last token, which the first verify takes with the first draft
+            prompt_seconds, decode_tokens = gen.stats.prefill_time, len(token_ids)
             if gen.drafts:
                 drafts = [{"text": d.text, "token_ids": list(d.token_ids), "score": d.score} for d in gen.drafts]
         record = {"prompt_tokens": len(prompt_ids), "tokens": len(token_ids), "seconds": seconds,
-                  "token_ids": token_ids, "text": text, "stats": stats, "drafts": drafts}
+                  "prompt_seconds": prompt_seconds, "decode_tokens": decode_tokens, "token_ids": token_ids, "text": text, "stats": stats, "drafts": drafts}
         if quality:
             record["perplexity"] = output_perplexity(lm, prompt_ids, token_ids)
             if drafts:
@@ -130,7 +135,10 @@ def _run_turns(lm, draft_lm, item, method: BenchMethod, config, quality: bool, a
     tokens = sum(t["tokens"] for t in turns)
     seconds = sum(t["seconds"] for t in turns)
     ppl = [t["perplexity"] for t in turns if t.get("perplexity") is not None]
+    timed = all(t["prompt_seconds"] is not None for t in turns)       # HF's generate() does not split its time
     result = {"tokens": tokens, "seconds": seconds, "tokens_per_second": tokens / seconds if seconds else 0.0,
+              "prompt_seconds": sum(t["prompt_seconds"] for t in turns) if timed else None,
+              "decode_tokens": sum(t["decode_tokens"] for t in turns) if timed else None,
               "stats": DecodeStats.merge(pooled).to_dict() if pooled else None, "turns": turns,
               "output": turns[-1]["text"], "perplexity": sum(ppl) / len(ppl) if ppl else None}
     if llama_cpp_peer.is_llama_cpp(method.name):      # llama.cpp runs the GGUF itself, on the CPU, not our model

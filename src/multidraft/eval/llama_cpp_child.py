@@ -4,8 +4,8 @@ and run only here, so a crash in its native code ends this process, not the benc
 Standard library and llama_cpp only (no torch, no multidraft: the child starts in a fraction of a second).
 Protocol, JSON lines: first this process says {"ok", "version", "system_info"} (or a fatal {"error"} when
 llama_cpp does not import); then per request {"op": "load", "args": {...}} -> {"ok"}, and
-{"op": "generate", ...} -> {"ok", "token_ids", "seconds"} (the seconds of the generation, prefill included, timed
-here so the pipe's cost is not in them).
+{"op": "generate", ...} -> {"ok", "token_ids", "seconds", "first_token_seconds"} (the seconds of the generation,
+prefill included, and of its prompt's forward up to the first token, timed here so the pipe's cost is not in them).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class LlamaCppRunner:
         reuse_prefix: keep the KV of the prefix shared with the previous call's sequence (llama-cpp-python's own
         prefix match), as multidraft.PrefixCache does for ours; else start from an empty KV cache."""
         eos = set(int(t) for t in eos_token_ids)
+        self.first_token_at = None      # when the prompt's forward had given the first token (perf_counter)
         if not reuse_prefix:
             self.llm.reset()        # n_tokens = 0: no prefix of the previous prompt is reused; its KV is dropped
         tokens: list[int] = []
@@ -48,6 +49,8 @@ class LlamaCppRunner:
                                       reset=True)
         try:
             for token in generator:
+                if self.first_token_at is None:
+                    self.first_token_at = time.perf_counter()
                 tokens.append(int(token))
                 if tokens[-1] in eos or len(tokens) >= max_new_tokens:
                     break
@@ -72,7 +75,9 @@ def _answer(llama_cpp, runner, request: dict):
         start = time.perf_counter()
         token_ids = runner.generate(request["prompt_ids"], request["max_new_tokens"], request["eos_token_ids"],
                                     request.get("reuse_prefix", False))
-        return runner, {"ok": True, "token_ids": token_ids, "seconds": time.perf_counter() - start}
+        first = runner.first_token_at
+        return runner, {"ok": True, "token_ids": token_ids, "seconds": time.perf_counter() - start,
+                        "first_token_seconds": None if first is None else first - start}
     raise ValueError(f"unknown request {request['op']!r}")
 
 

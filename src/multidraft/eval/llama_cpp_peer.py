@@ -104,6 +104,7 @@ class LlamaCppPeer:
         self.path = str(path)
         self.config: Optional[dict] = None            # llama.cpp's version and system info, once the child said them
         self.last_seconds = 0.0                       # the last generation's time, measured in the child
+        self.last_prompt_seconds: Optional[float] = None    # of it, the time to the first token (the prompt's forward)
         self.calls = 0
         self.process: Optional[PeerProcess] = None
         self.failure: Optional[PeerFailed] = None     # set once it crashed, hung or did not load: no second try
@@ -142,6 +143,8 @@ class LlamaCppPeer:
                 self.failure = exc
             raise
         self.last_seconds = float(reply["seconds"])
+        first = reply.get("first_token_seconds")
+        self.last_prompt_seconds = None if first is None else float(first)
         return [int(t) for t in reply["token_ids"]]
 
     def close(self) -> None:

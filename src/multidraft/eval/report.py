@@ -69,6 +69,11 @@ def summarize(rows: list[dict], method: dict, baseline: dict[str, dict],
     out["best_of_k"] = _finite_mean(t.get("best_of_k_perplexity") for r in ok for t in r["turns"])
     out["self_bleu"] = _finite_mean(_self_bleu(t.get("drafts") or []) for r in ok for t in r["turns"])
     out["latency"] = statistics.median([r["seconds"] for r in ok]) if ok else None
+    # The prompt's forward apart (rows that time it: ours, llama.cpp's): a long prompt's prefill can hide the decode
+    split = [r for r in ok if r.get("prompt_seconds") is not None]
+    out["prompt_s"] = statistics.median([r["prompt_seconds"] for r in split]) if split else None
+    decode_seconds = sum(r["seconds"] - r["prompt_seconds"] for r in split)
+    out["decode_tok_s"] = sum(r["decode_tokens"] for r in split) / decode_seconds if decode_seconds > 0 else None
     out["lossless"] = method["lossless"]
     out["sampled"] = bool(method.get("temperature"))
     return out
@@ -164,19 +169,21 @@ def render_tables(header: dict, rows: list[dict], analysis: Optional[dict] = Non
     for task, summaries in tasks.items():
         count = max(s["prompts"] for s in summaries.values())
         lines += ["", f"## {task} ({count} prompts)", "",
-                  "| method | tok/s | speedup min / median / max | median on matched prompts (n) "
-                  "| mean acceptance length | per-position acceptance | equal to greedy | perplexity | self-BLEU | failed |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| method | tok/s | prompt s (median) | decode tok/s | speedup min / median / max "
+                  "| median on matched prompts (n) | mean acceptance length | per-position acceptance | equal to greedy "
+                  "| perplexity | self-BLEU | failed |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for label, s in summaries.items():
             if s["failed_reason"]:
                 lines.append(f"| {_method_cell(methods[label])} | {failed_cell(s['failed_reason'])} |"
-                             + " |" * 7 + f" {s['failed']} |")
+                             + " |" * 9 + f" {s['failed']} |")
                 continue
             speed = " / ".join(f"{x:.2f}" for x in s["speedup"]) if s["speedup"] else "—"
             positions = " ".join(f"{p:.2f}" for p in s["per_position"][:MAX_POSITIONS]) or "—"
             ppl = _f(s["perplexity"]) + (f" (best of k {s['best_of_k']:.2f})" if s["best_of_k"] is not None else "")
             matched = f"{s['matched_speedup'][0]:.2f} ({s['matched_speedup'][1]})" if s["matched_speedup"] else "—"
-            lines.append(f"| {_method_cell(methods[label])} | {_f(s['tok_s'])} | {speed} | {matched} | {_f(s['mal'])} "
+            lines.append(f"| {_method_cell(methods[label])} | {_f(s['tok_s'])} | {_f(s['prompt_s'])} "
+                         f"| {_f(s['decode_tok_s'])} | {speed} | {matched} | {_f(s['mal'])} "
                          f"| {positions} | {_equal_cell(s)} | {ppl} | {_f(s['self_bleu'], 3)} | {s['failed'] or ''} |")
     return "\n".join(lines) + "\n"
 
@@ -198,7 +205,9 @@ def render_report(header: dict, rows: list[dict], plots: list[str]) -> str:
              f"- load average (1 min) over rows: {min(loads):.1f} to {max(loads):.1f}" if loads else "- load average: —",
              f"- baseline `{analysis['baseline']}` = {BASELINE_NAMES[analysis['baseline']]}. Speedup = tok/s of a method / tok/s of the baseline "
              f"on the same prompt; min / median / max over prompts. Mean acceptance length = generated tokens / target "
-             f"verification calls (pooled over prompts); peers (HF, llama.cpp) do not report it.",
+             f"verification calls (pooled over prompts); peers (HF, llama.cpp) do not report it. Prompt s: the forward over "
+             f"the prompt (ours: the prefill; llama.cpp: up to its first token); decode tok/s: the tokens the later "
+             f"forwards made over their time (pooled; HF's generate() does not split its time).",
              "- matched prompts: those on which every greedy lossless row equals the baseline's output, so every method "
              "did the same work (in bf16 a near-tied token can flip and change the text, hence the work).",
              "- equal to greedy: token-identical (every turn) to our greedy on the same runner where it ran on the "
