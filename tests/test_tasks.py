@@ -61,7 +61,7 @@ def test_code_edit_long_asks_the_same_edits_inside_the_module(split):
         module = (data.path("cpython-stdlib") / "files" / item.meta["module"]).read_text(encoding="utf-8",
                                                                                        errors="replace")
         lines = excerpt.splitlines()
-        if item.meta["edit"] == "fix_bug":                  # the planted bug replaces the function; the rest is the file
+        if item.meta["edit"] == "fix_bug":          # the planted bug replaces the function; the rest is the file
             assert item.meta["fixed_source"] not in text
             module = module.replace(item.meta["fixed_source"], shown)
         assert "\n".join(lines) in module                 # consecutive lines of the file

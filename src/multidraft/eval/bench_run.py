@@ -121,7 +121,8 @@ def _run_turns(lm, draft_lm, item, method: BenchMethod, config, quality: bool, a
             if gen.drafts:
                 drafts = [{"text": d.text, "token_ids": list(d.token_ids), "score": d.score} for d in gen.drafts]
         record = {"prompt_tokens": len(prompt_ids), "tokens": len(token_ids), "seconds": seconds,
-                  "prompt_seconds": prompt_seconds, "decode_tokens": decode_tokens, "token_ids": token_ids, "text": text, "stats": stats, "drafts": drafts}
+                  "prompt_seconds": prompt_seconds, "decode_tokens": decode_tokens, "token_ids": token_ids,
+                  "text": text, "stats": stats, "drafts": drafts}
         if quality:
             record["perplexity"] = output_perplexity(lm, prompt_ids, token_ids)
             if drafts:

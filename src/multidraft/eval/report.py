@@ -170,8 +170,8 @@ def render_tables(header: dict, rows: list[dict], analysis: Optional[dict] = Non
         count = max(s["prompts"] for s in summaries.values())
         lines += ["", f"## {task} ({count} prompts)", "",
                   "| method | tok/s | prompt s (median) | decode tok/s | speedup min / median / max "
-                  "| median on matched prompts (n) | mean acceptance length | per-position acceptance | equal to greedy "
-                  "| perplexity | self-BLEU | failed |",
+                  "| median on matched prompts (n) | mean acceptance length | per-position acceptance "
+                  "| equal to greedy | perplexity | self-BLEU | failed |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for label, s in summaries.items():
             if s["failed_reason"]:
@@ -205,9 +205,10 @@ def render_report(header: dict, rows: list[dict], plots: list[str]) -> str:
              f"- load average (1 min) over rows: {min(loads):.1f} to {max(loads):.1f}" if loads else "- load average: —",
              f"- baseline `{analysis['baseline']}` = {BASELINE_NAMES[analysis['baseline']]}. Speedup = tok/s of a method / tok/s of the baseline "
              f"on the same prompt; min / median / max over prompts. Mean acceptance length = generated tokens / target "
-             f"verification calls (pooled over prompts); peers (HF, llama.cpp) do not report it. Prompt s: the forward over "
-             f"the prompt (ours: the prefill; llama.cpp: up to its first token); decode tok/s: the tokens the later "
-             f"forwards made over their time (pooled; HF's generate() does not split its time).",
+             f"verification calls (pooled over prompts); peers (HF, llama.cpp) do not report it. "
+             f"Prompt s: the forward over the prompt (ours: the prefill; llama.cpp: up to its first token); decode "
+             f"tok/s: the tokens the later forwards made over their time (pooled; HF's generate() does not split "
+             f"its time).",
              "- matched prompts: those on which every greedy lossless row equals the baseline's output, so every method "
              "did the same work (in bf16 a near-tied token can flip and change the text, hence the work).",
              "- equal to greedy: token-identical (every turn) to our greedy on the same runner where it ran on the "

@@ -225,7 +225,8 @@ def _code_edit_long(split: str = "test") -> list[TaskPrompt]:
     prefix = "code_edit_long/" if split == "test" else "code_edit_long/val-"
     out = []
     for i, (module, node, code, instruction, meta) in enumerate(_code_edits(split)):
-        text = (f"Here is part of the Python module `{module}`:\n\n```python\n{_module_excerpt(module, node, code)}\n```"
+        excerpt = _module_excerpt(module, node, code)
+        text = (f"Here is part of the Python module `{module}`:\n\n```python\n{excerpt}\n```"
                 f"\n\n{instruction(f'the function `{node.name}`')} Return only that function.")
         out.append(TaskPrompt(f"{prefix}{i:03d}", "code_edit_long", messages=_user(text),
                               source=f"cpython-stdlib:{module}:{node.name}", meta=dict(meta)))
