@@ -446,6 +446,26 @@ def test_fused_decoder_layers_are_the_step_by_step_layers_bits(monkeypatch, thre
         torch.set_num_threads(previous)
 
 
+def test_the_mlp_buffers_reused_across_layers_keep_the_bits_and_are_freed_after_each_forward(monkeypatch):
+    """decoder_layer writes gate, up and their product into buffers its thread reuses from layer to layer (a long
+    prompt's fresh 73 MB tensors cost their page faults per layer); the forward frees them at its end. Kept across
+    forwards instead (release a no-op), a larger buffer then serves a smaller forward: the same bits (Qwen2's SiLU and
+    Gemma3's GELU)."""
+    steps = [(5 * i + 2) % 60 + 1 for i in range(23)]
+    release = gguf_kernels.release_layer_scratch
+    for arch in ("qwen2", "gemma3"):
+        ours = tiny_gguf_lm(arch, "Q4_K", seed=3, runner="native")
+        expected = _same_forwards(ours, steps)
+        assert gguf_kernels.layer_scratch_bytes() == 0
+        monkeypatch.setattr(gguf_kernels, "release_layer_scratch", lambda: None)
+        kept = _same_forwards(ours, steps)
+        width = ours.runner_object.native.layers[0].gate[0].rows
+        assert gguf_kernels.layer_scratch_bytes() == 3 * 4 * width * max(len(steps), len(PROMPT))   # the largest
+        monkeypatch.setattr(gguf_kernels, "release_layer_scratch", release)
+        release()
+        assert all(torch.equal(a, b) for a, b in zip(expected, kept)), arch
+
+
 def test_a_registered_stack_is_the_stack_given_per_call_and_a_released_one_is_refused(monkeypatch):
     """The native forward registers its layers' weights once (RegisteredStack) and passes their number: the bits of
     decoder_stack given every weight with the call. A released stack's number is refused with a clear error, and

@@ -533,6 +533,17 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return torch.ops.multidraft_gguf.silu_mul(gate, up)
 
 
+def release_layer_scratch() -> None:
+    """Free the buffers decoder_layer reuses on this thread for its MLP's gate, up and product (layer_ops.inc's
+    LayerScratch): the native forward calls it at its end, so a long prompt's buffers do not stay held."""
+    torch.ops.multidraft_gguf.release_layer_scratch()
+
+
+def layer_scratch_bytes() -> int:
+    """The bytes of those buffers this thread holds (0 after a native forward)."""
+    return int(torch.ops.multidraft_gguf.layer_scratch_bytes())
+
+
 def decoder_layer(x: torch.Tensor, h: torch.Tensor, blocks: list, types: list, biases: list, norms: list, eps: list,
                   cos: torch.Tensor, signed_sin: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int,
                   visible: torch.Tensor, scaling: float,

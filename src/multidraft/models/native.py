@@ -271,6 +271,14 @@ class NativeForward:
         keys. watch: the LM's WatchPoints
         (forward_watch.py), called where HF's modules would fire their pre-hooks: a deadline or a cancel it raises
         stops the forward within one layer, and a request running in turns waits before its forward."""
+        try:
+            return self._run(cache, input_ids, embeds, positions, visible, keep_rows, hidden_layers, heads_by_layer,
+                             prefill, watch)
+        finally:
+            gguf_kernels.release_layer_scratch()      # the fused layers' MLP buffers, reused across this forward
+
+    def _run(self, cache, input_ids, embeds, positions, visible, keep_rows, hidden_layers, heads_by_layer, prefill,
+             watch) -> NativeOutput:
         if watch is not None:
             watch.before_forward()
         out = NativeOutput(logits=torch.empty(0))

@@ -1418,6 +1418,8 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("rotary_store(Tensor q, Tensor k, Tensor v, Tensor cos, Tensor signed_sin, Tensor(a!) keys, Tensor(b!) values, "
         "int start, Tensor? row_slots=None) -> Tensor");
   m.def("silu_mul(Tensor gate, Tensor up) -> Tensor");
+  m.def("release_layer_scratch() -> ()", &release_layer_scratch);
+  m.def("layer_scratch_bytes() -> int", &layer_scratch_bytes);
   m.def("decoder_layer(Tensor x, Tensor h, Tensor[] blocks, int[] types, Tensor?[] biases, Tensor[] norms, "
         "float[] eps, Tensor cos, Tensor signed_sin, Tensor(a!) keys, Tensor(b!) values, int start, Tensor visible, "
         "float scaling, Tensor? row_slots=None) -> (Tensor, Tensor, Tensor)");
@@ -1437,7 +1439,10 @@ TORCH_LIBRARY_IMPL(multidraft_gguf, CPU, m) {
   m.impl("linear_q8", &gguf_linear_q8);
   m.impl("linear_q8_on", &q8_linear_on);
   m.impl("linear_q8_many", &gguf_linear_q8_many);
-  m.impl("linear_q8_many_on", &q8_linear_many_on);
+  m.impl("linear_q8_many_on", +[](const at::Tensor& x, at::TensorList blocks, at::IntArrayRef types, int64_t K,
+                                  const c10::List<std::optional<at::Tensor>>& biases, int64_t path) {
+    return q8_linear_many_on(x, blocks, types, K, biases, path);
+  });
   m.impl("dequantize", &gguf_dequantize);
   m.impl("repack_q4_k_x8", &repack_q4_k_x8);
   m.impl("repack_q5_k_x8", &repack_q5_k_x8);
