@@ -464,6 +464,12 @@ def test_the_mlp_buffers_reused_across_layers_keep_the_bits_and_are_freed_after_
         monkeypatch.setattr(gguf_kernels, "release_layer_scratch", release)
         release()
         assert all(torch.equal(a, b) for a, b in zip(expected, kept)), arch
+        before = gguf_kernels.set_layer_scratch(False)          # fresh tensors per layer (the A/B knob)
+        try:
+            fresh = _same_forwards(ours, steps)
+        finally:
+            gguf_kernels.set_layer_scratch(before)
+        assert all(torch.equal(a, b) for a, b in zip(expected, fresh)), arch
 
 
 def test_a_registered_stack_is_the_stack_given_per_call_and_a_released_one_is_refused(monkeypatch):

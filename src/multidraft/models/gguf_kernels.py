@@ -539,6 +539,12 @@ def release_layer_scratch() -> None:
     torch.ops.multidraft_gguf.release_layer_scratch()
 
 
+def set_layer_scratch(on: bool) -> bool:
+    """Whether decoder_layer reuses those buffers (default on; off: fresh tensors per layer, the same bits; for A/B
+    timings) -> the setting before."""
+    return bool(torch.ops.multidraft_gguf.set_layer_scratch(bool(on)))
+
+
 def layer_scratch_bytes() -> int:
     """The bytes of those buffers this thread holds (0 after a native forward)."""
     return int(torch.ops.multidraft_gguf.layer_scratch_bytes())

@@ -1420,6 +1420,7 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("silu_mul(Tensor gate, Tensor up) -> Tensor");
   m.def("release_layer_scratch() -> ()", &release_layer_scratch);
   m.def("layer_scratch_bytes() -> int", &layer_scratch_bytes);
+  m.def("set_layer_scratch(bool on) -> bool", +[](bool on) { return layer_scratch_on.exchange(on); });
   m.def("decoder_layer(Tensor x, Tensor h, Tensor[] blocks, int[] types, Tensor?[] biases, Tensor[] norms, "
         "float[] eps, Tensor cos, Tensor signed_sin, Tensor(a!) keys, Tensor(b!) values, int start, Tensor visible, "
         "float scaling, Tensor? row_slots=None) -> (Tensor, Tensor, Tensor)");
