@@ -137,6 +137,7 @@ def test_run_path_resets_per_prompt_loads_once_and_stops(fake_llama_cpp, tiny_be
     eos = min(lm.eos_token_ids)
     monkeypatch.setenv("FAKE_LLAMA_CONTINUATION", json.dumps([7, 8, eos, 9, 10]))   # stops at EOS, keeping it
     monkeypatch.setenv("FAKE_LLAMA_PROMPT_SECONDS", "0.3")
+    monkeypatch.setenv("FAKE_LLAMA_TOKEN_SECONDS", "0.1")
     threads = torch.get_num_threads()
     rows = bench(tiny_bench_lm, tmp_path, LLAMA, options={"llama_cpp_prompt_lookup": {"num_pred_tokens": 3}})
     llama_rows = [r for r in rows if r["name"] in LLAMA]
@@ -144,8 +145,9 @@ def test_run_path_resets_per_prompt_loads_once_and_stops(fake_llama_cpp, tiny_be
     for row in llama_rows:
         assert row["error"] is None, row["error"]
         assert row["turns"][0]["token_ids"] == [7, 8, eos] and row["tokens"] == 3 and row["seconds"] > 0
-        # the prompt's forward timed apart: up to the first token; the two tokens after it are the decode's
-        assert 0.3 <= row["prompt_seconds"] <= row["seconds"] < row["prompt_seconds"] + 0.25
+        # the prompt's forward timed apart: up to the first token; the two tokens after it are the decode's (lower
+        # bounds only: the sleeps guarantee them on any machine)
+        assert row["prompt_seconds"] >= 0.3 and row["seconds"] - row["prompt_seconds"] >= 0.2
         assert row["decode_tokens"] == 2
         assert row["runner"] == "llama.cpp" and row["peer"] and not row["lossless"]
         assert row["equal_greedy"] is False and row["greedy_prefix_match"]["reference"] == len(

@@ -5,7 +5,8 @@ FAKE_LLAMA_MODE: ok (default), segv (a real segfault in the first generate), seg
 first generate never returns), import_error (the import itself fails, as a broken shared library does).
 FAKE_LLAMA_CONTINUATION: a JSON list, the tokens every generate yields. FAKE_LLAMA_LOG: a file that gets one JSON
 line per Llama made and per generate call (kwargs, the KV length before it, tokens, sampling).
-FAKE_LLAMA_PROMPT_SECONDS: how long the prompt's forward takes (a sleep before the first token; default 0).
+FAKE_LLAMA_PROMPT_SECONDS / FAKE_LLAMA_TOKEN_SECONDS: how long the prompt's forward (a sleep before the first token)
+and each later token take (default 0).
 """
 
 import ctypes
@@ -56,6 +57,8 @@ class Llama:
         _log({"event": "generate", "tokens": list(tokens), "n_tokens_before": self.n_tokens, "sampling": sampling})
         self.n_tokens = len(tokens)
         time.sleep(float(os.environ.get("FAKE_LLAMA_PROMPT_SECONDS", "0")))
-        for token in json.loads(os.environ.get("FAKE_LLAMA_CONTINUATION", "[7, 8, 9, 10, 11, 12]")):
+        for index, token in enumerate(json.loads(os.environ.get("FAKE_LLAMA_CONTINUATION", "[7, 8, 9, 10, 11, 12]"))):
+            if index:
+                time.sleep(float(os.environ.get("FAKE_LLAMA_TOKEN_SECONDS", "0")))
             self.n_tokens += 1
             yield token
