@@ -229,7 +229,7 @@ def _code_edit_long(split: str = "test") -> list[TaskPrompt]:
         text = (f"Here is part of the Python module `{module}`:\n\n```python\n{excerpt}\n```"
                 f"\n\n{instruction(f'the function `{node.name}`')} Return only that function.")
         out.append(TaskPrompt(f"{prefix}{i:03d}", "code_edit_long", messages=_user(text),
-                              source=f"cpython-stdlib:{module}:{node.name}", meta=dict(meta)))
+                              source=f"cpython-stdlib:{module}:{node.name}", meta=meta))
     return out
 
 

@@ -724,12 +724,15 @@ std::vector<int64_t> stage_times(bool on) {
   return spent;
 }
 
-// x (..., K) -> an empty (..., N) of the same options.
-at::Tensor output_for(const at::Tensor& x, int64_t N) {
+// x (..., K) -> the sizes (..., N) of a linear's output.
+std::vector<int64_t> output_sizes(const at::Tensor& x, int64_t N) {
   auto sizes = x.sizes().vec();
   sizes.back() = N;
-  return at::empty(sizes, x.options());
+  return sizes;
 }
+
+// x (..., K) -> an empty (..., N) of the same options.
+at::Tensor output_for(const at::Tensor& x, int64_t N) { return at::empty(output_sizes(x, N), x.options()); }
 
 void check_blocks(const at::Tensor& blocks, int64_t type, int64_t K) {
   TORCH_CHECK(blocks.scalar_type() == at::kByte && blocks.dim() == 2 && blocks.is_contiguous(),
