@@ -774,3 +774,51 @@ def test_gemma3_270m_native_is_quantized_q8_bits_past_its_window(gemma_pair):
                     lm.forward(cache, [4, 50, 17, 51], parents=[-1, -1, 0, 0]).logits])
     assert all(torch.equal(a, b) for a, b in zip(*got))
     assert torch.equal(torch.stack(_chain_and_tree(ours, prompt)[0:1]), torch.stack(_chain_and_tree(ours, prompt)[1:]))
+
+
+def _prefill_and_next(lm, **capture):
+    """A 70-row prefill (logits of rows 10..39, which cross chunk edges, with captures) and the next forward."""
+    cache = lm.new_cache()
+    first = lm.forward(cache, PROMPT, logits_rows=slice(10, 40), **capture)
+    return first, lm.forward(cache, [4, 50, 17]).logits
+
+
+@pytest.mark.parametrize("runner", ["native", "quantized-q8"])
+def test_a_long_prefill_in_chunks_keeps_every_bit_and_capture(monkeypatch, runner):
+    """A chain longer than PREFILL_CHUNK runs as chunks (counted at the runner) with the one forward's logits, hidden
+    states, attention rows and cache; on HF's modules (quantized-q8) too, whose empty logits rows take another path."""
+    from multidraft.models import runner as lm_module
+
+    lm = tiny_gguf_lm("qwen2", "Q4_K", seed=3, runner=runner)
+    assert lm.runner == runner and lm.capabilities.prefix_reusable
+    capture = {"hidden_layer": 2, "attention_heads": [(0, 1), (1, 3)]}
+    expected, expected_next = _prefill_and_next(lm, **capture)
+    calls = []
+    real_forward = lm.runner_object.forward
+    monkeypatch.setattr(lm.runner_object, "forward", lambda *args: calls.append(args[2].shape[1]) or real_forward(*args))
+    monkeypatch.setattr(lm_module, "PREFILL_CHUNK", 16)
+    got, got_next = _prefill_and_next(lm, **capture)
+    assert calls == [16, 16, 16, 16, 6, 3]                  # the prompt in five chunks, then the next forward
+    assert got.logits.shape == (30, expected.logits.shape[1])
+    assert torch.equal(got.logits, expected.logits) and torch.equal(got_next, expected_next)
+    assert torch.equal(got.hidden, expected.hidden)
+    for row in (0, 15, 16, 69):
+        assert torch.equal(got.attention.weights(row, range(row + 1)), expected.attention.weights(row, range(row + 1)))
+    every_row = lm.forward(lm.new_cache(), PROMPT).logits  # every row's logits: each chunk gives its own
+    monkeypatch.setattr(lm_module, "PREFILL_CHUNK", 10 ** 6)
+    assert every_row.shape[0] == len(PROMPT) and torch.equal(every_row, lm.forward(lm.new_cache(), PROMPT).logits)
+
+
+def test_a_long_prefill_stays_one_forward_where_chunks_would_change_bits(monkeypatch):
+    """F16 matrices keep fp32 activations, whose long prefills take a dense GEMM (not prefix-reusable): one forward."""
+    from multidraft.models import runner as lm_module
+
+    with pytest.warns(RuntimeWarning, match="change nothing"):
+        lm = tiny_gguf_lm("llama", "F16", seed=3, runner="native")
+    assert not lm.capabilities.prefix_reusable
+    calls = []
+    real_forward = lm.runner_object.forward
+    monkeypatch.setattr(lm.runner_object, "forward", lambda *args: calls.append(args[2].shape[1]) or real_forward(*args))
+    monkeypatch.setattr(lm_module, "PREFILL_CHUNK", 16)
+    lm.forward(lm.new_cache(), PROMPT)
+    assert calls == [len(PROMPT)]

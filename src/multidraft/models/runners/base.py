@@ -161,4 +161,4 @@ def _logits_to_keep(rows: slice, num_new: int):
     if rows == slice(-1, None):
         return 1
     indices = list(range(num_new))[rows]
-    return torch.tensor(indices)
+    return torch.tensor(indices, dtype=torch.long)   # (an empty list would make a float tensor)
