@@ -783,13 +783,14 @@ def _prefill_and_next(lm, **capture):
     return first, lm.forward(cache, [4, 50, 17]).logits
 
 
-@pytest.mark.parametrize("runner", ["native", "quantized-q8"])
-def test_a_long_prefill_in_chunks_keeps_every_bit_and_capture(monkeypatch, runner):
+@pytest.mark.parametrize("arch,runner", [("qwen2", "native"), ("qwen2", "quantized-q8"), ("gemma3", "native")])
+def test_a_long_prefill_in_chunks_keeps_every_bit_and_capture(monkeypatch, arch, runner):
     """A chain longer than PREFILL_CHUNK runs as chunks (counted at the runner) with the one forward's logits, hidden
-    states, attention rows and cache; on HF's modules (quantized-q8) too, whose empty logits rows take another path."""
+    states, attention rows and cache; on HF's modules (quantized-q8) too, whose empty logits rows take another path,
+    and with Gemma3's sliding window of 8 keys across the chunks' edges."""
     from multidraft.models import runner as lm_module
 
-    lm = tiny_gguf_lm("qwen2", "Q4_K", seed=3, runner=runner)
+    lm = tiny_gguf_lm(arch, "Q4_K", seed=3, runner=runner)
     assert lm.runner == runner and lm.capabilities.prefix_reusable
     capture = {"hidden_layer": 2, "attention_heads": [(0, 1), (1, 3)]}
     expected, expected_next = _prefill_and_next(lm, **capture)
