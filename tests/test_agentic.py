@@ -125,7 +125,7 @@ def test_adaptive_replay_counts_equal_the_loop(tiny_lm, monkeypatch):
     prompts = [[5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6], [7, 8, 9, 5, 6, 7, 8], [30, 31, 32, 30, 31]]
     drafted = {}
     for name, table in (("flat", {1: 1.0, 2: 1.05, 4: 1.1, 8: 1.2, 16: 1.4}), ("steep", {1: 1.0, 2: 1.9, 4: 3.6})):
-        monkeypatch.setattr(loop, "forward_costs", lambda lm, table=table: FixedCosts(table))
+        monkeypatch.setattr(loop, "forward_costs", lambda lm, past=0, table=table: FixedCosts(table))
         loop_store, replay_store = SuffixStore(lm=tiny_lm), SuffixStore(lm=tiny_lm)
         drafted[name] = 0
         for prompt in prompts:

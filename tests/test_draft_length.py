@@ -162,7 +162,7 @@ def target(tiny_ngram):
 
 @pytest.fixture
 def steep_costs(monkeypatch):
-    monkeypatch.setattr(loop, "forward_costs", lambda lm: STEEP)
+    monkeypatch.setattr(loop, "forward_costs", lambda lm, past=0: STEEP)
 
 
 @pytest.mark.parametrize("name", [n for n in LOSSLESS if n not in SAMPLED_ONLY and METHODS[n].make_drafter])
@@ -183,6 +183,45 @@ def test_adaptive_learns_the_costs_of_the_model_it_runs(target):
     lm, _ = target
     multidraft.generate(lm, PROMPTS[0], method="pld", max_new_tokens=16, draft_length="adaptive")
     assert 1 in forward_costs(lm).seconds
+
+
+def test_cost_tables_are_kept_per_context_length_and_a_new_one_starts_from_a_shorter_context():
+    """One table below 1,024 cached keys, then one per doubling; recording at one length leaves the others as they
+    were; a length's first table starts from the prices of the nearest shorter one measured, as a copy."""
+    from multidraft.decoders.draft_length import context_bucket
+
+    class Model:
+        runner = "native"
+
+    lm = Model()
+    assert [context_bucket(n) for n in (0, 1023, 1024, 2047, 2048, 8191, 8192)] == [0, 0, 1, 1, 2, 3, 4]
+    short = forward_costs(lm, past=0)
+    assert forward_costs(lm, past=700) is short and forward_costs(lm) is short
+    short.record(1, 0.030)
+    short.record(8, 0.045)
+    long = forward_costs(lm, past=6000)
+    assert long is not short and long.seconds == {1: 0.030, 8: 0.045}       # the shorter context's prices, to start
+    long.record(8, 0.130)
+    long.record(1, 0.044)
+    assert short.seconds == {1: 0.030, 8: 0.045} and long.seconds == {1: 0.044, 8: 0.130}
+    assert forward_costs(lm, past=4096) is long and forward_costs(lm, past=3000) is not long
+
+
+def test_a_request_prices_its_steps_on_its_own_contexts_table(monkeypatch):
+    """The loop records each step in the table of the cache length it ran over: a short request's steps in the
+    short table, a long prompt's in its own (buckets shrunk to 32 keys for a tiny model)."""
+    from multidraft.decoders import draft_length
+
+    monkeypatch.setattr(draft_length, "CONTEXT_BUCKET", 32)
+    lm = make_tiny_lm("qwen2", seed=7)
+    repeating = [5, 6, 7, 8, 9] * 3
+    multidraft.generate(lm, repeating[:10], method="pld", max_new_tokens=8, draft_length="adaptive")
+    short = forward_costs(lm, past=0)
+    steps_before = {n: list(recent) for n, recent in short._recent.items()}
+    assert steps_before and forward_costs(lm, past=40)._recent == {}
+    multidraft.generate(lm, (repeating * 3)[:40], method="pld", max_new_tokens=8, draft_length="adaptive")
+    assert forward_costs(lm, past=40)._recent                                 # the long prompt's steps, there
+    assert {n: list(recent) for n, recent in short._recent.items()} == steps_before
 
 
 def test_unknown_draft_length_is_a_clear_error(target):

@@ -37,10 +37,11 @@ class Decoding:
         self.lm, self.drafter, self.verifier, self.sampler = lm, drafter, verifier, sampler
         self.output, self.stats = output, stats
         self.costs = forward_costs(lm)
+        self._own_policy = False          # the default policy prices each step on its context's cost table
         if draft_length != "adaptive":
             policy = None
         elif policy is None and not _length_sensitive(verifier, sampler):
-            policy = DraftLength(self.costs)
+            policy, self._own_policy = DraftLength(self.costs), True
         # else, with no policy given: the default policy chooses from measured timings; where the draft's depth
         # changes the tokens (rejection sampling, lossy verifiers) that would make a seeded request's text depend
         # on the machine's load and on its batch, so such a request drafts its drafter's own length ("fixed").
@@ -84,6 +85,9 @@ class Decoding:
         """`propose` as a generator of the draft-model forwards it needs (Drafter.drafting): the engine answers
         those of every request together."""
         self._step_started = time.perf_counter()
+        self.costs = forward_costs(self.lm, past=self.cache.length)
+        if self._own_policy:
+            self.policy.costs = self.costs
         budget = self.output.remaining - 1
         if depth_cap is not None:
             budget = min(budget, depth_cap)
