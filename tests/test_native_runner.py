@@ -796,7 +796,8 @@ def test_a_long_prefill_in_chunks_keeps_every_bit_and_capture(monkeypatch, arch,
     expected, expected_next = _prefill_and_next(lm, **capture)
     calls = []
     real_forward = lm.runner_object.forward
-    monkeypatch.setattr(lm.runner_object, "forward", lambda *args: calls.append(args[2].shape[1]) or real_forward(*args))
+    monkeypatch.setattr(lm.runner_object, "forward",
+                        lambda *args: calls.append(args[2].shape[1]) or real_forward(*args))
     monkeypatch.setattr(lm_module, "PREFILL_CHUNK", 16)
     got, got_next = _prefill_and_next(lm, **capture)
     assert calls == [16, 16, 16, 16, 6, 3]                  # the prompt in five chunks, then the next forward
@@ -819,7 +820,8 @@ def test_a_long_prefill_stays_one_forward_where_chunks_would_change_bits(monkeyp
     assert not lm.capabilities.prefix_reusable
     calls = []
     real_forward = lm.runner_object.forward
-    monkeypatch.setattr(lm.runner_object, "forward", lambda *args: calls.append(args[2].shape[1]) or real_forward(*args))
+    monkeypatch.setattr(lm.runner_object, "forward",
+                        lambda *args: calls.append(args[2].shape[1]) or real_forward(*args))
     monkeypatch.setattr(lm_module, "PREFILL_CHUNK", 16)
     lm.forward(lm.new_cache(), PROMPT)
     assert calls == [len(PROMPT)]

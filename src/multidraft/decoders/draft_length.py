@@ -7,11 +7,11 @@ deep is slower than plain greedy. This module picks k* = argmax E(k) / cost(k + 
 measured while decoding:
 
 - `ForwardCosts`: the seconds of a loop step (drafting, the target's forward, verification) by the number of new
-  tokens it verified, kept per model, runner and context length (`context_bucket`) across requests (the least of each size's last few steps: the
-  machine's load moves it, a step slowed by another process does not). The step's fixed costs count, so a draft is
-  not judged by its forward alone. Every estimate leans optimistic, so that the policy tries a size and learns
-  (optimism = exploration): an estimate too low is measured again as soon as the policy acts on it, one too high
-  never would be.
+  tokens it verified, kept per model, runner and context length (`context_bucket`) across requests (the least of
+  each size's last few steps: the machine's load moves it, a step slowed by another process does not). The step's
+  fixed costs count, so a draft is not judged by its forward alone. Every estimate leans optimistic, so that the
+  policy tries a size and learns (optimism = exploration): an estimate too low is measured again as soon as the
+  policy acts on it, one too high never would be.
 - `DraftLength`: the request's acceptance, as the chance h_i that a step's run of accepted tokens ends at depth i
   given that it got there (decayed counts over recent steps), shrunk toward the pooled per-token rejection rate
   where a depth has little data. E(k) = 1 + S_1 + ... + S_k with S_i = (1 - h_1)...(1 - h_i). Per-depth rates
@@ -156,8 +156,9 @@ _costs_lock = threading.Lock()
 # Keys in the cache below which a step's cost table is one: above it, one table per doubling (1,024-2,047,
 # 2,048-4,095, ...). Why: each drafted row attends to every cached key, so a long context makes rows dear (the 1.5B on
 # a Zen 4: 8 rows cost 1.45-1.70x one at 300 keys, 2.94x at 8,000), and one table for all contexts kept a long
-# request's prices for the sizes the policy then avoided: after one 6,000-token request, 5 short code edits drafted
-# ~2 tokens deep where a fresh process drafted 4 (`pld` 43.5 -> 41.0 tok/s).
+# request's prices for the sizes the policy then avoided: after one 6,000-token request, 5 short code edits took
+# 22-25% more target calls than in a fresh process, 2-3% with a table per context
+# (benchmarks/results/2026-12-07-zen4-cost-by-context).
 CONTEXT_BUCKET = 1024
 
 

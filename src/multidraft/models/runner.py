@@ -29,8 +29,8 @@ RUNNERS = ("auto",) + tuple(runners.REGISTRY)
 AUTO_NATIVE = True
 # Rows per forward of a long prompt on a runner whose cached keys/values are a fresh prefill's bits (prefix_reusable):
 # a longer chain runs as consecutive forwards of this many rows, so its intermediate tensors (the MLP's are rows x
-# 8,960 floats on the 1.5B) stay a chunk's size. The same bits; measured on a Zen 4, 2 threads, the 1.5B: a 4,000-token
-# prefill 29.6-30.4 -> 27.3-28.5 s (256 to 1,024 rows alike), its peak memory 2.73 -> 1.94 GB.
+# 8,960 floats on the 1.5B) stay a chunk's size. The same bits; the 1.5B on a Zen 4, 2 threads: an 8,000-token prefill
+# 85.3 -> 76.9 s, the memory it takes 1.92 -> 0.54 GB (256 to 1,024 rows alike; 2026-12-07-zen4-prefill-chunks).
 PREFILL_CHUNK = 512
 
 
