@@ -408,3 +408,21 @@ def test_gemma3_tokens_alone_equal_tokens_in_batches():
     alone = [multidraft.generate_request(lm, r).token_ids for r in requests]
     batch = generate_batch(lm, requests, max_num_seqs=6, prefill_chunk=5)
     assert [g.token_ids for g in batch] == alone
+
+
+def test_engine_steps_are_priced_on_their_longest_contexts_table(monkeypatch):
+    """A batch's steps are recorded in the cost table of the longest context among its decoding requests (buckets
+    shrunk to 32 keys for a tiny model): a long prompt's batch leaves the short table as it was."""
+    from multidraft.decoders import draft_length
+
+    monkeypatch.setattr(draft_length, "CONTEXT_BUCKET", 32)
+    lm = make_tiny_lm("qwen2", seed=1)
+    repeating = [5, 6, 7, 8, 9] * 9
+    short = [Request.build(repeating[i:i + 10], "pld", max_new_tokens=8) for i in range(3)]
+    generate_batch(lm, short, max_num_seqs=3)
+    short_table = draft_length.forward_costs(lm, past=0)
+    steps_before = {n: list(recent) for n, recent in short_table._recent.items()}
+    assert steps_before and draft_length.forward_costs(lm, past=40)._recent == {}
+    generate_batch(lm, [Request.build(repeating[:40], "pld", max_new_tokens=8)] + short[:1], max_num_seqs=2)
+    assert draft_length.forward_costs(lm, past=40)._recent
+    assert {n: list(recent) for n, recent in short_table._recent.items()} == steps_before

@@ -54,7 +54,6 @@ from multidraft import validation
 from multidraft.api import check_model, prepare_request
 from multidraft.artifacts import Artifacts
 from multidraft.batched_drafts import DraftBatch
-from multidraft.decoders.draft_length import forward_costs
 from multidraft.engine.entry import Entry
 from multidraft.engine.metrics import EngineMetrics
 from multidraft.engine.plan import StepPlan
@@ -106,10 +105,9 @@ class Engine:
         self.arena = KVArena(kv_slots)
         self.drafts = DraftBatch(kv_slots, self.prefill_alone)
         self.artifacts = artifacts if artifacts is not None else Artifacts()
-        self.costs = forward_costs(lm)
         self.metrics = EngineMetrics()
         self.scheduler = Scheduler(lm, self.arena, self.drafts, self.metrics, prefix_cache, max_num_seqs, draft_room)
-        self.plan = StepPlan(lm, self.scheduler, self.costs, prefill_chunk, self.prefill_alone)
+        self.plan = StepPlan(lm, self.scheduler, prefill_chunk, self.prefill_alone)
 
     # ----- requests -----
     def submit(self, request: Request, on_token: Optional[Callable[[int], None]] = None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from multidraft.decoders.draft_budget import apply_budget
+from multidraft.decoders.draft_length import forward_costs
 from multidraft.engine.entry import Entry
 from multidraft.engine.scheduler import Scheduler
 from multidraft.errors import InvalidOptionError, reraise_fatal
@@ -14,8 +15,8 @@ from multidraft.sampling import check_finite
 
 
 class StepPlan:
-    def __init__(self, lm, scheduler: Scheduler, costs, prefill_chunk: int, prefill_alone: bool):
-        self.lm, self.scheduler, self.costs = lm, scheduler, costs
+    def __init__(self, lm, scheduler: Scheduler, prefill_chunk: int, prefill_alone: bool):
+        self.lm, self.scheduler = lm, scheduler
         self.metrics, self.drafts = scheduler.metrics, scheduler.drafts
         self.prefill_chunk, self.prefill_alone = prefill_chunk, prefill_alone
 
@@ -25,7 +26,9 @@ class StepPlan:
         running = self.scheduler.running
         prefill_rows = self.scheduler.prefill_rows(self.prefill_chunk)
         decoding = self._propose([e for e in running if e.decoding_started], finished)
-        caps = apply_budget(self.costs, [e.decoding for e in decoding],
+        # the step's cost table: its longest context's (each drafted row attends to its request's every cached key)
+        costs = forward_costs(self.lm, past=max((e.decoding.cache.length for e in decoding), default=0))
+        caps = apply_budget(costs, [e.decoding for e in decoding],
                             0 if self.prefill_alone else sum(n for _, n in prefill_rows))
         for entry, cap in zip(decoding, caps):
             if cap is not None:
@@ -42,7 +45,7 @@ class StepPlan:
             if segments:
                 self._forward(segments, segment_owners, dense, finished)
             if number == 0 and segments:     # the cost table learns the step's forward (the budget's rows)
-                self.costs.record(sum(len(s.token_ids) for s in segments), time.perf_counter() - started)
+                costs.record(sum(len(s.token_ids) for s in segments), time.perf_counter() - started)
         if batch:
             self.metrics.count_step(batch, rows)
 
