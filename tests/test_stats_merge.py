@@ -30,3 +30,11 @@ def test_merge_of_one_is_the_same_stats(tiny_llama):
 def test_merge_lists_distinct_stop_reasons():
     parts = [DecodeStats(stop_reason="eos"), DecodeStats(stop_reason="max_new_tokens"), DecodeStats(stop_reason="eos")]
     assert DecodeStats.merge(parts).stop_reason == "eos,max_new_tokens"
+
+
+def test_summary_gives_the_prompts_forward_and_the_decodings_rate_apart():
+    stats = DecodeStats(method="pld", generated_tokens=128, verification_calls=40, target_calls=41,
+                        prefill_time=12.0, total_time=16.0)
+    assert "128 tokens in 16.00s (8.00 tok/s; the prompt's forward 12.00s, then 32.00 tok/s)" in stats.summary()
+    stats.prefill_time = 0.0                        # a decode with no prefill of its own (a cached prompt): no split
+    assert "(8.00 tok/s), mean acceptance length 3.20" in stats.summary()

@@ -188,9 +188,14 @@ class DecodeStats:
         return data
 
     def summary(self) -> str:
+        # a long prompt's forward can be most of the time: its seconds and the decoding's own rate apart
+        decoding = self.total_time - self.prefill_time
+        split = (f"; the prompt's forward {self.prefill_time:.2f}s, then {self.generated_tokens / decoding:.2f} tok/s"
+                 if self.prefill_time > 0 and decoding > 0 else "")
         return (f"{self.method}: {self.generated_tokens} tokens in {self.total_time:.2f}s "
-                f"({self.tokens_per_second:.2f} tok/s), mean acceptance length {self.mean_acceptance_length:.2f}, "
-                f"target calls {self.target_calls}, draft tokens {self.draft_tokens_accepted}/{self.draft_tokens_proposed} accepted")
+                f"({self.tokens_per_second:.2f} tok/s{split}), mean acceptance length "
+                f"{self.mean_acceptance_length:.2f}, target calls {self.target_calls}, draft tokens "
+                f"{self.draft_tokens_accepted}/{self.draft_tokens_proposed} accepted")
 
 
 @dataclass
