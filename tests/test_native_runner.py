@@ -783,6 +783,15 @@ def _prefill_and_next(lm, **capture):
     return first, lm.forward(cache, [4, 50, 17]).logits
 
 
+def _runner_forward_rows(lm, monkeypatch) -> list:
+    """The rows of each forward lm's runner gets from now on (a list the spy appends to)."""
+    calls = []
+    real_forward = lm.runner_object.forward
+    monkeypatch.setattr(lm.runner_object, "forward",
+                        lambda *args: calls.append(args[2].shape[1]) or real_forward(*args))
+    return calls
+
+
 @pytest.mark.parametrize("arch,runner", [("qwen2", "native"), ("qwen2", "quantized-q8"), ("gemma3", "native")])
 def test_a_long_prefill_in_chunks_keeps_every_bit_and_capture(monkeypatch, arch, runner):
     """A chain longer than PREFILL_CHUNK runs as chunks (counted at the runner) with the one forward's logits, hidden
@@ -794,10 +803,7 @@ def test_a_long_prefill_in_chunks_keeps_every_bit_and_capture(monkeypatch, arch,
     assert lm.runner == runner and lm.capabilities.prefix_reusable
     capture = {"hidden_layer": 2, "attention_heads": [(0, 1), (1, 3)]}
     expected, expected_next = _prefill_and_next(lm, **capture)
-    calls = []
-    real_forward = lm.runner_object.forward
-    monkeypatch.setattr(lm.runner_object, "forward",
-                        lambda *args: calls.append(args[2].shape[1]) or real_forward(*args))
+    calls = _runner_forward_rows(lm, monkeypatch)
     monkeypatch.setattr(lm_module, "PREFILL_CHUNK", 16)
     got, got_next = _prefill_and_next(lm, **capture)
     assert calls == [16, 16, 16, 16, 6, 3]                  # the prompt in five chunks, then the next forward
@@ -818,10 +824,7 @@ def test_a_long_prefill_stays_one_forward_where_chunks_would_change_bits(monkeyp
     with pytest.warns(RuntimeWarning, match="change nothing"):
         lm = tiny_gguf_lm("llama", "F16", seed=3, runner="native")
     assert not lm.capabilities.prefix_reusable
-    calls = []
-    real_forward = lm.runner_object.forward
-    monkeypatch.setattr(lm.runner_object, "forward",
-                        lambda *args: calls.append(args[2].shape[1]) or real_forward(*args))
+    calls = _runner_forward_rows(lm, monkeypatch)
     monkeypatch.setattr(lm_module, "PREFILL_CHUNK", 16)
     lm.forward(lm.new_cache(), PROMPT)
     assert calls == [len(PROMPT)]
