@@ -30,6 +30,8 @@ CHILD = ("import sys, torch\nfrom multidraft.models import kernel_build\n"
          "    import torch.utils.cpp_extension as ext\n"
          "    def refuse(*args, **kwargs): raise RuntimeError('built again')\n"
          "    ext.load_inline = refuse\n"
+         "if sys.argv[2] == 'no-lto':              # a GCC whose LTO fails\n"
+         "    kernel_build.LTO_COMPILE = ['-fno-such-option-here']\n"
          f"kernel_build.load_library({NAME!r}, {SOURCE!r}, sys.argv[1], 'test library', True)\n"
          "print('plus_one', int(torch.ops.multidraft_build_test.plus_one(torch.tensor([41]))[0]))\n")
 
@@ -67,6 +69,20 @@ def test_a_whole_build_is_loaded_without_building_again(built, tmp_path):
     child = _load(folder, "no-compiler")
     assert child.returncode == 0, child.stderr
     assert "plus_one 42" in child.stdout and "building" not in child.stderr
+
+
+@pytest.mark.slow
+@needs_build
+def test_the_build_is_link_time_optimized_and_falls_back_without_it(built, tmp_path):
+    """LTO compiles the code in parallel partitions at the link; where it fails the build runs in one piece."""
+    lines = dict(line.split(" = ", 1) for line in (built / "build.ninja").read_text().splitlines() if " = " in line)
+    assert "-flto" in lines["cflags"].split() and "-flto=auto" in lines["ldflags"].split()
+    folder = tmp_path / "kernels" / "buildtest-0123456789ab"
+    child = _load(folder, "no-lto")
+    assert child.returncode == 0, child.stderr
+    assert "plus_one 42" in child.stdout
+    ninja = (folder / "build.ninja").read_text()
+    assert "-flto" not in ninja and "-fno-such-option-here" not in ninja
 
 
 @pytest.mark.slow
