@@ -3,7 +3,7 @@
 HF returns attention weights only from eager attention, which is slower on every layer (about 8% of a step on
 the Qwen 0.5B). PLD+(a) needs one row of a few heads per step, so instead of asking for weights we keep, on the
 chosen layers only, each chosen head's post-RoPE queries and a reference to the layer's keys (the cache tensor
-after this forward; later cache edits replace it rather than write into it). `AttentionQueries.weights` then
+after this forward; copied where the cache writes in place, kv_cache.InPlaceLayer). `AttentionQueries.weights` then
 computes softmax(q k^T * scale) for one query row over the keys it may see: the same probabilities eager
 attention returns for that row, at the cost of one small matrix-vector product per head.
 
@@ -84,6 +84,8 @@ def install_query_hooks(decoder_layers, heads_by_layer: dict[int, list[int]], pe
             queries = queries.transpose(1, 2)[:, heads]          # (1, h, T, d)
             queries, _ = rope(queries, queries, cos, sin)
             keys = cache.layers[attn.layer_idx].keys[0]          # (kv_heads, S, d), post-RoPE
+            if getattr(cache.layers[attn.layer_idx], "key_buffer", None) is not None:   # written in place later
+                keys = keys.clone(memory_format=torch.contiguous_format)
             groups = attn.config.num_attention_heads // keys.shape[0]
             shared = {kv: keys[kv] for kv in {head // groups for head in heads}}   # one object per KV head
             per_layer[layer] = [(queries[0, i], shared[head // groups], float(attn.scaling))

@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 
 @dataclass
@@ -65,6 +66,76 @@ class KVCache:
                 index = torch.tensor(list(range(prefix_length)) + extra, device=layer.keys.device)
             layer.keys = layer.keys.index_select(-2, index)
             layer.values = layer.values.index_select(-2, index)
+
+
+class InPlaceLayer(DynamicLayer):
+    """HF's DynamicLayer with its keys and values written into buffers that double when full, instead of a torch.cat
+    of the whole layer per forward (a copy of every cached key and value per token). `keys` / `values` stay what HF
+    expects, (B, KVH, length, D), as views of the buffers; a crop slices them; a tensor put there by other code (a
+    reorder, a keep) is copied into new buffers at the next update. Readers that keep a layer's keys past the next
+    forward must copy them (attention_rows)."""
+
+    MIN_SLOTS = 256
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self.key_buffer = self.value_buffer = None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        length = self.get_seq_length()
+        end = length + key_states.shape[-2]
+        if not (self._in_buffer(self.keys, self.key_buffer, key_states, end)
+                and self._in_buffer(self.values, self.value_buffer, value_states, end)):
+            self.key_buffer = self._new_buffer(self.keys, key_states, length, end)
+            self.value_buffer = self._new_buffer(self.values, value_states, length, end)
+        self.key_buffer[..., length:end, :] = key_states
+        self.value_buffer[..., length:end, :] = value_states
+        self.keys = self.key_buffer[..., :end, :]
+        self.values = self.value_buffer[..., :end, :]
+        return self.keys, self.values
+
+    @staticmethod
+    def _in_buffer(held: torch.Tensor, buffer, new: torch.Tensor, end: int) -> bool:
+        """`held` is the first positions of `buffer` (a view: a crop keeps that) and `buffer` has room up to `end`."""
+        if buffer is None or buffer.shape[-2] < end or buffer.dtype != new.dtype or buffer.device != new.device:
+            return False
+        if held.numel() == 0:
+            return held.dim() != 4 or held.shape[:2] == buffer.shape[:2]
+        return (held.data_ptr() == buffer.data_ptr() and held.stride() == buffer.stride()
+                and held.shape[:2] == buffer.shape[:2] and held.shape[-1] == buffer.shape[-1])
+
+    def _new_buffer(self, held: torch.Tensor, new: torch.Tensor, length: int, end: int) -> torch.Tensor:
+        slots = max(self.MIN_SLOTS, 1 << (end - 1).bit_length())
+        buffer = new.new_empty((*new.shape[:2], slots, new.shape[-1]))
+        if length:
+            buffer[..., :length, :] = held
+        return buffer
+
+
+def in_place_cache() -> DynamicCache:
+    """An HF DynamicCache of InPlaceLayers (the runners on HF's modules with the GGUF kernels' attention)."""
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = InPlaceLayer
+    return cache
+
+
+def with_spare_slots(keys: torch.Tensor) -> torch.Tensor:
+    """(B, KVH, length, D) keys that are the first positions of a contiguous (B, KVH, slots, D) buffer (an
+    InPlaceLayer's) as that whole buffer, else `keys`: the GGUF kernels' attention reads only the keys its mask covers,
+    so it takes the buffer as it is instead of a contiguous copy. (From the strides: a view's `_base` is not kept
+    under inference_mode.)"""
+    if keys.dim() != 4 or keys.is_contiguous() or keys.storage_offset() != 0:
+        return keys
+    batch, heads, length, dim = keys.shape
+    stride = keys.stride()
+    if stride[3] != 1 or stride[2] != dim or stride[1] % dim or stride[0] != heads * stride[1]:
+        return keys
+    slots = stride[1] // dim
+    if slots < length or keys.untyped_storage().nbytes() < batch * stride[0] * keys.element_size():
+        return keys
+    return keys.as_strided((batch, heads, slots, dim), stride)
 
 
 def keep_slots(buffers: list, length: int, prefix_length: int, extra_positions: Sequence[int]) -> int:

@@ -44,6 +44,7 @@ from multidraft.errors import MultidraftError
 from multidraft.models import fast_linear, gguf_kernels, safetensors_files
 from multidraft.models.gguf_to_hf import REFERENCE_FILE, is_reference, reference_rows
 from multidraft.models.gguf_weights import BlockMatrix, GGUFWeights
+from multidraft.models.kv_cache import with_spare_slots
 
 ATTENTION = "multidraft_invariant"
 # A prefill (empty cache) of more rows than this dequantizes each weight once into a dense GEMM (oneDNN).
@@ -85,6 +86,7 @@ def invariant_attention(module, query, key, value, attention_mask, scaling=None,
     batch, _, rows, head_dim = query.shape
     keys = key.shape[2]
     scaling = head_dim ** -0.5 if scaling is None else scaling
+    key, value = with_spare_slots(key), with_spare_slots(value)   # the kernel reads the mask's `keys` columns only
     outputs = []
     for b in range(batch):
         if attention_mask is None:             # plain causal: row t sees keys up to its own position

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from multidraft.models import quantized
+from multidraft.models.kv_cache import KVCache, in_place_cache
 from multidraft.models.runners.base import Capabilities, Runner
 
 
@@ -28,6 +29,10 @@ class QuantizedRunner(Runner):
         """The GGUF kernels run on the CPU. (Said, not found: finding the first parameter starts a generator over
         the module tree, 2.5 us warm but ~60 us a forward in a loop of smollm2 forwards, whose weights evict it.)"""
         return CPU
+
+    def new_cache(self):
+        """HF's cache with its layers written in place (kv_cache.InPlaceLayer): no copy of the cache per token."""
+        return KVCache(in_place_cache())
 
     def kernels(self, prefill: bool = False):
         return quantized.prefill_gemm() if prefill else super().kernels(prefill)
