@@ -68,6 +68,15 @@ class KVCache:
             layer.values = layer.values.index_select(-2, index)
 
 
+MIN_BUFFER_SLOTS = 256
+
+
+def buffer_slots(positions: int, minimum: int) -> int:
+    """Slots for `positions` in a cache buffer that doubles when full: the power of two holding them, at least
+    `minimum`."""
+    return max(minimum, 1 << (positions - 1).bit_length())
+
+
 class InPlaceLayer(DynamicLayer):
     """HF's DynamicLayer with its keys and values written into buffers that double when full, instead of a torch.cat
     of the whole layer per forward (a copy of every cached key and value per token). `keys` / `values` stay what HF
@@ -75,7 +84,7 @@ class InPlaceLayer(DynamicLayer):
     reorder, a keep) is copied into new buffers at the next update. Readers that keep a layer's keys past the next
     forward must copy them (attention_rows)."""
 
-    MIN_SLOTS = 256
+    MIN_SLOTS = MIN_BUFFER_SLOTS
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
@@ -107,8 +116,7 @@ class InPlaceLayer(DynamicLayer):
                 and held.shape[:2] == buffer.shape[:2] and held.shape[-1] == buffer.shape[-1])
 
     def _new_buffer(self, held: torch.Tensor, new: torch.Tensor, length: int, end: int) -> torch.Tensor:
-        slots = max(self.MIN_SLOTS, 1 << (end - 1).bit_length())
-        buffer = new.new_empty((*new.shape[:2], slots, new.shape[-1]))
+        buffer = new.new_empty((*new.shape[:2], buffer_slots(end, self.MIN_SLOTS), new.shape[-1]))
         if length:
             buffer[..., :length, :] = held
         return buffer
@@ -163,7 +171,7 @@ class GrowingKVCache:
     The native runner writes a forward's rows at [length, length + T) in every layer (`update`), then moves
     `length` on (`advance`)."""
 
-    MIN_SLOTS = 256
+    MIN_SLOTS = MIN_BUFFER_SLOTS
 
     def __init__(self):
         self.keys: list[torch.Tensor] = []
@@ -191,7 +199,7 @@ class GrowingKVCache:
         [length, length + count) (the native forward writes them there itself: gguf_kernels.rotary_store)."""
         end = self._length + count
         if layer == len(self.keys):
-            slots = max(self.MIN_SLOTS, 1 << (end - 1).bit_length())
+            slots = buffer_slots(end, self.MIN_SLOTS)
             self.keys.append(like.new_zeros((1, kv_heads, slots, head_dim)))
             self.values.append(like.new_zeros((1, kv_heads, slots, head_dim)))
         elif end > self.keys[layer].shape[2]:
@@ -206,8 +214,7 @@ class GrowingKVCache:
         return layer_rooms(self, layers, count, kv_heads, head_dim, like)
 
     def _grown(self, buffer: torch.Tensor, needed: int) -> torch.Tensor:
-        slots = 1 << (needed - 1).bit_length()
-        grown = buffer.new_zeros((*buffer.shape[:2], slots, buffer.shape[3]))
+        grown = buffer.new_zeros((*buffer.shape[:2], buffer_slots(needed, self.MIN_SLOTS), buffer.shape[3]))
         grown[:, :, : self._length] = buffer[:, :, : self._length]
         return grown
 
