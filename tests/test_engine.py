@@ -412,7 +412,7 @@ def test_gemma3_tokens_alone_equal_tokens_in_batches():
 
 def test_engine_steps_are_priced_on_their_longest_contexts_table(monkeypatch):
     """A batch's steps are recorded in the cost table of the longest context among its decoding requests (buckets
-    shrunk to 32 keys for a tiny model): a long prompt's batch leaves the short table as it was."""
+    shrunk to 32 keys for a tiny model): a long prompt's batch leaves the short table as it was while it decodes."""
     from multidraft.decoders import draft_length
 
     monkeypatch.setattr(draft_length, "CONTEXT_BUCKET", 32)
@@ -423,6 +423,10 @@ def test_engine_steps_are_priced_on_their_longest_contexts_table(monkeypatch):
     short_table = draft_length.forward_costs(lm, past=0)
     steps_before = {n: list(recent) for n, recent in short_table._recent.items()}
     assert steps_before and draft_length.forward_costs(lm, past=40)._recent == {}
-    generate_batch(lm, [Request.build(repeating[:40], "pld", max_new_tokens=8)] + short[:1], max_num_seqs=2)
+    # The long request outlives the short one (at most 3 tokens a step for 40 tokens; the short one's 8 tokens take at
+    # most 8 steps): a step after it ends would rightly be the short one's alone, priced in the short table.
+    long = Request.build(repeating[:40], "pld", max_new_tokens=40, options={"num_draft_tokens": 2})
+    results = generate_batch(lm, [long] + short[:1], max_num_seqs=2)
+    assert len(results[0].token_ids) == 40
     assert draft_length.forward_costs(lm, past=40)._recent
     assert {n: list(recent) for n, recent in short_table._recent.items()} == steps_before
