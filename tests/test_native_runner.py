@@ -397,15 +397,16 @@ def _rotary_store_fused(q, k, v, cos, signed_sin, keys, values, start):
 def test_negative_control_another_rounding_around_the_linears_is_seen(monkeypatch, name, variant, tolerance):
     """Another order of the fp32 operations around the kernels (the norm divided, the rotary rounded once) or a
     shared input quantized one int8 step off (the random tiny model amplifies it: a looser bound):
-    close, but not the same bits, so the bit checks above see it."""
+    close, but not the same bits, so the bit checks above see it. 32 tokens: a one-ulp change of silu * up reaches
+    the logits only where it moves an 8-bit activation block's rounding (none did in this model's first 20)."""
     ours, reference = _pair("qwen2", "Q4_K")
     ours.runner_object.native.fuse = False          # the step-by-step layer (the fused op: the tests below)
-    expected = reference.forward(KVCache(), PROMPT[:12]).logits
+    expected = reference.forward(KVCache(), PROMPT[:32]).logits
     # the runner's own cache takes the rotary op that writes it (_rotary_store), HF's takes _rotary_heads
     cache = ours.new_cache if name == "_rotary_store" else KVCache
-    assert torch.equal(ours.forward(cache(), PROMPT[:12]).logits, expected)
+    assert torch.equal(ours.forward(cache(), PROMPT[:32]).logits, expected)
     monkeypatch.setattr(native, name, variant)
-    changed = ours.forward(cache(), PROMPT[:12]).logits
+    changed = ours.forward(cache(), PROMPT[:32]).logits
     assert not torch.equal(changed, expected)
     assert float((changed - expected).abs().max()) <= tolerance * float(expected.abs().max())
 
@@ -828,3 +829,25 @@ def test_a_long_prefill_stays_one_forward_where_chunks_would_change_bits(monkeyp
     monkeypatch.setattr(lm_module, "PREFILL_CHUNK", 16)
     lm.forward(lm.new_cache(), PROMPT)
     assert calls == [len(PROMPT)]
+
+
+@pytest.mark.parametrize("arch,type_name", [("qwen2", "Q4_K"), ("qwen2", "Q6_K"), ("llama", "Q8_0"),
+                                            ("llama", "Q5_K"), ("qwen2", "Q4_0")])
+def test_the_tiny_gguf_models_look_at_every_cached_key(monkeypatch, arch, type_name):
+    """The test models must not attend one-hot: a key of one early position nudged by 0.5 in every layer changes the
+    next token's logits. (Random blocks once gave weights 20-100x their nominal size; then a wrong key or position left
+    the logits bit-identical, and tests guarding keys or positions could not fail.)"""
+    lm = tiny_gguf_lm(arch, type_name, seed=5)
+    lm.runner_object.native.fuse = False            # the step-by-step layer, which stores keys with _rotary_store
+    prompt = PROMPT[:40]
+    expected = lm.forward(lm.new_cache(), prompt).logits[-1].clone()
+    store = native._rotary_store
+
+    def nudged_store(q, k, v, cos, signed_sin, keys, values, start):
+        query = store(q, k, v, cos, signed_sin, keys, values, start)
+        keys[:, :, 5] += 0.5
+        return query
+
+    monkeypatch.setattr(native, "_rotary_store", nudged_store)
+    changed = lm.forward(lm.new_cache(), prompt).logits[-1]
+    assert float((changed - expected).abs().max()) > 1e-3 * float(expected.abs().max())

@@ -77,9 +77,18 @@ def encode_matrix(weight: torch.Tensor, type_name: str, rng, scale: float):
         values = (torch.randn(rows, width) * scale).bfloat16()
         raw = values.view(torch.int16).numpy().view(np.uint8).reshape(rows, width * 2)
         return raw, QType.BF16, values.float()
-    raw = random_blocks(type_name, rows, width, rng, scale / 8)
+    # A block's value is its fp16 scale times sub-scales times quants, so random blocks' size depends on the format
+    # (rms 0.003 for TQ1_0 to 5 for Q6_K at one scale field): a trial draw sizes the fields so that the values' rms
+    # is `scale` in every format. Oversized q / k weights made the attention one-hot (a wrong cached key or position
+    # then left the logits bit-identical, and the tests guarding them could not fail).
+    trial = gguf.quants.dequantize(random_blocks(type_name, rows, width, rng, scale / 8), QType[type_name])
+    raw = random_blocks(type_name, rows, width, rng, scale / 8 * scale / rms(trial))
     exact = gguf.quants.dequantize(raw, QType[type_name]).reshape(rows, width).astype(np.float32)
     return raw, QType[type_name], torch.from_numpy(exact.copy())
+
+
+def rms(values: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(values, dtype=np.float64))))
 
 
 def rotary_order(rows: int, heads: int) -> np.ndarray:
