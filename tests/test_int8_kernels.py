@@ -1258,6 +1258,35 @@ def test_weights_stream_past_an_amd_l3_and_the_prefetch_changes_no_bit():
         gguf_kernels.set_nontemporal_weights(chosen)
 
 
+def test_one_rows_weights_are_left_to_zen4s_hardware_prefetcher_and_that_changes_no_bit():
+    """On AMD's Zen 4 (family 0x19) the VNNI kernel of Q4_K / Q5_K packed in eights leaves a one-row call's weights to
+    the hardware prefetcher, elsewhere it also prefetches them in software: chosen at load; either way the same bits at
+    1 row (the setting's only kernel), 2 and 9 rows."""
+    if gguf_kernels.missing_flag("avx512-vnni"):
+        pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag('avx512-vnni')} (the VNNI kernels run where it has it)")
+    gguf_kernels.load()
+    chosen = gguf_kernels.set_one_row_prefetch(True)
+    try:
+        assert chosen == (not (_cpu_field("vendor_id") == "AuthenticAMD" and int(_cpu_field("cpu family") or 0) == 0x19))
+        rng = np.random.default_rng(4)
+        cases = [(gguf_kernels.repack_q4_k_x8(torch.from_numpy(random_blocks("Q4_K", 48, 768, rng, 0.05))),
+                  gguf_kernels.Q4_K_X8),
+                 (gguf_kernels.repack_q5_k_x8(torch.from_numpy(random_blocks("Q5_K", 48, 768, rng, 0.05))),
+                  gguf_kernels.Q5_K_X8)]
+        for blocks, type_id in cases:
+            x = torch.randn(9, 768, generator=torch.Generator().manual_seed(type_id))
+            for rows in (1, 2, 9):
+                outputs = []
+                for prefetch in (False, True):
+                    gguf_kernels.set_one_row_prefetch(prefetch)
+                    outputs.append(gguf_kernels.linear_q8_on(x[:rows], blocks, type_id, 768, "avx512-vnni"))
+                reference = gguf_kernels.linear_q8_on(x[:rows], blocks, type_id, 768, "scalar")
+                assert torch.equal(_bits(outputs[0]), _bits(outputs[1])), (type_id, rows)
+                assert torch.equal(_bits(outputs[0]), _bits(reference)), (type_id, rows)
+    finally:
+        gguf_kernels.set_one_row_prefetch(chosen)
+
+
 def _x16_32_group_block(plain):
     """Bytes of one block of a group of 16 rows in the X16_32 layout: 16 x GGUF's block."""
     return 16 * {2: 18, 3: 20, 6: 22, 7: 24, 8: 34, 20: 18}[plain]

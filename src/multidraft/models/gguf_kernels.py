@@ -505,6 +505,13 @@ def set_nontemporal_weights(on: bool) -> bool:
     return bool(torch.ops.multidraft_gguf.set_nontemporal_weights(on))
 
 
+def set_one_row_prefetch(on: bool) -> bool:
+    """Whether the VNNI kernel of Q4_K / Q5_K packed in eights also prefetches a one-row call's weights in software
+    (off: chosen at load on AMD's Zen 4, whose hardware prefetcher alone streamed them faster; on elsewhere). The same
+    bits either way; returns the previous setting. For tests and A/B timings."""
+    return bool(torch.ops.multidraft_gguf.set_one_row_prefetch(on))
+
+
 def attention_with(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor, scaling: float,
                    chunk: int, parts: int) -> torch.Tensor:
     """attention with its schedule named (tests): keys per L1 chunk and jobs per KV head (0: the defaults)."""

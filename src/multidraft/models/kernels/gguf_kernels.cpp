@@ -489,6 +489,9 @@ inline void prefetch_lines(const char* p, int bytes) {
 // distance, T0, had made no difference; T1 was not timed there).
 // Whether the VNNI kernels prefetch the weights of a one-pass call non-temporally (prefetch_weight); set at load.
 std::atomic<bool> nontemporal_weights{false};
+// Whether x8_vnni_rows prefetches a one-row call's weights in software too; set at load (off on AMD's Zen 4, where
+// its hardware prefetcher alone streamed them faster: prefers_hardware_prefetch_one_row).
+std::atomic<bool> one_row_prefetch{true};
 
 // A weight line a VNNI kernel reads soon: non-temporally (NTA) or into L2. A call that reads its matrix once (at
 // most 8 input rows: one pass over each slice) takes NTA where nontemporal_weights is on (AMD's Zen 5, whose L3 takes
@@ -1400,6 +1403,7 @@ TORCH_LIBRARY(multidraft_gguf, m) {
   m.def("set_torch_sum_written(bool on) -> bool", +[](bool on) { return !ablate_torch_order_sum.exchange(!on); });
   m.def("torch_sum_lanes() -> int", +[]() -> int64_t { return torch_sum_lanes(); });
   m.def("set_nontemporal_weights(bool on) -> bool", &set_nontemporal_weights);
+  m.def("set_one_row_prefetch(bool on) -> bool", &set_one_row_prefetch);
   m.def("set_amx_vnni_rows(int q4_k, int q6_k, int q32, int q2_k) -> int[]", &set_amx_vnni_rows);
   m.def("set_amx_pipelined(bool on) -> bool", +[](bool on) { return amx_pipelined.exchange(on); });
   m.def("q8_quantize(Tensor x, int block, bool scalar) -> (Tensor, Tensor, Tensor, Tensor)", &q8_quantize);
