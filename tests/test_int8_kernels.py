@@ -1267,7 +1267,8 @@ def test_one_rows_weights_are_left_to_zen4s_hardware_prefetcher_and_that_changes
     gguf_kernels.load()
     chosen = gguf_kernels.set_one_row_prefetch(True)
     try:
-        assert chosen == (not (_cpu_field("vendor_id") == "AuthenticAMD" and int(_cpu_field("cpu family") or 0) == 0x19))
+        zen4 = _cpu_field("vendor_id") == "AuthenticAMD" and int(_cpu_field("cpu family") or 0) == 0x19
+        assert chosen == (not zen4)
         rng = np.random.default_rng(4)
         cases = [(gguf_kernels.repack_q4_k_x8(torch.from_numpy(random_blocks("Q4_K", 48, 768, rng, 0.05))),
                   gguf_kernels.Q4_K_X8),
