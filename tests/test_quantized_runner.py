@@ -831,7 +831,7 @@ def test_the_hf_module_cache_writes_in_place_with_the_bits_of_torch_cat():
     the whole layer), through a prefill, a verify, a crop and a keep of scattered rows."""
     require_quantized_kernels()
     from multidraft.models.kv_cache import InPlaceLayer
-    lm = load_smollm(runner="quantized-q8")      # a real model: the tiny random ones' logits ignore their keys
+    lm = load_smollm(runner="quantized-q8")      # a real model: its logits depend on the keys a keep moves
     in_place, concatenated = lm.new_cache(), KVCache()
     steps = [("forward", list(range(300, 340))), ("forward", [5]), ("forward", [700, 800, 900, 1000]), ("crop", 42),
              ("forward", [1100, 1200, 1300]), ("keep", (41, [42, 44])), ("forward", [1400]), ("forward", [15, 16])]
