@@ -1259,9 +1259,9 @@ def test_weights_stream_past_an_amd_l3_and_the_prefetch_changes_no_bit():
 
 
 def test_one_rows_weights_are_left_to_zen4s_hardware_prefetcher_and_that_changes_no_bit():
-    """On AMD's Zen 4 (family 0x19) the VNNI kernel of Q4_K / Q5_K packed in eights leaves a one-row call's weights to
-    the hardware prefetcher, elsewhere it also prefetches them in software: chosen at load; either way the same bits at
-    1 row (the setting's only kernel), 2 and 9 rows."""
+    """On AMD's Zen 4 (family 0x19) the VNNI kernel of Q4_K packed in eights leaves a one-row call's weights to the
+    hardware prefetcher, elsewhere it also prefetches them in software: chosen at load; either way the same bits at 1
+    row (the setting's only kernel), 2 and 9 rows, and Q5_K's (which keeps its prefetch) too."""
     if gguf_kernels.missing_flag("avx512-vnni"):
         pytest.skip(f"this CPU lacks {gguf_kernels.missing_flag('avx512-vnni')} (the VNNI kernels run where it has it)")
     gguf_kernels.load()

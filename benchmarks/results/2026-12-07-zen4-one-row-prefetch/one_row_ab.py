@@ -16,11 +16,12 @@ from multidraft.eval.forward_cost import ReadProbe
 from multidraft.models import gguf_kernels
 
 
-def alternate(threads: int, rounds: int, set_prefetch, label: str = "prefetch", before=None) -> None:
+def alternate(threads: int, rounds: int, set_prefetch, label: str = "prefetch", before=None,
+              model: str = "qwen2.5-coder-1.5b") -> None:
     """`rounds` rounds of both settings of `set_prefetch` (on / off, the order swapped every round), printed as they
     run, then over all rounds; `before(lm)` runs once after the model loads."""
     torch.set_num_threads(threads)
-    lm = multidraft.load_model("qwen2.5-coder-1.5b", runner="native")
+    lm = multidraft.load_model(model, runner="native")
     probe = ReadProbe()
     if before is not None:
         before(lm)

@@ -506,9 +506,9 @@ def set_nontemporal_weights(on: bool) -> bool:
 
 
 def set_one_row_prefetch(on: bool) -> bool:
-    """Whether the VNNI kernel of Q4_K / Q5_K packed in eights also prefetches a one-row call's weights in software
-    (off: chosen at load on AMD's Zen 4, whose hardware prefetcher alone streamed them faster; on elsewhere). The same
-    bits either way; returns the previous setting. For tests and A/B timings."""
+    """Whether the VNNI kernel of Q4_K packed in eights also prefetches a one-row call's weights in software (off:
+    chosen at load on AMD's Zen 4, whose hardware prefetcher alone streamed them faster; on elsewhere; Q5_K's always
+    are). The same bits either way; returns the previous setting. For tests and A/B timings."""
     return bool(torch.ops.multidraft_gguf.set_one_row_prefetch(on))
 
 

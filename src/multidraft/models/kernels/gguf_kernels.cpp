@@ -489,8 +489,8 @@ inline void prefetch_lines(const char* p, int bytes) {
 // distance, T0, had made no difference; T1 was not timed there).
 // Whether the VNNI kernels prefetch the weights of a one-pass call non-temporally (prefetch_weight); set at load.
 std::atomic<bool> nontemporal_weights{false};
-// Whether x8_vnni_rows prefetches a one-row call's weights in software too; set at load (off on AMD's Zen 4, where
-// its hardware prefetcher alone streamed them faster: prefers_hardware_prefetch_one_row).
+// Whether x8_vnni_rows prefetches a one-row call's Q4_K weights in software too; set at load (off on AMD's Zen 4, where
+// its hardware prefetcher alone streamed them faster: prefers_hardware_prefetch_one_row). Q5_K's always.
 std::atomic<bool> one_row_prefetch{true};
 
 // A weight line a VNNI kernel reads soon: non-temporally (NTA) or into L2. A call that reads its matrix once (at
