@@ -2,7 +2,7 @@
 blocks: hot on 1 thread (one matrix, min of 15 calls) and from memory on 2 threads (8 copies in turn, min of 5
 sweeps), us per call.
 
-    PYTHONPATH=TREE/src python benchmarks/results/2026-12-07-zen4-q6k-pairs/inputs_ab.py LABEL [Q6_K|Q4_K]
+    PYTHONPATH=TREE/src python benchmarks/results/2026-12-07-zen4-q6k-pairs/inputs_ab.py LABEL [Q6_K|Q4_K|Q5_K]
 
 A tree whose kernels fail the self-check at load (a timing-only patch) still runs: the path is named per call.
 """
@@ -20,7 +20,7 @@ try:
     g.use_isa("avx512-vnni")
 except RuntimeError:
     pass
-layout = g.q6_k_layout() if fmt == "Q6_K" else g.Q4_K_X8
+layout = {"Q6_K": g.q6_k_layout(), "Q4_K": g.Q4_K_X8, "Q5_K": g.Q5_K_X8}[fmt]
 for N, K in ((1536, 8960), (8960, 1536)):
     rng = np.random.default_rng(0)
     mats = [g.repack(torch.from_numpy(random_blocks(fmt, N, K, rng, scale=0.05)), layout) for _ in range(8)]
