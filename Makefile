@@ -59,7 +59,7 @@ qemu:
 # SmolLM2, the compiler for the kernels) fails without it instead of skipping (tests/installed.py). The run ends
 # with one line per skip reason and its count (tests/conftest.py).
 test: models-data browser compiler qemu
-	@echo "make test: the whole suite, 17-40 minutes on 2 cores (2026-11-29: AMD Zen 3 39 min 24 s, Intel Xeon with AMX 16 min 32 s; 2026-12-03: AMD Zen 4 19 min 19 s to 23 min 44 s)"
+	@echo "make test: the whole suite, 17-40 minutes on 2 cores (2026-11-29: AMD Zen 3 39 min 24 s, Intel Xeon with AMX 16 min 32 s; 2026-12-03: AMD Zen 4 19 min 19 s to 23 min 44 s; 2026-12-08: Zen 4 28 min 4 s -> 22 min 33 s)"
 	MULTIDRAFT_REQUIRE_INSTALLED=1 $(PY) -m pytest -q -p no:cacheprovider -m "not heavy"
 
 # The statistical grids (every selection scheme x warp at 4,700-7,500 runs, sized to detect a 0.05 total-variation
