@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 42's CPU benchmark goals, retaken in one go on the machine at hand (~45 min on 2 cores), into a new results
 # folder: the forward's cost per row count and instruction-set path, 20 code edits x 128 tokens beside llama.cpp,
-# the server's load curve, and the agent episodes. Each step's command, log and exit status are kept; a step that
-# fails is stated and the next one runs.
+# the server's load curve, the agent episodes and, on an AMX CPU, the VNNI / tile crossover. Each step's command, log
+# and exit status are kept; a step that fails is stated and the next one runs.
 #
 #     make install models-data && .venv/bin/multidraft models pull qwen2.5-coder-1.5b && make llama
 #     bash benchmarks/cpu_goals.sh benchmarks/results/DATE-CPU-goals [QUICK=1]
@@ -52,6 +52,14 @@ step server_curve "$MD" bench serve load --model "$MODEL" --curve "$CURVE" --met
   --max-tokens "$SERVE_TOKENS" --requests-per-client 1 --json "$OUT/server_curve.json"
 step agentic "$MD" bench agentic run --model "$MODEL" --runner auto --threads 2 --episodes 1 \
   --max-new-tokens "$AGENT_TOKENS" --prefix-cache --rows greedy,suffix,pld_plus,llama_cpp_greedy --out "$OUT/agentic"
+
+# On an AMX CPU, where the amx path should hand each format from its VNNI kernels to its tiles (~1 min): untimed on
+# AMX since the Q6_K VNNI kernel took both halves per scale step (2026-12-07).
+if grep -qw amx_int8 /proc/cpuinfo; then
+  if [ "${QUICK:-0}" = 1 ]; then CROSSOVER=(--copies 4 --rounds 1 --rows 1,9); else CROSSOVER=(); fi
+  step amx_crossover env PYTHONPATH=src "${PYTHON:-.venv/bin/python}" \
+    benchmarks/results/2026-12-04-h200-host/crossover.py --json "$OUT/amx_crossover.json" "${CROSSOVER[@]}"
+fi
 
 echo "cpu_goals: done; exit status per step in $OUT/status.txt:" >&2
 cat "$OUT/status.txt" >&2
