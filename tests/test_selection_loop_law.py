@@ -94,7 +94,8 @@ def models():
 
 # A second process runs the upper half of a FAST_RUNS test's seeds: the suite keeps about one core busy otherwise,
 # and these six tests were 4 of its 28 minutes (2 cores, 2026-12-08). It builds the same models from the same seeds
-# (checked: it sends back its target's logits on the prompt) and runs them on one thread, as the fixture here does.
+# (checked once, when it starts: its target's logits on the prompt) and runs them on one thread, as the fixture here
+# does.
 _helper_models = None
 
 
@@ -105,12 +106,20 @@ def _helper_start():
 
 
 def _helper_runs(scheme, warp, seeds):
-    counts, accepted = sample_seeds(_helper_models, scheme, warp, seeds)
-    return counts, accepted, _helper_models[0].forward(_helper_models[0].new_cache(), PROMPT_IDS).logits
+    return sample_seeds(_helper_models, scheme, warp, seeds)
+
+
+def _helper_prompt_logits():
+    return prompt_logits(_helper_models)
+
+
+def prompt_logits(models):
+    target = models[0]
+    return target.forward(target.new_cache(), PROMPT_IDS).logits
 
 
 @pytest.fixture(scope="module")
-def helper():
+def helper(models):
     """The second process (spawned: a fork of a process whose OpenMP threads have run is not safe), or None on a
     machine with one core."""
     if len(os.sched_getaffinity(0)) < 2:
@@ -118,6 +127,13 @@ def helper():
         return
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
                                                 initializer=_helper_start) as pool:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)                 # as the helper runs (a module fixture comes before `one_thread`)
+        try:
+            ours = prompt_logits(models)
+        finally:
+            torch.set_num_threads(threads)
+        assert torch.equal(pool.submit(_helper_prompt_logits).result(), ours), "the helper built other models"
         yield pool
 
 
@@ -152,9 +168,7 @@ def sample_runs(models, scheme, warp, runs, helper=None):
         return sample_seeds(models, scheme, warp, range(runs))
     upper = helper.submit(_helper_runs, scheme, warp, range(runs // 2, runs))
     counts, accepted = sample_seeds(models, scheme, warp, range(runs // 2))
-    upper_counts, upper_accepted, helper_logits = upper.result()
-    target = models[0]
-    assert torch.equal(helper_logits, target.forward(target.new_cache(), PROMPT_IDS).logits), "another helper model"
+    upper_counts, upper_accepted = upper.result()
     return counts + upper_counts, accepted + upper_accepted
 
 
