@@ -135,11 +135,13 @@ BASE_FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
 # kernel tests check the bits against the scalar reference.
 LTO_COMPILE = ["-flto"]
 MAX_LTO_JOBS = 16                 # each job's compiler takes ~150 MB here
-# What else makes two builds of one source differ (part of the cache key). no-implicit-headers: each source includes
-# the headers it uses (ATen, torch/library.h), where torch's builder would put <torch/extension.h> (pybind11 and all
-# of torch's C++ API) on top of it; without it, on 2 cores of a Zen 4 (one build each, 2026-12-08) the gguf kernels
-# build in 62.7 s against 72.5, the fast linear kernel 12.0 against 24.4, a kernel test's one-op library 12.4 / 28.1.
-BUILD_RECIPE = [*BASE_FLAGS, *LTO_COMPILE, "no-implicit-headers"]
+# Each source includes the headers it uses (ATen, torch/library.h), where torch's builder would put <torch/extension.h>
+# (pybind11 and all of torch's C++ API) on top of it; without it, on 2 cores of a Zen 4 (one build each, 2026-12-08)
+# the gguf kernels build in 62.7 s against 72.5, the fast linear kernel 12.0 against 24.4, a kernel test's one-op
+# library 12.4 / 28.1.
+NO_IMPLICIT_HEADERS = True
+# What else makes two builds of one source differ (part of the cache key).
+BUILD_RECIPE = [*BASE_FLAGS, *LTO_COMPILE, f"no_implicit_headers={NO_IMPLICIT_HEADERS}"]
 
 
 def _lto_link_flags() -> list:
@@ -155,7 +157,7 @@ def _compile(name: str, source: str, scratch: str, compiler: str, extra: list, l
         return load_inline(name=name, cpp_sources=[source],
                            extra_cflags=[*BASE_FLAGS, *(LTO_COMPILE if lto else []), *extra],
                            extra_ldflags=[*(_lto_link_flags() if lto else ["-fopenmp"]), *extra],
-                           is_python_module=False, no_implicit_headers=True,
+                           is_python_module=False, no_implicit_headers=NO_IMPLICIT_HEADERS,
                            build_directory=scratch, verbose=False)
 
 
